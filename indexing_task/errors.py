@@ -1,0 +1,15 @@
+"""Errors of the indexing task."""
+
+__all__ = ["IndexingError", "RangeNotReadableError", "TooManyParseErrors"]
+
+
+class IndexingError(Exception):
+    """Root of the indexing task's errors."""
+
+
+class RangeNotReadableError(IndexingError):
+    """A partition's range could not be read to its end (missing records, broker error)."""
+
+
+class TooManyParseErrors(IndexingError):
+    """More bad records than ``tuningConfig.maxParseExceptions`` allows."""

@@ -1,0 +1,58 @@
+"""Offset ranges and how a task's ranges are cut into splits that run in parallel.
+
+An offset is always the next record to read; a range is ``[start, end)``. Rollup is
+associative, so one partition's range may be processed by several splits at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["Split", "plan_splits"]
+
+
+@dataclass(frozen=True)
+class Split:
+    """A contiguous sub-range ``[start, end)`` of one partition, processed by one Spark task."""
+
+    index: int
+    partition: int
+    start: int
+    end: int
+
+    def key(self, topic: str) -> str:
+        """A stable short id of (topic, partition, start, end): same range, same key."""
+        text = f"{topic}/{self.partition}/{self.start}/{self.end}"
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def plan_splits(start_offsets: Mapping[int, int], end_offsets: Mapping[int, int],
+                parallelism: int, min_split_records: int = 50_000) -> list[Split]:
+    """Cut each partition's range into splits of about ``total / parallelism`` records.
+
+    Splits never go below ``min_split_records`` (a split costs a consumer and a Spark task).
+    The plan depends only on its arguments, so a retry with the same ranges plans the same
+    splits. Empty ranges get no split.
+    """
+    if set(start_offsets) != set(end_offsets):
+        raise ValueError(f"start and end offsets cover different partitions: "
+                         f"{sorted(start_offsets)} vs {sorted(end_offsets)}")
+    sizes = {p: end_offsets[p] - start_offsets[p] for p in sorted(start_offsets)}
+    bad = {p: n for p, n in sizes.items() if n < 0}
+    if bad:
+        raise ValueError(f"end offset before start offset in partitions {sorted(bad)}")
+    total = sum(sizes.values())
+    target = max(min_split_records, -(-total // max(parallelism, 1)))
+    splits: list[Split] = []
+    for partition, size in sizes.items():
+        if size == 0:
+            continue
+        pieces = -(-size // target)
+        start = start_offsets[partition]
+        for i in range(pieces):
+            lo = start + size * i // pieces
+            hi = start + size * (i + 1) // pieces
+            splits.append(Split(len(splits), partition, lo, hi))
+    return splits

@@ -1,0 +1,327 @@
+"""Parse JSON records in bulk and roll them up, with DuckDB over Arrow.
+
+One SQL pass turns a batch of raw record values into typed rows and a reason for each bad
+one (invalid JSON, missing or invalid timestamp, wrong type); a second pass groups the
+good rows by (segment interval, truncated time, dimensions) and aggregates the metrics.
+String dimensions take any JSON scalar as text (``true``, ``12``), like Druid.
+Partial results of several batches merge with the metrics' combining functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "TimeBucket"]
+
+SEGMENT_START = "__segment_start"
+TIME = "__time"
+_SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    name: str
+    type: Literal["string", "long", "float", "double"] = "string"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """An aggregator: ``kind`` over input ``field`` (none for count), typed long or double."""
+
+    name: str
+    kind: Literal["count", "sum", "min", "max"]
+    field: str | None
+    type: Literal["long", "float", "double"] = "long"
+
+
+@dataclass(frozen=True)
+class TimeBucket:
+    """A granularity as DuckDB sees it: none, all, or one of months / days / millis."""
+
+    kind: Literal["none", "all", "period"]
+    months: int = 0
+    days: int = 0
+    millis: int = 0
+
+    def start_sql(self, t: str) -> str:
+        if self.kind == "none":
+            return f"epoch_ms(epoch_ms({t}))"  # keep millisecond precision, as Druid does
+        if self.kind == "all":
+            return "TIMESTAMP '1000-01-01'"
+        if self.months:
+            return f"time_bucket(INTERVAL {self.months} MONTH, {t}, DATE '2000-01-01')"
+        if self.days:
+            origin = "1970-01-05" if self.days % 7 == 0 else "1970-01-01"  # ISO weeks start Monday
+            return f"time_bucket(INTERVAL {self.days} DAY, {t}, TIMESTAMP '{origin}')"
+        return f"time_bucket(to_milliseconds({self.millis}), {t}, TIMESTAMP '1970-01-01')"
+
+
+@dataclass(frozen=True)
+class RollupSchema:
+    """What the rollup needs from a spec's dataSchema (see :meth:`from_spec`)."""
+
+    timestamp_column: str
+    timestamp_format: str
+    dimensions: tuple[Dimension, ...]
+    metrics: tuple[Metric, ...]
+    query_granularity: TimeBucket
+    segment_granularity: TimeBucket
+    rollup: bool = True
+    missing_timestamp: str | None = None
+
+    @classmethod
+    def from_spec(cls, data_schema: Any) -> RollupSchema:
+        """Build from a ``specs.DataSchemaSpec``."""
+        def bucket(g: Any) -> TimeBucket:
+            return TimeBucket(g.kind, getattr(g, "months", 0) or 0, getattr(g, "days", 0) or 0,
+                              getattr(g, "millis", 0) or 0)
+
+        ts = data_schema.timestamp_spec
+        gran = data_schema.granularity_spec
+        missing = ts.missing_value
+        return cls(
+            timestamp_column=ts.column,
+            timestamp_format=ts.format,
+            dimensions=tuple(Dimension(d.name, d.type) for d in data_schema.dimensions_spec.dimensions),
+            metrics=tuple(Metric(m.name, m.kind, m.field_name, _metric_type(m.type))
+                          for m in data_schema.metrics_spec),
+            query_granularity=bucket(gran.query_granularity),
+            segment_granularity=bucket(gran.segment_granularity),
+            rollup=gran.rollup,
+            missing_timestamp=missing.isoformat() if isinstance(missing, datetime) else missing,
+        )
+
+    @property
+    def output_columns(self) -> list[str]:
+        return [TIME, *(d.name for d in self.dimensions), *(m.name for m in self.metrics)]
+
+    def segment_end_sql(self, start: str) -> str:
+        g = self.segment_granularity
+        if g.kind == "all":
+            return "TIMESTAMP '3000-01-01'"
+        if g.months:
+            return f"{start} + INTERVAL {g.months} MONTH"
+        if g.days:
+            return f"{start} + INTERVAL {g.days} DAY"
+        return f"{start} + to_milliseconds({g.millis})"
+
+
+def _metric_type(druid_type: str) -> Literal["long", "float", "double"]:
+    if druid_type.startswith("double"):
+        return "double"
+    if druid_type.startswith("float"):
+        return "float"
+    return "long"
+
+
+def _q(name: str) -> str:
+    """Quote an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lit(text: str) -> str:
+    """Quote an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _cast(text: str, sql_type: str) -> str:
+    if sql_type == "VARCHAR":
+        return text
+    if sql_type == "BIGINT":  # Druid truncates fractional input to long
+        return (f"CASE WHEN contains({text}, '.') OR contains({text}, 'e') OR contains({text}, 'E') "
+                f"THEN try_cast(trunc(try_cast({text} AS DOUBLE)) AS BIGINT) "
+                f"ELSE try_cast({text} AS BIGINT) END")
+    return f"try_cast({text} AS {sql_type})"
+
+
+def _timestamp_sql(text: str, fmt: str) -> str:
+    iso = f"try_cast({text} AS TIMESTAMPTZ)::TIMESTAMP"
+    number = f"try_cast({text} AS BIGINT)"
+    by_format = {
+        "iso": iso,
+        "millis": f"try(epoch_ms({number}))",
+        "posix": f"try(to_timestamp(try_cast({text} AS DOUBLE))::TIMESTAMP)",
+        "micro": f"try(make_timestamp({number}))",
+        "nano": f"try(make_timestamp({number} // 1000))",
+        "auto": f"CASE WHEN {number} IS NOT NULL THEN try(epoch_ms({number})) ELSE {iso} END",
+    }
+    return by_format[fmt]
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A record that was skipped, by its index in the batch."""
+
+    index: int
+    reason: str
+    value: str
+
+
+@dataclass(frozen=True)
+class ParsedBatch:
+    """The outcome of one batch: its rolled-up rows and the records it could not use."""
+
+    rows: pa.Table
+    bad_count: int
+    bad_samples: tuple[BadRecord, ...]
+    thrown_away: int
+
+
+class Rollup:
+    """Parses and rolls up batches of raw JSON values against one schema (one DuckDB connection)."""
+
+    def __init__(self, schema: RollupSchema, min_time: datetime | None = None,
+                 max_time: datetime | None = None) -> None:
+        self.schema = schema
+        self._con = duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
+        self._con.execute("SET TimeZone = 'UTC'")
+        self._parse_sql = self._build_parse_sql()
+        self._bounds = self._bounds_sql(min_time, max_time)
+
+    def close(self) -> None:
+        self._con.close()
+
+    def _build_parse_sql(self) -> str:
+        s = self.schema
+        fields = [s.timestamp_column, *(d.name for d in s.dimensions),
+                  *(m.field for m in s.metrics if m.field is not None)]
+        paths = ", ".join(_lit('$."' + f.replace("\\", "\\\\").replace('"', '\\"') + '"') for f in fields)
+        ts_text = "f[1]" if s.missing_timestamp is None else f"coalesce(f[1], {_lit(s.missing_timestamp)})"
+        typed = [f"{_timestamp_sql(ts_text, s.timestamp_format)} AS __t"]
+        checks: list[str] = []
+        n = 2
+        for d in s.dimensions:
+            typed.append(f"{_cast(f'f[{n}]', _SQL_TYPES[d.type])} AS {_q(d.name)}")
+            if d.type != "string":
+                checks.append(f"WHEN f[{n}] IS NOT NULL AND {_q(d.name)} IS NULL "
+                              f"THEN {_lit('wrong type for ' + d.name + ' (' + d.type + ')')}")
+            n += 1
+        for i, m in enumerate(s.metrics):
+            if m.field is None:
+                continue
+            typed.append(f"{_cast(f'f[{n}]', _SQL_TYPES[m.type])} AS __m{i}")
+            checks.append(f"WHEN f[{n}] IS NOT NULL AND __m{i} IS NULL "
+                          f"THEN {_lit('wrong type for ' + m.field + ' (' + m.type + ')')}")
+            n += 1
+        columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
+        seg = s.segment_granularity.start_sql("__t")
+        return f"""
+            WITH src AS (SELECT __i, raw IS NULL AS is_null, try(decode(raw)) AS s FROM batch),
+            obj AS (SELECT __i, is_null, s, coalesce(json_valid(s), false) AS valid,
+                           coalesce(json_valid(s) AND starts_with(ltrim(s), '{{'), false) AS ok FROM src),
+            ext AS (SELECT __i, is_null, s, valid, ok,
+                           CASE WHEN ok THEN json_extract_string(s, [{paths}]) END AS f FROM obj),
+            typed AS (SELECT __i, is_null, s, valid, ok, f, {", ".join(typed)} FROM ext)
+            SELECT __i,
+                CASE WHEN is_null THEN 'null value'
+                     WHEN s IS NULL THEN 'not valid UTF-8'
+                     WHEN NOT valid THEN 'invalid JSON'
+                     WHEN NOT ok THEN 'not a JSON object'
+                     WHEN {ts_text} IS NULL THEN 'missing timestamp'
+                     WHEN __t IS NULL THEN 'invalid timestamp'
+                     {" ".join(checks)}
+                END AS __reason,
+                coalesce(s, '') AS __raw,
+                {s.query_granularity.start_sql("__t")} AS {TIME},
+                {seg} AS {SEGMENT_START}
+                {"".join(", " + c for c in columns)}
+            FROM typed"""
+
+    @staticmethod
+    def _bounds_sql(min_time: datetime | None, max_time: datetime | None) -> str:
+        conds = []
+        if min_time is not None:
+            conds.append(f"{TIME} >= TIMESTAMP '{min_time.replace(tzinfo=None).isoformat()}'")
+        if max_time is not None:
+            conds.append(f"{TIME} < TIMESTAMP '{max_time.replace(tzinfo=None).isoformat()}'")
+        return " AND ".join(conds) or "true"
+
+    def _aggregate_sql(self, source: str, combine: bool) -> str:
+        s = self.schema
+        dims = [_q(d.name) for d in s.dimensions]
+        keys = [SEGMENT_START, TIME, *dims]
+        aggs = []
+        for i, m in enumerate(s.metrics):
+            col = _q(m.name) if combine else f"__m{i}"
+            sql_type = _SQL_TYPES[m.type]
+            if m.kind == "count":
+                expr = f"sum({_q(m.name)})" if combine else ("count(*)" if s.rollup else "1")
+                sql_type = "BIGINT"
+            elif m.kind == "sum":
+                expr = f"coalesce(sum({col}), 0)" if (s.rollup or combine) else f"coalesce({col}, 0)"
+            else:
+                expr = f"{m.kind}({col})" if (s.rollup or combine) else col
+            aggs.append(f"CAST({expr} AS {sql_type}) AS {_q(m.name)}")
+        select = ", ".join(keys + aggs)
+        if combine or s.rollup:
+            return f"SELECT {select} FROM {source} GROUP BY ALL"
+        return f"SELECT {select} FROM {source}"
+
+    def parse(self, values: list[bytes | None]) -> ParsedBatch:
+        """Parse and roll up one batch of record values (``None`` for a null value)."""
+        raw = pa.array(values, type=pa.binary())
+        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "raw": raw})
+        self._con.register("batch", batch)
+        try:
+            self._con.execute(f"CREATE OR REPLACE TEMP TABLE parsed AS {self._parse_sql}")
+        finally:
+            self._con.unregister("batch")
+        bad_count, samples = self._bad_records()
+        thrown_away = self._scalar(f"SELECT count(*) FROM parsed WHERE __reason IS NULL AND NOT ({self._bounds})")
+        good = f"(SELECT * FROM parsed WHERE __reason IS NULL AND {self._bounds})"
+        rows = self._con.sql(self._aggregate_sql(good, combine=False)).to_arrow_table()
+        self._con.execute("DROP TABLE parsed")
+        return ParsedBatch(rows, bad_count, samples, thrown_away)
+
+    def _scalar(self, sql: str) -> int:
+        return int(self._con.execute(sql).fetchall()[0][0])
+
+    def _bad_records(self, sample_limit: int = 20) -> tuple[int, tuple[BadRecord, ...]]:
+        count = self._scalar("SELECT count(*) FROM parsed WHERE __reason IS NOT NULL")
+        if not count:
+            return 0, ()
+        rows = self._con.execute(
+            "SELECT __i, __reason, left(__raw, 300) FROM parsed WHERE __reason IS NOT NULL "
+            f"ORDER BY __i LIMIT {sample_limit}").fetchall()
+        return count, tuple(BadRecord(int(i), str(r), str(v)) for i, r, v in rows)
+
+    def split_by_segment(self, rows: pa.Table) -> list[tuple[datetime, datetime, pa.Table]]:
+        """Cut rolled-up rows into (interval start, interval end, rows) per segment interval.
+
+        Rows come out fully sorted (time, dimensions, metrics), so the same input always
+        gives byte-identical files; ``__time`` is UTC milliseconds, as Druid keeps it.
+        """
+        columns = ", ".join(_q(c) for c in self.schema.output_columns)
+        end = self.schema.segment_end_sql(SEGMENT_START)
+        self._con.register("rows", rows)
+        try:
+            intervals = self._con.execute(
+                f"SELECT DISTINCT {SEGMENT_START}, {end} FROM rows ORDER BY 1").fetchall()
+            out = []
+            for start, stop in intervals:
+                part = self._con.execute(
+                    f"SELECT {columns} FROM rows WHERE {SEGMENT_START} = ? ORDER BY ALL", [start]
+                ).to_arrow_table()
+                part = part.set_column(0, TIME, part.column(0).cast(pa.timestamp("ms", tz="UTC")))
+                out.append((start.replace(tzinfo=UTC), stop.replace(tzinfo=UTC), part))
+            return out
+        finally:
+            self._con.unregister("rows")
+
+    def merge(self, partials: list[pa.Table]) -> pa.Table:
+        """Combine partial rollups (count and sums add, min/max combine); no-op without rollup."""
+        if not partials:
+            raise ValueError("nothing to merge")
+        if len(partials) == 1 or not self.schema.rollup:
+            return pa.concat_tables(partials)
+        self._con.register("partials", pa.concat_tables(partials))
+        try:
+            return self._con.sql(self._aggregate_sql("partials", combine=True)).to_arrow_table()
+        finally:
+            self._con.unregister("partials")

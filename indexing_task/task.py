@@ -1,0 +1,133 @@
+"""One indexing task: fixed per-partition ranges in, published segments (or nothing) out.
+
+The driver plans splits, runs them as one Spark job (``mapInArrow``; workers write the
+files), checks the parse-error budget, and then publishes segments and end offsets in one
+transaction. A task that fails or loses the start-offset check publishes nothing; its
+files are orphans for the cleanup job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import sqlalchemy as sa
+from pyspark.sql import SparkSession
+
+from indexing_task.errors import TooManyParseErrors
+from indexing_task.ranges import plan_splits
+from indexing_task.reader import consumer_config
+from indexing_task.rollup import RollupSchema
+from indexing_task.worker import RESULT_DDL, TaskPayload, run_splits
+from segment_store import PublishOutcome, PublishRequest, SegmentDescriptor, publish
+
+__all__ = ["IndexTaskRequest", "TaskReport", "run_index_task"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IndexTaskRequest:
+    """A task: a supervisor spec and the exact ranges ``[start, end)`` it must index."""
+
+    task_id: str
+    spec: Any  # specs.SupervisorSpec
+    start_offsets: Mapping[int, int]
+    end_offsets: Mapping[int, int]
+    initial_offsets: Mapping[int, int]
+    deep_storage: str
+    bootstrap_servers: str | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    min_time: datetime | None = None
+    max_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What a task did: counts, files, and the publish outcome."""
+
+    task_id: str
+    datasource: str
+    start_offsets: Mapping[int, int]
+    end_offsets: Mapping[int, int]
+    records: int
+    rows_out: int
+    unparseable: int
+    thrown_away: int
+    segments: tuple[SegmentDescriptor, ...]
+    bad_samples: tuple[Mapping[str, Any], ...]
+    outcome: PublishOutcome
+    index_seconds: float
+    publish_seconds: float
+
+    @property
+    def processed(self) -> int:
+        return self.records - self.unparseable - self.thrown_away
+
+
+def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskRequest) -> TaskReport:
+    """Index the request's ranges and publish them. Raises on a failed job or too many bad records."""
+    spec = request.spec
+    data_schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
+    properties = dict(io.consumer_properties)
+    if request.bootstrap_servers and "bootstrap.servers" not in properties:
+        properties["bootstrap.servers"] = request.bootstrap_servers
+    splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism)
+    payload = TaskPayload(
+        task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
+        consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),
+        rollup_schema=RollupSchema.from_spec(data_schema), deep_storage=request.deep_storage,
+        storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,
+        max_rows_per_segment=tuning.max_rows_per_segment, splits=tuple(splits),
+        min_time=request.min_time, max_time=request.max_time,
+    )
+    logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
+                io.topic, dict(request.start_offsets), dict(request.end_offsets), len(splits))
+    started = time.monotonic()
+    rows: list[Any] = []
+    if splits:
+        spark.sparkContext.setJobDescription(f"index {spec.datasource} task {request.task_id}")
+        job = spark.range(0, len(splits), 1, len(splits)).mapInArrow(partial(run_splits, payload), RESULT_DDL)
+        rows = job.collect()
+    index_seconds = time.monotonic() - started
+
+    records = sum(r["records"] for r in rows)
+    unparseable = sum(r["unparseable"] for r in rows)
+    samples = tuple(s for r in rows for s in json.loads(r["bad_samples"]))
+    limit = tuning.max_parse_exceptions
+    if limit is not None and unparseable > limit:
+        raise TooManyParseErrors(
+            f"task {request.task_id}: {unparseable} unparseable records, maxParseExceptions is {limit}; "
+            f"first: {samples[:3]}")
+    segments = tuple(_descriptor(spec.datasource, s) for r in rows for s in json.loads(r["segments"]))
+
+    started = time.monotonic()
+    outcome = publish(engine, PublishRequest(
+        datasource=spec.datasource, topic=io.topic, task_id=request.task_id,
+        start_offsets=dict(request.start_offsets), end_offsets=dict(request.end_offsets),
+        initial_offsets=dict(request.initial_offsets), segments=segments))
+    report = TaskReport(
+        task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,
+        end_offsets=request.end_offsets, records=records, rows_out=sum(r["rows_out"] for r in rows),
+        unparseable=unparseable, thrown_away=sum(r["thrown_away"] for r in rows), segments=segments,
+        bad_samples=samples[:max(tuning.max_saved_parse_exceptions, 5)], outcome=outcome,
+        index_seconds=index_seconds, publish_seconds=time.monotonic() - started)
+    logger.info("task %s: %d records -> %d rows in %d segments, %d unparseable, publish %s: %s",
+                request.task_id, records, report.rows_out, len(segments), unparseable,
+                outcome.status, outcome.message)
+    return report
+
+
+def _descriptor(datasource: str, meta: Mapping[str, Any]) -> SegmentDescriptor:
+    return SegmentDescriptor(
+        id=meta["id"], datasource=datasource,
+        interval_start=datetime.fromisoformat(meta["interval_start"]),
+        interval_end=datetime.fromisoformat(meta["interval_end"]),
+        path=meta["path"], size_bytes=meta["size_bytes"], num_rows=meta["num_rows"],
+        details={k: meta[k] for k in ("min_time", "max_time")})

@@ -1,0 +1,157 @@
+"""What runs inside a Spark Python worker: read one split, roll it up, write its segment files.
+
+Only metadata goes back to the driver (one small row per split); the rows themselves go
+straight from the worker to deep storage as zstd Parquet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from confluent_kafka import Consumer, Message
+from pydantic import BaseModel, ConfigDict
+
+from indexing_task.ranges import Split
+from indexing_task.reader import read_range
+from indexing_task.rollup import ParsedBatch, Rollup, RollupSchema
+from segment_store.deep_storage import DeepStorage
+
+__all__ = ["RESULT_DDL", "RESULT_SCHEMA", "TaskPayload", "index_split", "run_splits"]
+
+CHUNK_RECORDS = 200_000
+MAX_SAMPLES = 20
+
+RESULT_SCHEMA = pa.schema([
+    ("split", pa.int64()), ("partition", pa.int64()), ("start", pa.int64()), ("end", pa.int64()),
+    ("records", pa.int64()), ("rows_out", pa.int64()), ("unparseable", pa.int64()),
+    ("thrown_away", pa.int64()), ("bad_samples", pa.string()), ("segments", pa.string()),
+])
+RESULT_DDL = ", ".join(f"`{f.name}` {'bigint' if f.type == pa.int64() else 'string'}" for f in RESULT_SCHEMA)
+"""The same schema as Spark DDL, for ``mapInArrow``."""
+
+
+class TaskPayload(BaseModel):
+    """Everything a worker needs, shipped from the driver with the Spark job."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    task_id: str
+    datasource: str
+    topic: str
+    consumer_config: dict[str, Any]
+    rollup_schema: RollupSchema
+    deep_storage: str
+    storage_options: dict[str, Any] = {}
+    max_rows_in_memory: int = 150_000
+    max_rows_per_segment: int = 5_000_000
+    read_timeout_s: float = 30.0
+    min_time: datetime | None = None
+    max_time: datetime | None = None
+    splits: tuple[Split, ...] = ()
+
+
+def run_splits(payload: TaskPayload, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: each input row holds the index of one split to process."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context else 0
+    for batch in batches:
+        for split_index in batch.column(0).to_pylist():
+            row = index_split(payload, payload.splits[split_index], attempt)
+            yield pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
+
+
+def index_split(payload: TaskPayload, split: Split, attempt: int = 0) -> dict[str, Any]:
+    """Read ``split`` exactly, roll it up and write its files; return its metadata row."""
+    storage = DeepStorage(payload.deep_storage, payload.storage_options)
+    rollup = Rollup(payload.rollup_schema, payload.min_time, payload.max_time)
+    consumer = Consumer(payload.consumer_config)
+    writer = _SegmentWriter(payload, split, attempt, storage, rollup)
+    records = unparseable = thrown_away = 0
+    samples: list[dict[str, Any]] = []
+    partials: list[pa.Table] = []
+    buffered: list[Message] = []
+
+    def process(messages: list[Message]) -> None:
+        nonlocal records, unparseable, thrown_away, partials
+        parsed = rollup.parse([m.value() for m in messages])
+        records += len(messages)
+        unparseable += parsed.bad_count
+        thrown_away += parsed.thrown_away
+        samples.extend(_samples(parsed, messages, split.partition, MAX_SAMPLES - len(samples)))
+        partials.append(parsed.rows)
+        if sum(p.num_rows for p in partials) > payload.max_rows_in_memory:
+            partials = [rollup.merge(partials)]
+            if partials[0].num_rows > payload.max_rows_in_memory:
+                writer.write(partials.pop())
+
+    try:
+        for batch in read_range(consumer, payload.topic, split.partition, split.start, split.end,
+                                payload.read_timeout_s):
+            buffered.extend(batch)
+            if len(buffered) >= CHUNK_RECORDS:
+                process(buffered)
+                buffered = []
+        if buffered:
+            process(buffered)
+        if partials:
+            writer.write(rollup.merge(partials))
+    finally:
+        consumer.close()
+        rollup.close()
+    return {
+        "split": split.index, "partition": split.partition, "start": split.start, "end": split.end,
+        "records": records, "rows_out": writer.rows_out, "unparseable": unparseable,
+        "thrown_away": thrown_away, "bad_samples": json.dumps(samples),
+        "segments": json.dumps(writer.segments),
+    }
+
+
+def _samples(parsed: ParsedBatch, messages: list[Message], partition: int, limit: int) -> list[dict[str, Any]]:
+    return [{"partition": partition, "offset": messages[bad.index].offset(), "reason": bad.reason,
+             "value": bad.value} for bad in parsed.bad_samples[:max(limit, 0)]]
+
+
+class _SegmentWriter:
+    """Writes rolled-up rows as segment files of at most ``max_rows_per_segment`` rows."""
+
+    def __init__(self, payload: TaskPayload, split: Split, attempt: int, storage: DeepStorage,
+                 rollup: Rollup) -> None:
+        self.payload = payload
+        self.storage = storage
+        self.rollup = rollup
+        self.split_key = split.key(payload.topic)
+        self.attempt_id = f"{payload.task_id}-s{split.index:04d}-a{attempt}"
+        self.part = 0
+        self.rows_out = 0
+        self.segments: list[dict[str, Any]] = []
+
+    def write(self, rows: pa.Table) -> None:
+        step = self.payload.max_rows_per_segment
+        for start, end, table in self.rollup.split_by_segment(rows):
+            for offset in range(0, table.num_rows, step):
+                self._write_file(start, end, table.slice(offset, step))
+
+    def _write_file(self, start: datetime, end: datetime, table: pa.Table) -> None:
+        ds = self.payload.datasource
+        path = self.storage.path_for(ds, start, end, self.attempt_id, self.part)
+        self.storage.makedirs_for(path)
+        with self.storage.fs.open(path, "wb") as out:
+            pq.write_table(table, out, compression="zstd", row_group_size=1_000_000)
+        times = table.column(0)
+        self.segments.append({
+            "id": f"{ds}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{self.split_key}_{self.part}",
+            "interval_start": start.isoformat(), "interval_end": end.isoformat(), "path": path,
+            "size_bytes": self.storage.size(path), "num_rows": table.num_rows,
+            "min_time": pc.min(times).as_py().isoformat(),
+            "max_time": pc.max(times).as_py().isoformat(),
+        })
+        self.part += 1
+        self.rows_out += table.num_rows

@@ -1,0 +1,52 @@
+"""Deep storage for segment files, behind fsspec: a local directory or ``s3://bucket/prefix``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+__all__ = ["DeepStorage", "segment_file_path"]
+
+
+def _compact(ts: datetime) -> str:
+    return ts.strftime("%Y%m%dT%H%M%S") + f".{ts.microsecond // 1000:03d}Z"
+
+
+def segment_file_path(root: str, datasource: str, interval_start: datetime, interval_end: datetime,
+                      attempt_id: str, part: int) -> str:
+    """``{root}/{datasource}/{start}_{end}/{attempt_id}/part-{n}.parquet``.
+
+    No version in the path: a segment's version may change without rewriting its file.
+    Times are written without colons so the paths stay valid for Hadoop-style readers.
+    """
+    interval = f"{_compact(interval_start)}_{_compact(interval_end)}"
+    return f"{root.rstrip('/')}/{datasource}/{interval}/{attempt_id}/part-{part:05d}.parquet"
+
+
+class DeepStorage:
+    """A root URI and the fsspec filesystem that serves it."""
+
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.fs: fsspec.AbstractFileSystem
+        self.fs, path = url_to_fs(root, **(storage_options or {}))
+        self.root = root.rstrip("/")
+        self._is_local = self.fs.protocol in ("file", ("file", "local"), "local")
+        if self._is_local:
+            self.root = path.rstrip("/")
+
+    def path_for(self, datasource: str, interval_start: datetime, interval_end: datetime,
+                 attempt_id: str, part: int) -> str:
+        return segment_file_path(self.root, datasource, interval_start, interval_end, attempt_id, part)
+
+    def makedirs_for(self, path: str) -> None:
+        """Create the parent directory of ``path`` (a no-op on object stores)."""
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+
+    def size(self, path: str) -> int:
+        return int(self.fs.size(path))
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))

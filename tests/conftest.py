@@ -1,0 +1,68 @@
+"""Session fixtures: a real Tansu broker, a real PostgreSQL and a real local Spark.
+
+Nothing here skips: a missing component makes the fixture, and so the test, fail loudly.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from overlord.devstack import DevStack, dev_stack
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[DevStack]:
+    # Not under pytest's basetemp: it is mode 0700, and as root PostgreSQL runs as `nobody`,
+    # which needs a world-traversable path to its data directory (see EmbeddedPostgres).
+    with tempfile.TemporaryDirectory(prefix="overlord-test-stack-") as workdir, dev_stack(Path(workdir)) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def engine(stack: DevStack) -> Iterator[sa.Engine]:
+    from segment_store import create_schema
+
+    eng = sa.create_engine(stack.database_url, pool_size=10)
+    create_schema(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from indexing_task.spark import get_spark
+
+    session = get_spark("local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def deep_storage(tmp_path: Path) -> str:
+    return str(tmp_path / "deep")
+
+
+@pytest.fixture()
+def make_topic(stack: DevStack) -> Iterator[object]:
+    """Create a fresh uuid-named topic: ``make_topic(partitions) -> name``."""
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+
+    def create(partitions: int = 1) -> str:
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            future.result(timeout=10)
+        return name
+
+    yield create
+
+
+@pytest.fixture()
+def datasource() -> str:
+    return f"ds_{uuid.uuid4().hex[:12]}"
