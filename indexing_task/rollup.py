@@ -305,9 +305,9 @@ class Rollup:
                 f"SELECT DISTINCT {SEGMENT_START}, {end} FROM rows ORDER BY 1").fetchall()
             out = []
             for start, stop in intervals:
-                part = self._con.execute(
-                    f"SELECT {columns} FROM rows WHERE {SEGMENT_START} = ? ORDER BY ALL", [start]
-                ).to_arrow_table()
+                part = self._con.sql(
+                    f"SELECT {columns} FROM rows WHERE {SEGMENT_START} = $start ORDER BY ALL",
+                    params={"start": start}).to_arrow_table()
                 part = part.set_column(0, TIME, part.column(0).cast(pa.timestamp("ms", tz="UTC")))
                 out.append((start.replace(tzinfo=UTC), stop.replace(tzinfo=UTC), part))
             return out

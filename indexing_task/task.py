@@ -46,6 +46,7 @@ class IndexTaskRequest:
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     min_time: datetime | None = None
     max_time: datetime | None = None
+    min_split_records: int = 50_000
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     properties = dict(io.consumer_properties)
     if request.bootstrap_servers and "bootstrap.servers" not in properties:
         properties["bootstrap.servers"] = request.bootstrap_servers
-    splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism)
+    splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism,
+                         request.min_split_records)
     payload = TaskPayload(
         task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
         consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),

@@ -1,0 +1,51 @@
+"""Druid-compatible Kafka supervisor specs.
+
+``load_supervisor_spec`` reads the JSON a Druid Overlord accepts at
+``POST /druid/indexer/v1/supervisor`` for ``"type": "kafka"`` into frozen
+pydantic models.  Fields Druid knows but this service does not act on are
+accepted and listed by :attr:`SupervisorSpec.ignored_fields`; invalid values
+raise :class:`SpecError` naming their JSON path.
+"""
+
+from specs.data_schema import (
+    DataSchemaSpec,
+    DimensionSpec,
+    DimensionsSpec,
+    GranularitySpec,
+    MetricSpec,
+    TimestampSpec,
+)
+from specs.durations import format_iso_duration, parse_iso_duration
+from specs.errors import SpecError
+from specs.granularity import Granularity
+from specs.loader import EXAMPLES_DIR, load_example, load_supervisor_spec
+from specs.supervisor import (
+    UNLIMITED_PARSE_EXCEPTIONS,
+    InputFormatSpec,
+    KafkaIOConfigSpec,
+    KafkaSupervisorIngestionSpec,
+    KafkaTuningConfigSpec,
+    SupervisorSpec,
+)
+
+__all__ = [
+    "EXAMPLES_DIR",
+    "UNLIMITED_PARSE_EXCEPTIONS",
+    "DataSchemaSpec",
+    "DimensionSpec",
+    "DimensionsSpec",
+    "Granularity",
+    "GranularitySpec",
+    "InputFormatSpec",
+    "KafkaIOConfigSpec",
+    "KafkaSupervisorIngestionSpec",
+    "KafkaTuningConfigSpec",
+    "MetricSpec",
+    "SpecError",
+    "SupervisorSpec",
+    "TimestampSpec",
+    "format_iso_duration",
+    "load_example",
+    "load_supervisor_spec",
+    "parse_iso_duration",
+]

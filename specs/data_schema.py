@@ -1,0 +1,257 @@
+"""The ``dataSchema`` part of a Druid Kafka supervisor spec.
+
+All models are frozen, read Druid's camelCase JSON names (snake_case Python
+names work too) and keep fields they do not model (``extra="allow"``) so that
+they can be reported as ignored rather than rejected; see
+:func:`specs.supervisor.ignored_field_paths`.  The I/O, tuning and top-level
+models live in :mod:`specs.supervisor`; :mod:`specs.models` re-exports both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from specs.durations import UtcTimestamp
+from specs.errors import SpecError, json_type_name
+from specs.granularity import Granularity
+
+__all__ = [
+    "AggregatorType",
+    "DataSchemaSpec",
+    "DimensionSpec",
+    "DimensionType",
+    "DimensionsSpec",
+    "GranularitySpec",
+    "MetricSpec",
+    "SpecModel",
+    "TimestampSpec",
+]
+
+TIMESTAMP_FORMATS = ("auto", "iso", "millis", "posix", "micro", "nano")
+DimensionType = Literal["string", "long", "float", "double"]
+AggregatorType = Literal[
+    "count", "longSum", "doubleSum", "floatSum", "longMin", "longMax",
+    "doubleMin", "doubleMax", "floatMin", "floatMax",
+]  # fmt: skip
+_AGGREGATOR_TYPES: tuple[str, ...] = get_args(AggregatorType)
+
+
+def _duplicates(names: list[str], list_path: str, what: str) -> list[tuple[str, str]]:
+    first: dict[str, int] = {}
+    errors: list[tuple[str, str]] = []
+    for index, name in enumerate(names):
+        if name in first:
+            errors.append(
+                (
+                    f"{list_path}[{index}].name",
+                    f"duplicate {what} name {name!r} (first at index {first[name]})",
+                )
+            )
+        else:
+            first[name] = index
+    return errors
+
+
+class SpecModel(BaseModel):
+    """Base of every spec model: frozen, strict JSON types, camelCase aliases, unknown fields kept."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        strict=True,
+        extra="allow",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+    ignored_when_set: ClassVar[tuple[str, ...]] = ()
+    """Modelled fields that are accepted for compatibility but have no effect here."""
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out optional modelled fields that are None; unmodelled fields are kept as given."""
+        data: dict[str, Any] = handler(self)
+        for name, info in type(self).model_fields.items():
+            if info.default is None and getattr(self, name) is None:
+                data.pop(info.alias or name, None)
+                data.pop(name, None)
+        return data
+
+
+class TimestampSpec(SpecModel):
+    """Where the primary timestamp of each row comes from."""
+
+    column: str = Field(default="timestamp", min_length=1)
+    """Input column holding the timestamp."""
+    format: str = "auto"
+    """Timestamp format: iso, posix (seconds), millis, micro, nano or auto (iso or millis); lowercase."""
+    missing_value: UtcTimestamp | None = None
+    """Timestamp to use for rows whose timestamp column is null or missing."""
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _normalise_format(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        lowered = value.strip().lower()
+        if lowered not in TIMESTAMP_FORMATS:
+            allowed = ", ".join(TIMESTAMP_FORMATS)
+            raise SpecError.at("", f"unsupported timestamp format {value!r}; expected one of {allowed}")
+        return lowered
+
+
+class DimensionSpec(SpecModel):
+    """One dimension; a bare string in the JSON means a string dimension of that name."""
+
+    name: str = Field(min_length=1)
+    """Name of the dimension, read from the input field of the same name."""
+    type: DimensionType = "string"
+    """Column type: string, long, float or double."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_plain_name(cls, data: object) -> object:
+        if isinstance(data, str):
+            return {"name": data}
+        if not isinstance(data, dict | SpecModel):
+            raise SpecError.at(
+                "", f"expected a dimension name or an object with a name, got {json_type_name(data)}"
+            )
+        return data
+
+
+class DimensionsSpec(SpecModel):
+    """The dimension columns to ingest."""
+
+    dimensions: tuple[DimensionSpec, ...] = Field(default=(), strict=False)
+    """Dimension names or objects; an empty list lets Druid discover string dimensions."""
+    dimension_exclusions: tuple[str, ...] = Field(default=(), strict=False)
+    """Input fields to leave out when dimensions are discovered."""
+
+    @property
+    def names(self) -> list[str]:
+        """The dimension names in order."""
+        return [dimension.name for dimension in self.dimensions]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> DimensionsSpec:
+        errors = _duplicates(self.names, "dimensions", "dimension")
+        if errors:
+            raise SpecError(errors)
+        return self
+
+
+class MetricSpec(SpecModel):
+    """One aggregator of ``metricsSpec``, computed at ingestion time."""
+
+    type: AggregatorType
+    """Aggregator type: count, or long/double/float Sum, Min or Max."""
+    name: str = Field(min_length=1)
+    """Output column name of the aggregator."""
+    field_name: str | None = Field(default=None, min_length=1)
+    """Input field to aggregate (not used by count)."""
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _known_type(cls, value: object) -> object:
+        if isinstance(value, str) and value not in _AGGREGATOR_TYPES:
+            supported = ", ".join(_AGGREGATOR_TYPES)
+            raise SpecError.at("", f"unknown aggregator type {value!r}; supported: {supported}")
+        return value
+
+    @model_validator(mode="after")
+    def _field_name_rules(self) -> MetricSpec:
+        if self.type == "count" and self.field_name is not None:
+            raise SpecError.at("fieldName", "a count aggregator takes no fieldName")
+        if self.type != "count" and self.field_name is None:
+            raise SpecError.at("fieldName", f"required for a {self.type} aggregator")
+        return self
+
+    @property
+    def output_type(self) -> Literal["long", "double"]:
+        """Column type of the result: long for count and long*, double for double* and float*."""
+        return "long" if self.type == "count" or self.type.startswith("long") else "double"
+
+    @property
+    def kind(self) -> Literal["count", "sum", "min", "max"]:
+        """What the aggregator computes."""
+        if self.type == "count":
+            return "count"
+        if self.type.endswith("Sum"):
+            return "sum"
+        return "min" if self.type.endswith("Min") else "max"
+
+
+class GranularitySpec(SpecModel):
+    """Segment and query granularity and rollup."""
+
+    ignored_when_set: ClassVar[tuple[str, ...]] = ("intervals",)
+
+    type: Literal["uniform"] = "uniform"
+    """Granularity spec type; only uniform is supported."""
+    segment_granularity: Granularity = Granularity("period", millis=3_600_000)
+    """Time span of each segment (default HOUR); may not be NONE."""
+    query_granularity: Granularity = Granularity("none")
+    """Timestamps are truncated to this granularity before rollup (default NONE)."""
+    rollup: bool = True
+    """Whether rows with equal truncated timestamp and dimensions are combined."""
+    intervals: tuple[Any, ...] | None = Field(default=None, strict=False)
+    """Accepted and ignored: a streaming supervisor takes no intervals."""
+
+    @model_validator(mode="after")
+    def _segment_not_none(self) -> GranularitySpec:
+        if self.segment_granularity.kind == "none":
+            raise SpecError.at("segmentGranularity", "segmentGranularity may not be NONE")
+        return self
+
+
+class DataSchemaSpec(SpecModel):
+    """The datasource name and the schema of its rows."""
+
+    data_source: str
+    """Name of the datasource (and supervisor id); it must be safe as a path component."""
+    timestamp_spec: TimestampSpec = TimestampSpec()
+    """Primary timestamp column and format."""
+    dimensions_spec: DimensionsSpec = DimensionsSpec()
+    """Dimension columns."""
+    metrics_spec: tuple[MetricSpec, ...] = Field(default=(), strict=False)
+    """Aggregators applied at ingestion time."""
+    granularity_spec: GranularitySpec = GranularitySpec()
+    """Segment and query granularity, and rollup."""
+
+    @field_validator("data_source")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not value:
+            raise SpecError.at("", "must not be empty")
+        if value.startswith("."):
+            raise SpecError.at("", f"must not start with '.', got {value!r}")
+        for bad in ("/", "\\", "..", "\x00"):
+            if bad in value:
+                raise SpecError.at("", f"must be usable as a path component (no {bad!r}), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _column_names(self) -> DataSchemaSpec:
+        metric_names = [metric.name for metric in self.metrics_spec]
+        errors = _duplicates(metric_names, "metricsSpec", "metric")
+        for index, name in enumerate(self.dimensions_spec.names):
+            path = f"dimensionsSpec.dimensions[{index}].name"
+            if name == self.timestamp_spec.column:
+                errors.append((path, f"dimension {name!r} has the name of the timestamp column"))
+            elif name in metric_names:
+                errors.append((path, f"dimension {name!r} has the name of a metric"))
+        if errors:
+            raise SpecError(errors)
+        return self

@@ -1,0 +1,217 @@
+"""The ``ioConfig``, ``tuningConfig`` and top-level models of a Kafka supervisor spec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from specs.data_schema import DataSchemaSpec, SpecModel
+from specs.durations import IsoDuration, UtcTimestamp
+from specs.errors import SpecError, join_path, json_type_name, key_path
+
+__all__ = [
+    "UNLIMITED_PARSE_EXCEPTIONS",
+    "InputFormatSpec",
+    "KafkaIOConfigSpec",
+    "KafkaSupervisorIngestionSpec",
+    "KafkaTuningConfigSpec",
+    "SupervisorSpec",
+    "ignored_field_paths",
+]
+
+UNLIMITED_PARSE_EXCEPTIONS = 2_147_483_647
+"""Druid's default ``maxParseExceptions`` (Java's Integer.MAX_VALUE): no limit."""
+
+_SECTIONS = ("dataSchema", "ioConfig", "tuningConfig")
+
+
+def _key_in(data: dict[Any, Any], alias: str, name: str) -> str:
+    return name if name in data and alias not in data else alias
+
+
+class InputFormatSpec(SpecModel):
+    """How Kafka record values are parsed; only JSON is supported."""
+
+    type: Literal["json"] = "json"
+    """Input format type."""
+
+
+class KafkaIOConfigSpec(SpecModel):
+    """Where to read from and how the supervisor schedules its tasks."""
+
+    type: Literal["kafka"] = "kafka"
+    """I/O config type."""
+    topic: str = Field(min_length=1)
+    """Kafka topic to read from."""
+    consumer_properties: dict[str, str | int | bool] = Field(default_factory=dict)
+    """Properties for the Kafka consumer; bootstrap.servers defaults to the service's configuration."""
+    input_format: InputFormatSpec = InputFormatSpec()
+    """Format of the record values."""
+    task_count: int = Field(default=1, ge=1)
+    """Maximum number of reading tasks in a replica set."""
+    replicas: int = Field(default=1, ge=1)
+    """Number of replica sets; replicas of a task read the same partitions."""
+    task_duration: IsoDuration = timedelta(hours=1)
+    """How long a task reads before it stops reading and publishes its segments."""
+    period: IsoDuration = timedelta(seconds=30)
+    """How often the supervisor runs its management logic."""
+    start_delay: IsoDuration = timedelta(seconds=5)
+    """Wait before the supervisor starts managing tasks."""
+    use_earliest_offset: bool = False
+    """With no stored offsets, start from the earliest (true) or latest (false) offset."""
+    completion_timeout: IsoDuration = timedelta(minutes=30)
+    """How long to wait for a task to publish before it is considered failed."""
+    late_message_rejection_period: IsoDuration | None = None
+    """Reject messages with timestamps this much earlier than the task's start."""
+    early_message_rejection_period: IsoDuration | None = None
+    """Reject messages with timestamps this much later than the task's end."""
+    late_message_rejection_start_date_time: UtcTimestamp | None = None
+    """Reject messages with timestamps before this instant."""
+
+    @field_validator("consumer_properties", mode="before")
+    @classmethod
+    def _property_values(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        errors = [
+            (key_path(str(key)), f"expected a string, integer or boolean, got {json_type_name(item)}")
+            for key, item in value.items()
+            if not isinstance(item, str | int | bool)
+        ]
+        if errors:
+            raise SpecError(errors)
+        return value
+
+    @field_validator("task_duration", "period", "completion_timeout")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise SpecError.at("", "must be a positive duration")
+        return value
+
+    @model_validator(mode="after")
+    def _one_late_rejection(self) -> KafkaIOConfigSpec:
+        if (
+            self.late_message_rejection_period is not None
+            and self.late_message_rejection_start_date_time is not None
+        ):
+            raise SpecError.at(
+                "lateMessageRejectionStartDateTime",
+                "cannot be combined with lateMessageRejectionPeriod",
+            )
+        return self
+
+
+class KafkaTuningConfigSpec(SpecModel):
+    """Row limits and parse-error handling of the indexing tasks."""
+
+    type: Literal["kafka"] = "kafka"
+    """Tuning config type."""
+    max_rows_per_segment: int = Field(default=5_000_000, ge=1)
+    """Rows in a segment before it is handed off."""
+    max_rows_in_memory: int = Field(default=150_000, ge=1)
+    """Rows aggregated in memory before they are persisted."""
+    max_parse_exceptions: int = Field(default=UNLIMITED_PARSE_EXCEPTIONS, ge=0)
+    """Unparseable rows tolerated before a task fails (null or absent: unlimited)."""
+    max_saved_parse_exceptions: int = Field(default=0, ge=0)
+    """How many parse exception messages a task keeps for its report."""
+    log_parse_exceptions: bool = False
+    """Log a message for each unparseable row."""
+    report_parse_exceptions: bool = False
+    """Deprecated: true means maxParseExceptions=0 and at most one saved parse exception."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_report_flag(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        max_key = _key_in(data, "maxParseExceptions", "max_parse_exceptions")
+        if data.get(max_key) is None:
+            data.pop(max_key, None)
+        if data.get(_key_in(data, "reportParseExceptions", "report_parse_exceptions")) is True:
+            data[max_key] = 0
+            saved_key = _key_in(data, "maxSavedParseExceptions", "max_saved_parse_exceptions")
+            saved = data.get(saved_key, 0)
+            if isinstance(saved, int) and not isinstance(saved, bool):
+                data[saved_key] = min(1, saved)
+        return data
+
+
+class KafkaSupervisorIngestionSpec(SpecModel):
+    """The ``spec`` object: schema, I/O and tuning."""
+
+    data_schema: DataSchemaSpec
+    """Datasource, timestamp, dimensions, metrics and granularity."""
+    io_config: KafkaIOConfigSpec
+    """Kafka topic, consumer properties and task scheduling."""
+    tuning_config: KafkaTuningConfigSpec = KafkaTuningConfigSpec()
+    """Row limits and parse-error handling."""
+
+
+class SupervisorSpec(SpecModel):
+    """A Kafka supervisor spec: ``{"type": "kafka", "spec": {...}}``.
+
+    Druid's older flat form, with ``dataSchema``/``ioConfig``/``tuningConfig``
+    next to ``type``, is read into the same model.  When both forms are present
+    (as in specs Druid itself returns) ``spec`` wins and the flat copies are
+    reported as ignored.
+    """
+
+    type: Literal["kafka"] = "kafka"
+    """Supervisor type."""
+    spec: KafkaSupervisorIngestionSpec
+    """Schema, I/O and tuning configuration."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wrap_flat_form(cls, data: object) -> object:
+        if isinstance(data, Mapping) and "spec" not in data and any(key in data for key in _SECTIONS):
+            wrapped = {key: value for key, value in data.items() if key not in _SECTIONS}
+            wrapped["spec"] = {key: data[key] for key in _SECTIONS if key in data}
+            return wrapped
+        return data
+
+    @property
+    def id(self) -> str:
+        """Supervisor id: Druid uses the datasource name."""
+        return self.spec.data_schema.data_source
+
+    @property
+    def datasource(self) -> str:
+        """Name of the datasource this supervisor writes."""
+        return self.spec.data_schema.data_source
+
+    @property
+    def ignored_fields(self) -> list[str]:
+        """JSON paths (in the ``spec`` form) of fields accepted but not acted on."""
+        return ignored_field_paths(self)
+
+    def to_druid_json(self) -> dict[str, Any]:
+        """The spec as Druid JSON (camelCase, wrapped in ``spec``), including ignored fields."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def ignored_field_paths(model: SpecModel, path: str = "") -> list[str]:
+    """Paths of the unmodelled fields, and of set fields listed in ``ignored_when_set``, in ``model``."""
+    found: list[str] = []
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        here = join_path(path, info.alias or name)
+        if (
+            name in model.ignored_when_set
+            and name in model.model_fields_set
+            and value not in (None, (), [], {})
+        ):
+            found.append(here)
+        if isinstance(value, SpecModel):
+            found.extend(ignored_field_paths(value, here))
+        elif isinstance(value, tuple):
+            for index, item in enumerate(value):
+                if isinstance(item, SpecModel):
+                    found.extend(ignored_field_paths(item, f"{here}[{index}]"))
+    found.extend(join_path(path, key_path(key)) for key in (model.model_extra or {}))
+    return found

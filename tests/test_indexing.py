@@ -1,0 +1,197 @@
+"""End to end on the real broker, PostgreSQL and local Spark: produce, index, read the Parquet back."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from indexing_task.errors import TooManyParseErrors
+from indexing_task.task import IndexTaskRequest, run_index_task
+from overlord.config import Settings
+from overlord.devstack import DevStack
+from overlord.index_once import index_once, next_task_request
+from overlord.sample_data import SampleEvents, make_sample_events, produce
+from segment_store import committed_offsets, used_segments
+from specs import load_example, load_supervisor_spec
+
+
+def events_spec(datasource: str, topic: str, **tuning: Any) -> Any:
+    raw = load_example("events").to_druid_json()
+    raw["spec"]["dataSchema"]["dataSource"] = datasource
+    raw["spec"]["ioConfig"]["topic"] = topic
+    raw["spec"]["tuningConfig"].update(tuning)
+    return load_supervisor_spec(raw)
+
+
+def published_table(engine: sa.Engine, datasource: str) -> pa.Table:
+    tables = [pq.read_table(seg.path) for seg in used_segments(engine, datasource)]
+    return pa.concat_tables(tables) if tables else pa.table({})
+
+
+def assert_exact(table: pa.Table, sample: SampleEvents) -> None:
+    """Per-country event counts and value/price sums equal what was produced, and min/max hold."""
+    counts: Counter[str] = Counter()
+    values: Counter[str] = Counter()
+    prices: defaultdict[str, float] = defaultdict(float)
+    for row in table.to_pylist():
+        counts[row["country"]] += row["count"]
+        values[row["country"]] += row["value_sum"]
+        prices[row["country"]] += row["price_sum"]
+        assert row["value_min"] <= row["value_max"]
+    assert counts == sample.count_by_country
+    assert values == sample.value_by_country
+    assert prices.keys() == sample.price_by_country.keys()
+    for country, total in sample.price_by_country.items():
+        assert prices[country] == pytest.approx(total, rel=1e-9)
+
+
+def settings_for(stack: DevStack, deep_storage: str) -> Settings:
+    return Settings(database_url=stack.database_url, deep_storage=deep_storage,
+                    kafka_bootstrap_servers=stack.bootstrap_servers)
+
+
+def test_index_publishes_exact_counts_and_sums(stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(3)
+    sample = make_sample_events(30_000, bad_every=1_000)
+    produce(stack.bootstrap_servers, topic, sample.records, 3)
+    settings = settings_for(stack, deep_storage)
+
+    report = index_once(spark, engine, settings, events_spec(datasource, topic))
+
+    assert report.outcome.status == "ok", report.outcome.message
+    assert report.records == len(sample.records)
+    assert report.unparseable == sample.bad == 30
+    assert {s["reason"] for s in report.bad_samples} == {"invalid JSON", "missing timestamp"}
+    assert_exact(published_table(engine, datasource), sample)
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and sum(stored.offsets.values()) == len(sample.records)
+    # Rows were rolled up: one row per (minute, country, device) at most, per split and hour.
+    assert report.rows_out < 30_000
+    assert all(seg.interval_end - seg.interval_start == timedelta(hours=1)
+               for seg in used_segments(engine, datasource))
+
+
+def test_incremental_runs_read_only_new_records(stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(2)
+    first, second = make_sample_events(5_000, seed=1), make_sample_events(7_000, seed=2)
+    settings = settings_for(stack, deep_storage)
+    spec = events_spec(datasource, topic)
+
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    assert index_once(spark, engine, settings, spec).records == len(first.records)
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    report = index_once(spark, engine, settings, spec)
+
+    assert report.outcome.ok and report.records == len(second.records)
+    both = make_sample_events(0)
+    for part in (first, second):
+        both.count_by_country.update(part.count_by_country)
+        both.value_by_country.update(part.value_by_country)
+        for country, price in part.price_by_country.items():
+            both.price_by_country[country] += price
+    assert_exact(published_table(engine, datasource), both)
+
+
+def test_same_range_twice_publishes_once(stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(2)
+    sample = make_sample_events(6_000)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+
+    first = run_index_task(spark, engine, request)
+    retry = run_index_task(spark, engine, replace(request, task_id=request.task_id + "-retry"))
+
+    assert first.outcome.status == "ok"
+    assert retry.outcome.status == "fatal"
+    assert "expected" in retry.outcome.message and "found" in retry.outcome.message
+    assert retry.segments, "the retry wrote files, which must stay unpublished orphans"
+    assert_exact(published_table(engine, datasource), sample)
+
+
+def test_concurrent_replicas_exactly_one_publishes(stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(2)
+    sample = make_sample_events(20_000)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def replica(n: int) -> None:
+        try:
+            report = run_index_task(spark, engine, replace(request, task_id=f"{request.task_id}-r{n}",
+                                                           min_split_records=2_000))
+            outcomes.append(report.outcome.status)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=replica, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+
+    assert not errors, errors
+    assert sorted(outcomes) == ["fatal", "ok"]
+    assert_exact(published_table(engine, datasource), sample)
+
+
+def test_partition_split_across_spark_tasks_is_exact(stack, engine, spark, make_topic, datasource,
+                                                    deep_storage):
+    topic = make_topic(1)
+    sample = make_sample_events(12_000, bad_every=500)
+    produce(stack.bootstrap_servers, topic, sample.records, 1)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+
+    report = run_index_task(spark, engine, replace(request, min_split_records=1_000))
+
+    assert report.outcome.ok
+    split_keys = {seg.id.rsplit("_", 2)[-2] for seg in report.segments}
+    assert len(split_keys) > 1, "the single partition should have been read by several splits"
+    assert report.unparseable == sample.bad
+    assert_exact(published_table(engine, datasource), sample)
+
+
+def test_too_many_parse_errors_fails_and_publishes_nothing(stack, engine, spark, make_topic, datasource,
+                                                          deep_storage):
+    topic = make_topic(1)
+    sample = make_sample_events(2_000, bad_every=100)
+    produce(stack.bootstrap_servers, topic, sample.records, 1)
+    spec = events_spec(datasource, topic, maxParseExceptions=5)
+
+    with pytest.raises(TooManyParseErrors, match="20 unparseable records, maxParseExceptions is 5"):
+        index_once(spark, engine, settings_for(stack, deep_storage), spec)
+
+    assert used_segments(engine, datasource) == []
+    assert committed_offsets(engine, datasource) is None or not committed_offsets(engine, datasource).offsets
+
+
+def test_rollup_false_keeps_every_row(stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(1)
+    sample = make_sample_events(3_000, bad_every=0)
+    produce(stack.bootstrap_servers, topic, sample.records, 1)
+    raw = events_spec(datasource, topic).to_druid_json()
+    raw["spec"]["dataSchema"]["granularitySpec"].update(rollup=False, queryGranularity="NONE")
+    report = index_once(spark, engine, settings_for(stack, deep_storage), load_supervisor_spec(raw))
+
+    assert report.outcome.ok and report.rows_out == 3_000
+    table = published_table(engine, datasource)
+    assert set(table.column("count").to_pylist()) == {1}
+    assert_exact(table, sample)
+
+
+def test_empty_topic_publishes_initial_offsets(stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(2)
+    request: IndexTaskRequest = next_task_request(engine, settings_for(stack, deep_storage),
+                                                  events_spec(datasource, topic))
+    report = run_index_task(spark, engine, request)
+    assert report.outcome.ok and report.records == 0 and report.segments == ()
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {0: 0, 1: 0}
