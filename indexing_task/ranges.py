@@ -22,9 +22,13 @@ class Split:
     start: int
     end: int
 
-    def key(self, topic: str) -> str:
-        """A stable short id of (topic, partition, start, end): same range, same key."""
-        text = f"{topic}/{self.partition}/{self.start}/{self.end}"
+    def key(self, topic: str, generation: int) -> str:
+        """A stable short id of the range: a replica or retry of the same range gets the same key.
+
+        ``generation`` is the committed-offsets version the task was planned against, so a
+        range read again after an offsets reset gets new segment ids.
+        """
+        text = f"{topic}/{self.partition}/{self.start}/{self.end}/{generation}"
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 

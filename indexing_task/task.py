@@ -42,6 +42,8 @@ class IndexTaskRequest:
     end_offsets: Mapping[int, int]
     initial_offsets: Mapping[int, int]
     deep_storage: str
+    generation: int = 0
+    """The committed-offsets version the task was planned against (part of its segment ids)."""
     bootstrap_servers: str | None = None
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     min_time: datetime | None = None
@@ -85,6 +87,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
         consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),
         rollup_schema=RollupSchema.from_spec(data_schema), deep_storage=request.deep_storage,
+        generation=request.generation,
         storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,
         max_rows_per_segment=tuning.max_rows_per_segment, splits=tuple(splits),
         min_time=request.min_time, max_time=request.max_time,

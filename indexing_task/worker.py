@@ -48,6 +48,7 @@ class TaskPayload(BaseModel):
     rollup_schema: RollupSchema
     deep_storage: str
     storage_options: dict[str, Any] = {}
+    generation: int = 0
     max_rows_in_memory: int = 150_000
     max_rows_per_segment: int = 5_000_000
     read_timeout_s: float = 30.0
@@ -127,7 +128,7 @@ class _SegmentWriter:
         self.payload = payload
         self.storage = storage
         self.rollup = rollup
-        self.split_key = split.key(payload.topic)
+        self.split_key = split.key(payload.topic, payload.generation)
         self.attempt_id = f"{payload.task_id}-s{split.index:04d}-a{attempt}"
         self.part = 0
         self.rows_out = 0

@@ -36,7 +36,8 @@ def next_task_request(engine: sa.Engine, settings: Settings, spec: Any, task_id:
     return IndexTaskRequest(
         task_id=task_id or f"index_{spec.datasource}_{uuid.uuid4().hex[:8]}", spec=spec,
         start_offsets=start, end_offsets=end, initial_offsets=initial,
-        deep_storage=settings.deep_storage, bootstrap_servers=settings.kafka_bootstrap_servers)
+        deep_storage=settings.deep_storage, generation=stored.version if stored is not None else 0,
+        bootstrap_servers=settings.kafka_bootstrap_servers)
 
 
 def index_once(spark: SparkSession, engine: sa.Engine, settings: Settings, spec: Any) -> TaskReport:

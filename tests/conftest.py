@@ -21,8 +21,9 @@ from overlord.devstack import DevStack, dev_stack
 def stack() -> Iterator[DevStack]:
     # Not under pytest's basetemp: it is mode 0700, and as root PostgreSQL runs as `nobody`,
     # which needs a world-traversable path to its data directory (see EmbeddedPostgres).
-    with tempfile.TemporaryDirectory(prefix="overlord-test-stack-") as workdir, dev_stack(Path(workdir)) as running:
-        yield running
+    with tempfile.TemporaryDirectory(prefix="overlord-test-stack-") as workdir:
+        with dev_stack(Path(workdir)) as running:
+            yield running
 
 
 @pytest.fixture(scope="session")

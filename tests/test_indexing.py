@@ -19,7 +19,7 @@ from overlord.config import Settings
 from overlord.devstack import DevStack
 from overlord.index_once import index_once, next_task_request
 from overlord.sample_data import SampleEvents, make_sample_events, produce
-from segment_store import committed_offsets, used_segments
+from segment_store import committed_offsets, reset_offsets, used_segments
 from specs import load_example, load_supervisor_spec
 
 
@@ -195,3 +195,21 @@ def test_empty_topic_publishes_initial_offsets(stack, engine, spark, make_topic,
     assert report.outcome.ok and report.records == 0 and report.segments == ()
     stored = committed_offsets(engine, datasource)
     assert stored is not None and dict(stored.offsets) == {0: 0, 1: 0}
+
+
+def test_reset_reindexes_from_initial_offsets(stack, engine, spark, make_topic, datasource, deep_storage):
+    """Druid's reset: offsets forgotten, the topic read again from the start under new segment ids."""
+    topic = make_topic(2)
+    sample = make_sample_events(4_000)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    settings, spec = settings_for(stack, deep_storage), events_spec(datasource, topic)
+    first = index_once(spark, engine, settings, spec)
+
+    reset_offsets(engine, datasource, None)
+    again = index_once(spark, engine, settings, spec)
+
+    assert first.outcome.ok and again.outcome.ok, again.outcome.message
+    assert again.records == len(sample.records)
+    assert {s.id for s in first.segments}.isdisjoint(s.id for s in again.segments)
+    assert sum(published_table(engine, datasource).column("count").to_pylist()) == 2 * sum(
+        sample.count_by_country.values())

@@ -1,0 +1,463 @@
+"""The publish transaction against real PostgreSQL: the start-offset truth table, segment
+numbering, resets, and races between connections. Every test reads back what is stored."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from overlord.devstack import free_port
+from segment_store import (
+    PublishOutcome,
+    PublishRequest,
+    SegmentDescriptor,
+    committed_offsets,
+    create_schema,
+    publish,
+    reset_offsets,
+    used_segments,
+)
+from segment_store.schema import segments as segments_t
+
+TOPIC = "events"
+HOUR = datetime(2025, 1, 1, 10, tzinfo=UTC)
+
+
+def seg(ds: str, name: str, start: datetime = HOUR, **details: Any) -> SegmentDescriptor:
+    """A segment whose id is ``{ds}/{name}`` (ids are unique across datasources)."""
+    return SegmentDescriptor(id=f"{ds}/{name}", datasource=ds, interval_start=start,
+                             interval_end=start + timedelta(hours=1), path=f"/deep/{ds}/{name}.parquet",
+                             size_bytes=100, num_rows=10, details=details)
+
+
+def req(ds: str, start: Mapping[int, int], end: Mapping[int, int], initial: Mapping[int, int] | None = None,
+        segments: tuple[SegmentDescriptor, ...] = (), topic: str = TOPIC, task: str = "",
+        names: tuple[str, ...] = ()) -> PublishRequest:
+    """A task's publish request; ``names`` adds one hour-long segment per name."""
+    segments = segments + tuple(seg(ds, n) for n in names)
+    return PublishRequest(datasource=ds, topic=topic, task_id=task or f"task-{uuid.uuid4().hex[:6]}",
+                          start_offsets=start, end_offsets=end, initial_offsets=initial or {},
+                          segments=segments)
+
+
+def stored_offsets(engine: sa.Engine, ds: str) -> dict[int, int] | None:
+    found = committed_offsets(engine, ds)
+    return None if found is None else dict(found.offsets)
+
+
+def name(segment_id: str) -> str:
+    return segment_id.split("/", 1)[1]
+
+
+def used_names(engine: sa.Engine, ds: str) -> list[tuple[str, int, int]]:
+    """The used segments as read back by ``used_segments``: (name, version, partition_num)."""
+    return [(name(s.id), s.version, s.partition_num) for s in used_segments(engine, ds)]
+
+
+def all_segment_rows(engine: sa.Engine, ds: str) -> list[tuple[str, int, int, bool]]:
+    """Every segment row of the datasource, used or not: (name, version, partition_num, used)."""
+    s = segments_t.c
+    query = sa.select(s.id, s.version, s.partition_num, s.used).where(s.datasource == ds).order_by(
+        s.interval_start, s.version, s.partition_num)
+    with engine.connect() as conn:
+        return [(name(row.id), row.version, row.partition_num, row.used) for row in conn.execute(query)]
+
+
+@pytest.fixture()
+def hooked_engine(engine: sa.Engine) -> Iterator[Callable[[str, Callable[..., None]], sa.Engine]]:
+    """A private engine on the same database with a cursor-execute hook (the session engine stays clean)."""
+    engines: list[sa.Engine] = []
+
+    def make(event: str, hook: Callable[..., None]) -> sa.Engine:
+        eng = sa.create_engine(engine.url, pool_size=10)
+        sa.event.listen(eng, event, hook)
+        engines.append(eng)
+        return eng
+
+    yield make
+    for eng in engines:
+        eng.dispose()
+
+
+# --- the start-offset truth table -------------------------------------------------------------
+
+def test_start_equal_to_committed_offset_is_ok(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    outcome = publish(engine, req(datasource, {0: 10}, {0: 25}, names=("a",)))
+    assert outcome.ok and dict(outcome.committed) == {0: 25}
+    found = committed_offsets(engine, datasource)
+    assert found is not None and (found.topic, dict(found.offsets), found.version) == (TOPIC, {0: 25}, 2)
+    assert used_names(engine, datasource) == [("a", 1, 0)]
+
+
+def test_committed_behind_start_is_retryable_and_writes_nothing(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    outcome = publish(engine, req(datasource, {0: 20}, {0: 30}, names=("late",)))
+    assert outcome.status == "retryable"
+    assert "expected committed offset 20, found 10" in outcome.message and "partition 0" in outcome.message
+    assert dict(outcome.committed) == {0: 10}
+    found = committed_offsets(engine, datasource)
+    assert found is not None and dict(found.offsets) == {0: 10} and found.version == 1
+    assert all_segment_rows(engine, datasource) == []
+
+
+def test_committed_ahead_of_start_is_fatal_and_writes_nothing(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("a",))).ok
+    outcome = publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("b",)))
+    assert outcome.status == "fatal" and not outcome.ok
+    assert f"datasource {datasource!r} partition 0: expected committed offset 0, found 10" in outcome.message
+    found = committed_offsets(engine, datasource)
+    assert found is not None and dict(found.offsets) == {0: 10} and found.version == 1
+    assert [row[0] for row in all_segment_rows(engine, datasource)] == ["a"]
+
+
+def test_any_fatal_partition_makes_the_outcome_fatal(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0, 1: 0}, {0: 10, 1: 10}, initial={0: 0, 1: 0})).ok
+    outcome = publish(engine, req(datasource, {0: 20, 1: 5}, {0: 30, 1: 15}))  # 0 behind, 1 ahead
+    assert outcome.status == "fatal"
+    assert "partition 1: expected committed offset 5, found 10" in outcome.message
+    assert stored_offsets(engine, datasource) == {0: 10, 1: 10}
+
+
+def test_no_row_and_start_equal_to_initial_offset_is_ok(engine: sa.Engine, datasource: str) -> None:
+    assert committed_offsets(engine, datasource) is None
+    outcome = publish(engine, req(datasource, {0: 7, 1: 3}, {0: 9, 1: 3}, initial={0: 7, 1: 3}))
+    assert outcome.ok
+    found = committed_offsets(engine, datasource)
+    assert found is not None and (found.topic, dict(found.offsets), found.version) == (TOPIC, {0: 9, 1: 3}, 1)
+
+
+@pytest.mark.parametrize(("initial", "expected"), [
+    ({0: 7}, "partition 0: no committed offset: expected start 7 (initial offset), found 5"),
+    ({}, "partition 0: no committed offset and no initial offset"),
+])
+def test_no_row_and_start_not_equal_to_initial_offset_is_fatal(
+        engine: sa.Engine, datasource: str, initial: dict[int, int], expected: str) -> None:
+    outcome = publish(engine, req(datasource, {0: 5}, {0: 9}, initial=initial, names=("x",)))
+    assert outcome.status == "fatal" and expected in outcome.message and datasource in outcome.message
+    assert committed_offsets(engine, datasource) is None  # the placeholder row was rolled back too
+    assert all_segment_rows(engine, datasource) == []
+
+
+def test_new_partition_starts_at_its_initial_offset(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    assert publish(engine, req(datasource, {0: 10, 1: 4}, {0: 20, 1: 8}, initial={1: 4})).ok
+    assert stored_offsets(engine, datasource) == {0: 20, 1: 8}
+
+
+def test_empty_publish_advances_offsets(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    assert publish(engine, req(datasource, {0: 10}, {0: 10})).ok  # nothing new: still a valid publish
+    assert stored_offsets(engine, datasource) == {0: 10}
+    assert all_segment_rows(engine, datasource) == []
+    found = committed_offsets(engine, datasource)
+    assert found is not None and found.version == 2
+
+
+def test_publish_of_a_partition_subset_leaves_other_partitions_untouched(
+        engine: sa.Engine, datasource: str) -> None:
+    initial = {0: 0, 1: 0, 2: 0}
+    assert publish(engine, req(datasource, initial, {0: 10, 1: 20, 2: 30}, initial=initial)).ok
+    assert publish(engine, req(datasource, {1: 20}, {1: 25})).ok
+    assert stored_offsets(engine, datasource) == {0: 10, 1: 25, 2: 30}
+
+
+def test_topic_mismatch_is_fatal(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    outcome = publish(engine, req(datasource, {0: 10}, {0: 20}, topic="other", names=("a",)))
+    assert outcome.status == "fatal" and f"expected topic 'other', found {TOPIC!r}" in outcome.message
+    found = committed_offsets(engine, datasource)
+    assert found is not None and found.topic == TOPIC and dict(found.offsets) == {0: 10}
+    assert all_segment_rows(engine, datasource) == []
+
+
+def test_every_outcome_is_logged_with_datasource_task_and_offsets(
+        engine: sa.Engine, datasource: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="segment_store.publish"):
+        publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, task="t-ok"))
+        publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, task="t-fatal"))
+    ok, fatal = (r.getMessage() for r in caplog.records if datasource in r.getMessage())
+    assert "publish ok" in ok and "task=t-ok" in ok and "start={0: 0} end={0: 10}" in ok
+    assert "publish fatal" in fatal and "task=t-fatal" in fatal and "committed={0: 10}" in fatal
+
+
+def test_unreachable_database_raises(datasource: str) -> None:
+    """Infrastructure faults are exceptions, not outcomes."""
+    dead = sa.create_engine(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/postgres",
+                            connect_args={"connect_timeout": 2})
+    with pytest.raises(sa.exc.OperationalError):
+        publish(dead, req(datasource, {0: 0}, {0: 10}, initial={0: 0}))
+    dead.dispose()
+
+
+def test_request_validation() -> None:
+    with pytest.raises(ValueError, match="same partitions"):
+        req("ds", {0: 0, 1: 0}, {0: 5})
+    with pytest.raises(ValueError, match="expected end >= start 5, found 4"):
+        req("ds", {0: 5}, {0: 4})
+    with pytest.raises(ValueError, match="belongs to datasource"):
+        req("ds", {0: 0}, {0: 1}, segments=(seg("other", "a"),))
+
+
+# --- segment rows ----------------------------------------------------------------------------
+
+def test_segments_get_version_1_and_consecutive_partition_numbers(engine: sa.Engine, datasource: str) -> None:
+    later = HOUR + timedelta(hours=1)
+    first = (seg(datasource, "a", columns=["x"]), seg(datasource, "b"), seg(datasource, "c"))
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=first, task="t1")).ok
+    second = (seg(datasource, "d"), seg(datasource, "e", start=later))
+    assert publish(engine, req(datasource, {0: 10}, {0: 20}, segments=second, task="t2")).ok
+    assert all_segment_rows(engine, datasource) == [
+        ("a", 1, 0, True), ("b", 1, 1, True), ("c", 1, 2, True), ("d", 1, 3, True), ("e", 1, 0, True)]
+    records = used_segments(engine, datasource)
+    a = records[0]
+    assert (a.interval_start, a.interval_end, a.path, a.size_bytes, a.num_rows) == (
+        HOUR, later, f"/deep/{datasource}/a.parquet", 100, 10)
+    assert a.interval_start.tzinfo is not None and a.created_at.tzinfo is not None
+    assert a.descriptor["columns"] == ["x"]
+    assert a.descriptor["published_by"] == {"task_id": "t1", "topic": TOPIC, "start_offsets": {"0": 0},
+                                            "end_offsets": {"0": 10}}
+
+
+def test_segments_append_at_the_interval_current_version(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("a",))).ok
+    with engine.begin() as conn:  # what a compaction swap leaves behind: version 2 used, version 1 unused
+        conn.execute(segments_t.update().where(segments_t.c.datasource == datasource).values(used=False))
+        conn.execute(segments_t.insert().values(
+            id=f"{datasource}/compacted", datasource=datasource, interval_start=HOUR,
+            interval_end=HOUR + timedelta(hours=1), version=2, partition_num=0, path="/deep/c.parquet",
+            size_bytes=1, num_rows=1, used=True))
+    assert publish(engine, req(datasource, {0: 10}, {0: 20}, names=("b",))).ok
+    assert all_segment_rows(engine, datasource) == [
+        ("a", 1, 0, False), ("compacted", 2, 0, True), ("b", 2, 1, True)]
+
+
+def test_republishing_an_existing_segment_id_is_fatal_not_an_exception(
+        engine: sa.Engine, datasource: str) -> None:
+    """After a full reset the same range yields the same deterministic ids: the unique key refuses them."""
+    segments = (seg(datasource, "same-id"),)
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=segments)).ok
+    reset_offsets(engine, datasource, None)
+    outcome = publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=segments))
+    assert outcome.status == "fatal"
+    assert f"{datasource}/same-id" in outcome.message and "already" in outcome.message
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {}  # the offsets write was rolled back with it
+    assert all_segment_rows(engine, datasource) == [("same-id", 1, 0, True)]
+
+
+# --- compare-and-swap and resets ---------------------------------------------------------------
+
+def test_version_changed_between_read_and_write_is_retryable(
+        engine: sa.Engine, datasource: str, hooked_engine: Callable[..., sa.Engine]) -> None:
+    """The row lock makes this impossible for other writers; the hook bumps the version inside the
+    publishing transaction itself, right before the compare-and-swap, to exercise that guard."""
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+
+    def bump(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("UPDATE datasource_offsets"):
+            cursor.connection.execute(
+                "UPDATE datasource_offsets SET version = version + 1 WHERE datasource = %s", (datasource,))
+
+    eng = hooked_engine("before_cursor_execute", bump)
+    outcome = publish(eng, req(datasource, {0: 10}, {0: 20}, names=("a",)))
+    assert outcome.status == "retryable" and "expected offsets version 1" in outcome.message
+    found = committed_offsets(engine, datasource)
+    assert found is not None and dict(found.offsets) == {0: 10} and found.version == 1
+    assert all_segment_rows(engine, datasource) == []
+
+
+def test_reset_between_upsert_and_lock_fails_the_stale_task(
+        engine: sa.Engine, datasource: str, hooked_engine: Callable[..., sa.Engine]) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    fired: list[bool] = []
+
+    def reset_first(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "FOR UPDATE" in statement and not fired:
+            fired.append(True)
+            reset_offsets(engine, datasource, None)  # another connection, between upsert and lock
+
+    outcome = publish(hooked_engine("before_cursor_execute", reset_first), req(datasource, {0: 10}, {0: 20}))
+    assert fired and outcome.status == "fatal" and "no committed offset" in outcome.message
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {} and stored.version == 2
+
+
+def test_reset_waits_for_in_flight_publish_and_then_wins(
+        engine: sa.Engine, datasource: str, hooked_engine: Callable[..., sa.Engine]) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    locked, release = threading.Event(), threading.Event()
+
+    def hold(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "FOR UPDATE" in statement:
+            locked.set()
+            assert release.wait(10)
+
+    eng = hooked_engine("after_cursor_execute", hold)
+    with ThreadPoolExecutor(2) as pool:
+        in_flight = pool.submit(publish, eng, req(datasource, {0: 10}, {0: 20}, names=("a",)))
+        assert locked.wait(10)
+        resetting = pool.submit(reset_offsets, engine, datasource, {0: 5})
+        time.sleep(0.3)
+        assert not resetting.done()  # blocked on the row lock held by the publish
+        assert stored_offsets(engine, datasource) == {0: 10}
+        release.set()
+        assert in_flight.result(10).ok
+        resetting.result(10)
+    found = committed_offsets(engine, datasource)
+    assert found is not None and dict(found.offsets) == {0: 5} and found.version == 3
+    assert publish(engine, req(datasource, {0: 20}, {0: 30})).status == "retryable"  # successor of old plan
+    assert publish(engine, req(datasource, {0: 5}, {0: 8})).ok
+    assert stored_offsets(engine, datasource) == {0: 8}
+
+
+def test_reset_then_publish_from_initial_offsets(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("a",))).ok
+    reset_offsets(engine, datasource, None)
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {} and stored.version == 2
+    stale = publish(engine, req(datasource, {0: 10}, {0: 20}, initial={0: 50}))
+    assert stale.status == "fatal" and "expected start 50 (initial offset), found 10" in stale.message
+    assert publish(engine, req(datasource, {0: 50}, {0: 60}, initial={0: 50}, names=("b",))).ok
+    assert stored_offsets(engine, datasource) == {0: 60}
+    assert used_names(engine, datasource) == [("a", 1, 0), ("b", 1, 1)]
+
+
+def test_reset_offsets_overwrites_given_partitions_and_bumps_version(
+        engine: sa.Engine, datasource: str) -> None:
+    reset_offsets(engine, datasource, {0: 3})  # no row yet: created without a topic
+    found = committed_offsets(engine, datasource)
+    assert found is not None and found.topic is None and dict(found.offsets) == {0: 3} and found.version == 1
+    assert publish(engine, req(datasource, {0: 3, 1: 0}, {0: 6, 1: 4}, initial={1: 0})).ok
+    reset_offsets(engine, datasource, {1: 1})
+    found = committed_offsets(engine, datasource)
+    assert found is not None and (found.topic, dict(found.offsets), found.version) == (TOPIC, {0: 6, 1: 1}, 3)
+
+
+def test_create_schema_concurrently_on_a_fresh_database(engine: sa.Engine) -> None:
+    dbname = f"schema_{uuid.uuid4().hex[:10]}"
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {dbname}")
+    fresh = sa.create_engine(engine.url.set(database=dbname), pool_size=4)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            for done in [pool.submit(create_schema, fresh) for _ in range(4)]:
+                done.result(30)
+        assert set(sa.inspect(fresh).get_table_names()) >= {"segments", "datasource_offsets"}
+    finally:
+        fresh.dispose()
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(f"DROP DATABASE {dbname} WITH (FORCE)")
+
+
+# --- races between connections ----------------------------------------------------------------
+
+def _slow_lock(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+    """Hold the freshly taken row lock a little, so the racing transaction really waits on it."""
+    if "FOR UPDATE" in statement:
+        time.sleep(0.01)
+
+
+def _lock_timed_engine(hooked_engine: Callable[..., sa.Engine]) -> tuple[sa.Engine, list[float]]:
+    """An engine that times every row-lock statement (> 5 ms: it blocked behind the other
+    transaction), then holds the lock for 10 ms."""
+    waits: list[float] = []
+    started: dict[int, float] = {}
+
+    def before(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "FOR UPDATE" in statement:
+            started[threading.get_ident()] = time.monotonic()
+
+    def after(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "FOR UPDATE" in statement:
+            waits.append(time.monotonic() - started.pop(threading.get_ident()))
+
+    eng = hooked_engine("before_cursor_execute", before)
+    sa.event.listen(eng, "after_cursor_execute", after)
+    sa.event.listen(eng, "after_cursor_execute", _slow_lock)
+    return eng, waits
+
+
+def test_two_replicas_racing_exactly_one_wins(
+        engine: sa.Engine, datasource: str, hooked_engine: Callable[..., sa.Engine]) -> None:
+    (eng, lock_waits), rounds = _lock_timed_engine(hooked_engine), 20
+    winners: list[str] = []
+    with ThreadPoolExecutor(2) as pool:
+        for r in range(rounds):
+            barrier = threading.Barrier(2)
+            segments = (seg(datasource, f"r{r}-a"), seg(datasource, f"r{r}-b"))  # replicas: same ids
+
+            def replica(task: str, r: int = r, segments: tuple[SegmentDescriptor, ...] = segments,
+                        barrier: threading.Barrier = barrier) -> PublishOutcome:
+                request = req(datasource, {0: 10 * r, 1: 10 * r}, {0: 10 * r + 10, 1: 10 * r + 10},
+                              initial={0: 0, 1: 0}, segments=segments, task=task)
+                barrier.wait(10)
+                return publish(eng, request)
+
+            tasks = [f"r{r}-replica{i}" for i in range(2)]
+            outcomes = dict(zip(tasks, pool.map(replica, tasks), strict=True))
+            assert sorted(o.status for o in outcomes.values()) == ["fatal", "ok"], outcomes
+            loser = next(o for o in outcomes.values() if not o.ok)
+            assert f"expected committed offset {10 * r}, found {10 * r + 10}" in loser.message
+            winners.append(next(task for task, o in outcomes.items() if o.ok))
+    found = committed_offsets(engine, datasource)
+    assert found is not None and dict(found.offsets) == {0: 10 * rounds, 1: 10 * rounds}
+    assert found.version == rounds
+    records = used_segments(engine, datasource)
+    assert [(name(s.id), s.version, s.partition_num) for s in records] == [
+        (f"r{r}-{x}", 1, 2 * r + i) for r in range(rounds) for i, x in enumerate("ab")]
+    assert [s.descriptor["published_by"]["task_id"] for s in records[::2]] == winners
+    assert sum(wait > 0.005 for wait in lock_waits) >= rounds // 2, lock_waits  # the races were real
+
+
+def test_eight_tasks_publishing_consecutive_ranges_out_of_order(
+        engine: sa.Engine, datasource: str, hooked_engine: Callable[..., sa.Engine]) -> None:
+    """Successors that finish first get retryable until their predecessor has published.
+
+    The datasource already has committed offsets (an empty publish at the initial offsets): with
+    no row at all, a successor is fatal instead (see the test below)."""
+    eng, n = hooked_engine("after_cursor_execute", _slow_lock), 8
+    assert publish(engine, req(datasource, {0: 0, 1: 0}, {0: 0, 1: 0}, initial={0: 0, 1: 0})).ok
+    barrier, failed = threading.Barrier(n), threading.Event()
+
+    def task(i: int) -> list[str]:
+        request = req(datasource, {0: 10 * i, 1: 5 * i}, {0: 10 * i + 10, 1: 5 * i + 5}, initial={0: 0, 1: 0},
+                      segments=(seg(datasource, f"range-{i}"),), task=f"task-{i}")
+        barrier.wait(10)
+        statuses: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not failed.is_set():
+            statuses.append(publish(eng, request).status)
+            if statuses[-1] == "fatal":
+                failed.set()
+            if statuses[-1] != "retryable":
+                return statuses
+            time.sleep(0.005)
+        return statuses
+
+    with ThreadPoolExecutor(n) as pool:
+        futures = {i: pool.submit(task, i) for i in reversed(range(n))}
+        statuses = {i: f.result(60) for i, f in futures.items()}
+    assert all(s[-1] == "ok" and "fatal" not in s for s in statuses.values()), statuses
+    found = committed_offsets(engine, datasource)
+    assert found is not None and dict(found.offsets) == {0: 10 * n, 1: 5 * n} and found.version == n + 1
+    assert all_segment_rows(engine, datasource) == [(f"range-{i}", 1, i, True) for i in range(n)]
+
+
+def test_successor_finishing_before_the_first_publish_is_fatal(engine: sa.Engine, datasource: str) -> None:
+    """No committed offset yet: a start other than the initial offset is fatal, even if it is the
+    end of a first task that has not published yet (that range is then planned again)."""
+    second = publish(engine, req(datasource, {0: 10}, {0: 20}, initial={0: 0}, names=("b",)))
+    assert second.status == "fatal" and "expected start 0 (initial offset), found 10" in second.message
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("a",))).ok
+    assert stored_offsets(engine, datasource) == {0: 10}
+    assert used_names(engine, datasource) == [("a", 1, 0)]
