@@ -57,7 +57,15 @@ class _OffsetView:
         return len(self._messages)
 
     def __getitem__(self, i: int) -> int:
-        return int(self._messages[i].offset())
+        return _offset(self._messages[i])
+
+
+def _offset(message: Message) -> int:
+    """The offset of a data message or EOF event (always set for those)."""
+    offset = message.offset()
+    if offset is None:
+        raise RangeNotReadableError(f"message without an offset from {message.topic()}")
+    return offset
 
 
 def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: int,
@@ -79,12 +87,12 @@ def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: 
             if len(data) != len(messages):
                 position = max(position, _check_events(messages, topic, partition, position))
             if data:
-                cut = _first_at_or_after(data, end) if data[-1].offset() >= end else len(data)
+                cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
                 if cut < len(data):
                     data = data[:cut]
                     position = end
                 else:
-                    position = max(position, data[-1].offset() + 1)
+                    position = max(position, _offset(data[-1]) + 1)
                 if data:
                     yield data
                 last_progress = time.monotonic()
@@ -114,7 +122,7 @@ def _check_events(messages: list[Message], topic: str, partition: int, position:
             continue
         if error.code() == KafkaError._PARTITION_EOF:
             # EOF carries the high watermark: every offset below it was delivered or is a gap.
-            position = max(position, int(message.offset()))
+            position = max(position, _offset(message))
             continue
         if error.fatal() or error.code() in _FAIL_FAST:
             raise RangeNotReadableError(

@@ -1,0 +1,1 @@
+"""The overlord: command line, configuration, the embedded dev stack (supervisors and HTTP API to come)."""

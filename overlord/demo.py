@@ -52,7 +52,7 @@ def run_demo(events: int = 200_000, partitions: int = 4) -> int:
 
         _step("querying the published segments: events and value per country")
         files = [seg.path for seg in used_segments(engine, spec.datasource)]
-        rows = duckdb.sql(
+        rows = duckdb.execute(
             "SELECT country, sum(count) AS events, sum(value_sum) AS value, round(sum(price_sum), 2) AS price "
             f"FROM read_parquet({files!r}) GROUP BY country ORDER BY events DESC").fetchall()
         print(f"{'country':<8}{'events':>10}{'value':>14}{'price':>14}")

@@ -1,0 +1,1 @@
+"""The Spark indexing task: plan splits -> read Kafka ranges -> parse and roll up -> write Parquet -> publish."""
