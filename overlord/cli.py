@@ -114,8 +114,17 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     _exit_on_sigterm()
+    from indexing_task.errors import IndexingError
+    from specs import SpecError
+
     try:
         return int(args.func(args))
+    except SpecError as exc:
+        print(f"invalid supervisor spec: {exc}", file=sys.stderr)
+        return 2
+    except IndexingError as exc:
+        print(f"indexing failed, nothing was published: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

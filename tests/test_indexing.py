@@ -6,6 +6,7 @@ import threading
 from collections import Counter, defaultdict
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -113,6 +114,12 @@ def test_same_range_twice_publishes_once(stack, engine, spark, make_topic, datas
     assert retry.outcome.status == "fatal"
     assert "expected" in retry.outcome.message and "found" in retry.outcome.message
     assert retry.segments, "the retry wrote files, which must stay unpublished orphans"
+    # Same range, same segment ids and byte-identical files, under attempt-specific paths.
+    first_files = {s.id: (s.path, Path(s.path).read_bytes()) for s in first.segments}
+    retry_files = {s.id: (s.path, Path(s.path).read_bytes()) for s in retry.segments}
+    assert first_files.keys() == retry_files.keys()
+    for seg_id, (path, data) in first_files.items():
+        assert retry_files[seg_id][0] != path and retry_files[seg_id][1] == data
     assert_exact(published_table(engine, datasource), sample)
 
 

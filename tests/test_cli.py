@@ -1,0 +1,54 @@
+"""The ``overlord`` command line, run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from overlord.sample_data import make_sample_events, produce
+from specs import load_example
+
+
+def overlord(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "overlord.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_index_once_prints_what_it_published(stack, engine, make_topic, datasource, tmp_path: Path):
+    topic = make_topic(2)
+    sample = make_sample_events(3_000, bad_every=1_000)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    spec = load_example("events").to_druid_json()
+    spec["spec"]["dataSchema"]["dataSource"] = datasource
+    spec["spec"]["ioConfig"]["topic"] = topic
+    spec["spec"]["tuningConfig"]["intermediatePersistPeriod"] = "PT10M"
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    env = {**stack.as_env(), "OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"), "OVERLORD_SPARK_MASTER": "local[1]"}
+
+    result = overlord("index", str(spec_file), env=env)
+
+    assert result.returncode == 0, result.stderr
+    assert "publish OK" in result.stdout
+    assert f"records read   {len(sample.records):>12,}" in result.stdout
+    assert "unparseable               3" in result.stdout
+    assert "spec.tuningConfig.intermediatePersistPeriod is accepted but not used" in result.stderr
+
+    listing = overlord("segments", datasource, env=env)
+    assert listing.returncode == 0 and "committed offsets:" in listing.stdout
+    assert listing.stdout.count(".parquet") >= 2
+
+
+def test_invalid_spec_names_the_field(stack, tmp_path: Path):
+    spec = load_example("events").to_druid_json()
+    spec["spec"]["ioConfig"]["taskCount"] = -2
+    spec_file = tmp_path / "bad.json"
+    spec_file.write_text(json.dumps(spec))
+
+    result = overlord("index", str(spec_file), env=stack.as_env())
+
+    assert result.returncode == 2
+    assert "spec.ioConfig.taskCount" in result.stderr and "Traceback" not in result.stderr
