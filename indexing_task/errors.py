@@ -1,6 +1,6 @@
 """Errors of the indexing task."""
 
-__all__ = ["IndexingError", "RangeNotReadableError", "TooManyParseErrors"]
+__all__ = ["IndexingError", "RangeNotReadableError", "TaskStopped", "TooManyParseErrors"]
 
 
 class IndexingError(Exception):
@@ -13,3 +13,7 @@ class RangeNotReadableError(IndexingError):
 
 class TooManyParseErrors(IndexingError):
     """More bad records than ``tuningConfig.maxParseExceptions`` allows."""
+
+
+class TaskStopped(IndexingError):
+    """The task was asked to stop (shutdown, reset, shutdown request) and did not publish."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
-from indexing_task.errors import TooManyParseErrors
+from indexing_task.errors import TaskStopped, TooManyParseErrors
 from indexing_task.ranges import plan_splits
 from indexing_task.reader import consumer_config
 from indexing_task.rollup import RollupSchema
@@ -74,8 +75,12 @@ class TaskReport:
         return self.records - self.unparseable - self.thrown_away
 
 
-def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskRequest) -> TaskReport:
-    """Index the request's ranges and publish them. Raises on a failed job or too many bad records."""
+def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskRequest,
+                   stop: threading.Event | None = None) -> TaskReport:
+    """Index the request's ranges and publish them. Raises on a failed job or too many bad records.
+
+    A set ``stop`` event (shutdown, reset) makes the task raise :class:`TaskStopped` instead of publishing.
+    """
     spec = request.spec
     data_schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
     properties = dict(io.consumer_properties)
@@ -111,6 +116,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
             f"task {request.task_id}: {unparseable} unparseable records, maxParseExceptions is {limit}; "
             f"first: {samples[:3]}")
     segments = tuple(_descriptor(spec.datasource, s) for r in rows for s in json.loads(r["segments"]))
+    if stop is not None and stop.is_set():
+        raise TaskStopped(f"task {request.task_id} was stopped before publishing; nothing was published")
 
     started = time.monotonic()
     outcome = publish(engine, PublishRequest(

@@ -16,6 +16,7 @@ def topic_watermarks(consumer_properties: Mapping[str, Any], topic: str,
                      timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
     """Return ``{partition: (low, high)}``; raise :class:`IndexingError` if the topic is unknown."""
     consumer = Consumer({"group.id": "overlord-metadata", "enable.auto.commit": False,
+                         "log_level": 2,  # an unreachable broker surfaces as the exception below, once
                          **consumer_properties})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)

@@ -1,0 +1,190 @@
+"""The overlord's core: persistent supervisors, their schedule, and the operations the API exposes.
+
+Every supervisor runs :meth:`Supervisor.run_once` on an APScheduler job every ``period`` and
+again as soon as one of its tasks finishes. Wake-ups that arrive while a run is in progress
+are coalesced into one more run right after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from pyspark.sql import SparkSession
+
+from overlord.config import Settings
+from overlord.errors import NotFound
+from overlord.metadata import MetadataStore, SupervisorRecord
+from overlord.supervisor import Supervisor, SupervisorContext
+from overlord.task_runner import TaskRunner
+from segment_store import create_schema, reset_offsets
+from specs import SupervisorSpec, load_supervisor_spec
+
+__all__ = ["Overlord"]
+
+logger = logging.getLogger(__name__)
+
+
+class Overlord:
+    """Owns the supervisors. Thread-safe: the HTTP API calls into it from its own threads."""
+
+    def __init__(self, settings: Settings, engine: sa.Engine, spark: SparkSession) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.store = MetadataStore(engine)
+        self.runner = TaskRunner(spark, engine)
+        self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake)
+        self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
+        self.supervisors: dict[str, Supervisor] = {}
+        self._pending_wake: set[str] = set()
+        self._lock = threading.RLock()
+        self._stopped = False
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the schemas, forget tasks of a previous process, resume every live supervisor."""
+        create_schema(self.engine)
+        self.store.create_schema()
+        abandoned = self.store.fail_running_tasks("abandoned: the overlord stopped before the task finished")
+        if abandoned:
+            logger.info("marked %d tasks of a previous overlord process as failed (they never published)", abandoned)
+        self.scheduler.start()
+        for record in self.store.current_specs():
+            if not record.terminated:
+                self._start_supervisor(record.id, load_supervisor_spec(record.spec), record.suspended)
+        logger.info("overlord started with %d supervisors", len(self.supervisors))
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """Stop launching tasks, give running ones ``grace_s`` to finish, then stop the rest unpublished."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            for sup in self.supervisors.values():
+                sup.stopping = True
+        self.scheduler.shutdown(wait=True)
+        deadline = datetime.now(UTC) + timedelta(seconds=grace_s)
+        for sup in list(self.supervisors.values()):
+            for task in list(sup.active.values()):
+                remaining = (deadline - datetime.now(UTC)).total_seconds()
+                try:
+                    task.future.result(timeout=max(0.0, remaining))
+                except Exception:
+                    pass
+            with sup.lock:
+                sup.update_task_status()
+        self.runner.shutdown()
+        for sup in self.supervisors.values():
+            with sup.lock:
+                sup.update_task_status()
+        logger.info("overlord stopped")
+
+    # --- scheduling ------------------------------------------------------------------------
+
+    def _start_supervisor(self, supervisor_id: str, spec: SupervisorSpec, suspended: bool) -> None:
+        sup = Supervisor(supervisor_id, spec, suspended, self.context)
+        self.supervisors[supervisor_id] = sup
+        self.scheduler.add_job(self._run, "interval", args=[supervisor_id], id=supervisor_id,
+                               seconds=spec.spec.io_config.period.total_seconds(),
+                               next_run_time=datetime.now(UTC), replace_existing=True)
+        logger.info("supervisor %s started (%s)", supervisor_id, "suspended" if suspended else "running")
+
+    def _run(self, supervisor_id: str) -> None:
+        sup = self.supervisors.get(supervisor_id)
+        if sup is None:
+            return
+        with self._lock:
+            self._pending_wake.discard(supervisor_id)
+        sup.run_once()
+        with self._lock:
+            again = supervisor_id in self._pending_wake
+        if again:
+            self.wake(supervisor_id)
+
+    def wake(self, supervisor_id: str) -> None:
+        """Run a supervisor as soon as possible (now, or right after its current run)."""
+        with self._lock:
+            self._pending_wake.add(supervisor_id)
+        try:
+            self.scheduler.modify_job(supervisor_id, next_run_time=datetime.now(UTC))
+        except JobLookupError:
+            pass
+
+    # --- operations ------------------------------------------------------------------------
+
+    def submit(self, raw: Mapping[str, Any] | str | bytes) -> str:
+        """Create or update a supervisor. Tasks of a previous spec finish and publish under it."""
+        spec = load_supervisor_spec(raw)
+        with self._lock:
+            existing = self.supervisors.get(spec.id)
+            suspended = bool((spec.model_extra or {}).get("suspended", False))
+            self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended)
+            if existing is None:
+                self._start_supervisor(spec.id, spec, suspended)
+            else:
+                with existing.lock:
+                    existing.spec = spec
+                    existing.suspended = suspended
+                self.scheduler.reschedule_job(spec.id, trigger="interval",
+                                              seconds=spec.spec.io_config.period.total_seconds())
+                self.wake(spec.id)
+                logger.info("supervisor %s: spec updated", spec.id)
+        return spec.id
+
+    def get(self, supervisor_id: str) -> Supervisor:
+        sup = self.supervisors.get(supervisor_id)
+        if sup is None:
+            raise NotFound(f"no supervisor {supervisor_id!r}")
+        return sup
+
+    def set_suspended(self, supervisor_id: str, suspended: bool) -> Supervisor:
+        sup = self.get(supervisor_id)
+        with sup.lock:
+            sup.suspended = suspended
+            self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), suspended=suspended)
+        logger.info("supervisor %s %s", supervisor_id, "suspended" if suspended else "resumed")
+        self.wake(supervisor_id)
+        return sup
+
+    def reset(self, supervisor_id: str, offsets: Mapping[int, int] | None = None) -> Supervisor:
+        """Druid's reset (forget offsets) or resetOffsets (set some); running tasks are stopped unpublished."""
+        sup = self.get(supervisor_id)
+        with sup.lock:
+            for task_id in list(sup.active):
+                self.runner.stop(task_id)
+            reset_offsets(self.engine, sup.spec.datasource, offsets)
+        logger.info("supervisor %s: offsets reset to %s", supervisor_id, dict(offsets) if offsets else "initial")
+        self.wake(supervisor_id)
+        return sup
+
+    def terminate(self, supervisor_id: str) -> None:
+        """Stop the supervisor for good (a tombstone in its history); running tasks may still publish."""
+        sup = self.get(supervisor_id)
+        with self._lock:
+            sup.stopping = True
+            self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), terminated=True)
+            try:
+                self.scheduler.remove_job(supervisor_id)
+            except JobLookupError:
+                pass
+            del self.supervisors[supervisor_id]
+        logger.info("supervisor %s terminated", supervisor_id)
+
+    def history(self, supervisor_id: str | None = None) -> list[SupervisorRecord]:
+        records = self.store.history(supervisor_id)
+        if supervisor_id is not None and not records:
+            raise NotFound(f"no supervisor {supervisor_id!r}")
+        return records
+
+    def shutdown_task(self, task_id: str) -> None:
+        if self.store.task(task_id) is None:
+            raise NotFound(f"no task {task_id!r}")
+        self.runner.stop(task_id)
+

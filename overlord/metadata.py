@@ -1,0 +1,150 @@
+"""The overlord's own records in PostgreSQL: supervisor spec history and tasks.
+
+Specs are append-only: every create, update, suspend, resume and terminate adds a row, and
+the newest row of an id is its current state (a terminate row is a tombstone). Tasks are
+one row each, written at launch and updated when they finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = ["SupervisorRecord", "TaskRecord", "MetadataStore"]
+
+metadata = sa.MetaData()
+
+supervisor_specs = sa.Table(
+    "supervisor_specs", metadata,
+    sa.Column("seq", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("id", sa.Text, nullable=False, index=True),
+    sa.Column("spec", JSONB, nullable=False),
+    sa.Column("suspended", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("terminated", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
+tasks = sa.Table(
+    "tasks", metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("supervisor_id", sa.Text, nullable=False),
+    sa.Column("datasource", sa.Text, nullable=False, index=True),
+    sa.Column("status", sa.Text, nullable=False),  # RUNNING | SUCCESS | FAILED
+    sa.Column("status_detail", sa.Text, nullable=True),
+    sa.Column("start_offsets", JSONB, nullable=False),
+    sa.Column("end_offsets", JSONB, nullable=False),
+    sa.Column("report", JSONB, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+)
+
+
+@dataclass(frozen=True)
+class SupervisorRecord:
+    """One row of a supervisor's history."""
+
+    seq: int
+    id: str
+    spec: Mapping[str, Any]
+    suspended: bool
+    terminated: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    id: str
+    supervisor_id: str
+    datasource: str
+    status: str
+    status_detail: str | None
+    start_offsets: Mapping[int, int]
+    end_offsets: Mapping[int, int]
+    report: Mapping[str, Any] | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+def _offsets(raw: Mapping[str, int]) -> dict[int, int]:
+    return {int(p): int(o) for p, o in raw.items()}
+
+
+def _task(row: Any) -> TaskRecord:
+    return TaskRecord(row.id, row.supervisor_id, row.datasource, row.status, row.status_detail,
+                      _offsets(row.start_offsets), _offsets(row.end_offsets), row.report, row.created_at,
+                      row.finished_at)
+
+
+class MetadataStore:
+    """Reads and writes supervisor history and task rows."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+
+    def create_schema(self) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('overlord_metadata_schema'))"))
+            metadata.create_all(conn, checkfirst=True)
+
+    def append_spec(self, supervisor_id: str, spec: Mapping[str, Any], *, suspended: bool = False,
+                    terminated: bool = False) -> SupervisorRecord:
+        with self.engine.begin() as conn:
+            row = conn.execute(supervisor_specs.insert().values(
+                id=supervisor_id, spec=dict(spec), suspended=suspended, terminated=terminated,
+            ).returning(*supervisor_specs.c)).one()
+        return SupervisorRecord(**row._mapping)
+
+    def history(self, supervisor_id: str | None = None) -> list[SupervisorRecord]:
+        query = supervisor_specs.select().order_by(supervisor_specs.c.seq.desc())
+        if supervisor_id is not None:
+            query = query.where(supervisor_specs.c.id == supervisor_id)
+        with self.engine.connect() as conn:
+            return [SupervisorRecord(**row._mapping) for row in conn.execute(query)]
+
+    def current_specs(self) -> list[SupervisorRecord]:
+        """The newest row of every supervisor id, terminated ones included."""
+        newest = sa.select(sa.func.max(supervisor_specs.c.seq)).group_by(supervisor_specs.c.id)
+        query = supervisor_specs.select().where(supervisor_specs.c.seq.in_(newest)).order_by(supervisor_specs.c.id)
+        with self.engine.connect() as conn:
+            return [SupervisorRecord(**row._mapping) for row in conn.execute(query)]
+
+    def insert_task(self, task_id: str, supervisor_id: str, datasource: str, start_offsets: Mapping[int, int],
+                    end_offsets: Mapping[int, int]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(tasks.insert().values(
+                id=task_id, supervisor_id=supervisor_id, datasource=datasource, status="RUNNING",
+                start_offsets={str(p): o for p, o in start_offsets.items()},
+                end_offsets={str(p): o for p, o in end_offsets.items()}))
+
+    def finish_task(self, task_id: str, status: str, detail: str | None, report: Mapping[str, Any] | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(tasks.update().where(tasks.c.id == task_id).values(
+                status=status, status_detail=detail, report=dict(report) if report else None,
+                finished_at=sa.func.now()))
+
+    def fail_running_tasks(self, detail: str) -> int:
+        """Mark tasks left RUNNING by a previous overlord process as FAILED (they never published)."""
+        with self.engine.begin() as conn:
+            result = conn.execute(tasks.update().where(tasks.c.status == "RUNNING").values(
+                status="FAILED", status_detail=detail, finished_at=sa.func.now()))
+            return int(result.rowcount)
+
+    def tasks(self, *, status: str | None = None, datasource: str | None = None,
+              limit: int = 200) -> list[TaskRecord]:
+        query = tasks.select().order_by(tasks.c.created_at.desc()).limit(limit)
+        if status is not None:
+            query = query.where(tasks.c.status == status.upper())
+        if datasource is not None:
+            query = query.where(tasks.c.datasource == datasource)
+        with self.engine.connect() as conn:
+            return [_task(row) for row in conn.execute(query)]
+
+    def task(self, task_id: str) -> TaskRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(tasks.select().where(tasks.c.id == task_id)).one_or_none()
+        return _task(row) if row is not None else None

@@ -1,0 +1,73 @@
+"""Runs indexing tasks on the shared SparkSession, each in a driver thread of its own."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import sqlalchemy as sa
+from pyspark.sql import SparkSession
+
+from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
+
+__all__ = ["TaskRunner"]
+
+logger = logging.getLogger(__name__)
+
+
+class TaskRunner:
+    """Submits tasks as Spark jobs (one job group per task id) and stops them on request.
+
+    A stopped task's Spark job is cancelled and the task never publishes: its stop event is
+    checked between writing its files and the publish transaction.
+    """
+
+    def __init__(self, spark: SparkSession, engine: sa.Engine, max_concurrent: int = 8) -> None:
+        self.spark = spark
+        self.engine = engine
+        self._pool = ThreadPoolExecutor(max_concurrent, thread_name_prefix="task")
+        self._stops: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, request: IndexTaskRequest, on_done: Callable[[str], None]) -> Future[TaskReport]:
+        stop = threading.Event()
+        with self._lock:
+            self._stops[request.task_id] = stop
+
+        def run() -> TaskReport:
+            self.spark.sparkContext.setJobGroup(request.task_id, f"indexing task {request.task_id}",
+                                                interruptOnCancel=True)
+            return run_index_task(self.spark, self.engine, request, stop)
+
+        future = self._pool.submit(run)
+        future.add_done_callback(lambda _f: self._finished(request.task_id, on_done))
+        return future
+
+    def _finished(self, task_id: str, on_done: Callable[[str], None]) -> None:
+        with self._lock:
+            self._stops.pop(task_id, None)
+        try:
+            on_done(task_id)
+        except Exception:
+            logger.exception("task %s: completion callback failed", task_id)
+
+    def stop(self, task_id: str) -> bool:
+        """Stop a running task: it will not publish. Returns False if it is not running."""
+        with self._lock:
+            stop = self._stops.get(task_id)
+        if stop is None:
+            return False
+        stop.set()
+        self.spark.sparkContext.cancelJobGroup(task_id)
+        logger.info("task %s: stop requested", task_id)
+        return True
+
+    def shutdown(self) -> None:
+        """Stop every running task and wait for their threads to end."""
+        with self._lock:
+            running = list(self._stops)
+        for task_id in running:
+            self.stop(task_id)
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,183 @@
+"""Persistent supervisors on the real broker, PostgreSQL and Spark, driven in-process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from overlord.config import Settings
+from overlord.devstack import DevStack, TansuBroker, free_port
+from overlord.manager import Overlord
+from overlord.sample_data import SampleEvents, create_topic, make_sample_events, produce
+from segment_store import committed_offsets
+from specs import load_example
+from tests.test_indexing import assert_exact, published_table
+
+
+def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
+    raw = load_example("events").to_druid_json()
+    raw["spec"]["dataSchema"]["dataSource"] = datasource
+    raw["spec"]["ioConfig"].update(topic=topic, period="PT1S", **io)
+    return raw
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def merged(*parts: SampleEvents) -> SampleEvents:
+    total = make_sample_events(0)
+    for part in parts:
+        total.count_by_country.update(part.count_by_country)
+        total.value_by_country.update(part.value_by_country)
+        for country, price in part.price_by_country.items():
+            total.price_by_country[country] += price
+    return total
+
+
+@pytest.fixture()
+def make_overlord(stack: DevStack, engine, spark, tmp_path: Path) -> Iterator[Callable[[], Overlord]]:
+    started: list[Overlord] = []
+
+    def start() -> Overlord:
+        settings = Settings(database_url=stack.database_url, deep_storage=str(tmp_path / "deep"),
+                            kafka_bootstrap_servers=stack.bootstrap_servers)
+        overlord = Overlord(settings, engine, spark)
+        overlord.start()
+        started.append(overlord)
+        return overlord
+
+    yield start
+    if started:  # terminate, so that later tests' overlords do not resume these supervisors
+        for supervisor_id in list(started[-1].supervisors):
+            started[-1].terminate(supervisor_id)
+    for overlord in started:
+        overlord.stop(grace_s=10)
+
+
+def committed_total(engine, datasource: str) -> int:
+    stored = committed_offsets(engine, datasource)
+    return sum(stored.offsets.values()) if stored is not None else -1
+
+
+def test_supervisor_keeps_ingesting_exactly(stack, engine, make_topic, datasource, make_overlord):
+    topic = make_topic(3)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic, taskCount=2))
+    batches = [make_sample_events(4_000, seed=s) for s in range(3)]
+    produced = 0
+    for batch in batches:
+        produce(stack.bootstrap_servers, topic, batch.records, 3)
+        produced += len(batch.records)
+        time.sleep(0.5)
+
+    wait_until(lambda: committed_total(engine, datasource) == produced, "all records committed")
+    assert_exact(published_table(engine, datasource), merged(*batches))
+    sup = overlord.get(datasource)
+    wait_until(lambda: sum(sup.lag().values()) == 0 and not sup.active, "lag 0")
+    assert sup.state == "RUNNING" and sup.counters.processed == sum(len(b.records) - b.bad for b in batches)
+    assert all(t["status"] == "SUCCESS" for t in sup.recent_tasks)
+
+
+def test_replicas_both_run_one_publishes(stack, engine, make_topic, datasource, make_overlord):
+    topic = make_topic(2)
+    sample = make_sample_events(6_000)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic, replicas=2))
+
+    sup = overlord.get(datasource)
+    wait_until(lambda: sup.counters.lost_publish_races >= 1, "a replica to lose the publish race")
+    wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "all committed")
+    assert_exact(published_table(engine, datasource), sample)
+    details = [t["statusDetail"] for t in sup.recent_tasks]
+    assert "published" in details and "another replica published this range first" in details
+    assert sup.healthy and not any("FAILED" == t["status"] for t in sup.recent_tasks)
+
+
+def test_restart_resumes_from_committed_offsets(stack, engine, make_topic, datasource, make_overlord):
+    topic = make_topic(2)
+    first, second = make_sample_events(3_000, seed=1), make_sample_events(3_000, seed=2)
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic))
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records), "first batch committed")
+    overlord.stop(grace_s=10)
+
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    restarted = make_overlord()
+    assert datasource in restarted.supervisors
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
+               "second batch committed after restart")
+    assert_exact(published_table(engine, datasource), merged(first, second))
+
+
+def test_suspend_resume_and_reset(stack, engine, make_topic, datasource, make_overlord):
+    topic = make_topic(1)
+    first, second = make_sample_events(2_000, seed=3), make_sample_events(2_000, seed=4)
+    produce(stack.bootstrap_servers, topic, first.records, 1)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic))
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records), "first batch committed")
+
+    sup = overlord.set_suspended(datasource, True)
+    produce(stack.bootstrap_servers, topic, second.records, 1)
+    time.sleep(3)
+    assert sup.state == "SUSPENDED" and committed_total(engine, datasource) == len(first.records)
+
+    overlord.set_suspended(datasource, False)
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
+               "catch-up after resume")
+    assert_exact(published_table(engine, datasource), merged(first, second))
+
+    overlord.reset(datasource)  # forget offsets: the topic is read again from the earliest offset
+    wait_until(lambda: sum(published_table(engine, datasource).column("count").to_pylist())
+               == 2 * (len(first.records) + len(second.records) - first.bad - second.bad), "re-ingestion")
+
+
+def test_spec_update_continues_without_loss(stack, engine, make_topic, datasource, make_overlord):
+    topic = make_topic(2)
+    first, second = make_sample_events(3_000, seed=5), make_sample_events(3_000, seed=6)
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic))
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records), "first batch committed")
+
+    updated = spec_json(datasource, topic, taskCount=2)
+    updated["spec"]["dataSchema"]["granularitySpec"]["queryGranularity"] = "HOUR"
+    overlord.submit(updated)
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
+               "second batch committed under the new spec")
+    assert_exact(published_table(engine, datasource), merged(first, second))
+    assert [r.spec["spec"]["ioConfig"]["taskCount"] for r in overlord.history(datasource)] == [2, 1]
+
+
+def test_unreachable_broker_is_unhealthy_then_recovers(engine, datasource, make_overlord):
+    port = free_port()
+    raw = spec_json(datasource, "late-topic", consumerProperties={"bootstrap.servers": f"127.0.0.1:{port}"})
+    overlord = make_overlord()
+    overlord.submit(raw)
+    sup = overlord.get(datasource)
+    wait_until(lambda: sup.state == "UNHEALTHY_SUPERVISOR", "the supervisor to report the broker", 60)
+    assert any("late-topic" in e["message"] or "Kafka" in e["message"] for e in sup.recent_errors)
+
+    broker = TansuBroker(port)
+    broker.start()
+    try:
+        create_topic(broker.bootstrap_servers, "late-topic", 1)
+        sample = make_sample_events(1_000)
+        produce(broker.bootstrap_servers, "late-topic", sample.records, 1)
+        wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "recovery", 90)
+        assert sup.state == "RUNNING"
+        assert_exact(published_table(engine, datasource), sample)
+    finally:
+        broker.stop()
