@@ -9,6 +9,7 @@ files are orphans for the cleanup job.
 from __future__ import annotations
 
 import json
+import os
 import logging
 import threading
 import time
@@ -31,6 +32,9 @@ from segment_store import PublishOutcome, PublishRequest, SegmentDescriptor, pub
 __all__ = ["IndexTaskRequest", "TaskReport", "run_index_task"]
 
 logger = logging.getLogger(__name__)
+
+_PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("OVERLORD_TEST_PAUSE_BEFORE_PUBLISH_S", "0"))
+"""Fault-injection hook for the crash tests; never set in production."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
             f"task {request.task_id}: {unparseable} unparseable records, maxParseExceptions is {limit}; "
             f"first: {samples[:3]}")
     segments = tuple(_descriptor(spec.datasource, s) for r in rows for s in json.loads(r["segments"]))
+    if _PAUSE_BEFORE_PUBLISH_S:
+        time.sleep(_PAUSE_BEFORE_PUBLISH_S)  # crash tests kill the process here: files written, not published
     if stop is not None and stop.is_set():
         raise TaskStopped(f"task {request.task_id} was stopped before publishing; nothing was published")
 

@@ -1,8 +1,9 @@
 """The overlord's core: persistent supervisors, their schedule, and the operations the API exposes.
 
-Every supervisor runs :meth:`Supervisor.run_once` on an APScheduler job every ``period`` and
-again as soon as one of its tasks finishes. Wake-ups that arrive while a run is in progress
-are coalesced into one more run right after it.
+Every supervisor runs :meth:`Supervisor.run_once` on an APScheduler job every ``period``,
+again as soon as one of its tasks finishes, and every ``IDLE_POLL_S`` while it has no task
+running, so a record that arrives at an idle supervisor waits about a second, not a period.
+Wake-ups that arrive while a run is in progress are coalesced into one more run right after it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from specs import SupervisorSpec, load_supervisor_spec
 __all__ = ["Overlord"]
 
 logger = logging.getLogger(__name__)
+
+IDLE_POLL_S = 1.0
 
 
 class Overlord:
@@ -107,15 +110,22 @@ class Overlord:
             again = supervisor_id in self._pending_wake
         if again:
             self.wake(supervisor_id)
+        elif sup.idle:
+            self._run_at(supervisor_id, datetime.now(UTC) + timedelta(seconds=IDLE_POLL_S))
 
     def wake(self, supervisor_id: str) -> None:
         """Run a supervisor as soon as possible (now, or right after its current run)."""
         with self._lock:
             self._pending_wake.add(supervisor_id)
+        self._run_at(supervisor_id, datetime.now(UTC))
+
+    def _run_at(self, supervisor_id: str, when: datetime) -> None:
+        if self._stopped:
+            return
         try:
-            self.scheduler.modify_job(supervisor_id, next_run_time=datetime.now(UTC))
+            self.scheduler.modify_job(supervisor_id, next_run_time=when)
         except JobLookupError:
-            pass
+            pass  # terminated meanwhile
 
     # --- operations ------------------------------------------------------------------------
 

@@ -256,6 +256,11 @@ class Supervisor:
         return "PENDING" if self.offsets_updated is None else "RUNNING"
 
     @property
+    def idle(self) -> bool:
+        """No task in flight and free to launch one: worth checking the topic again soon."""
+        return not self.active and not self.suspended and not self.stopping
+
+    @property
     def healthy(self) -> bool:
         return self.state not in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS")
 

@@ -1,0 +1,109 @@
+"""SIGKILL the overlord at different moments, restart it, and find exactly what was produced published."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from overlord.devstack import DevStack, free_port
+from overlord.sample_data import make_sample_events, produce
+from segment_store import used_segments
+from tests.test_indexing import assert_exact, published_table
+from tests.test_supervisor import committed_total, merged, spec_json, wait_until
+
+
+class Server:
+    """``overlord serve`` as a real child process."""
+
+    def __init__(self, stack: DevStack, deep: Path, log: Path, **env: str) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "overlord.cli", "serve", "--port", self.url.rsplit(":", 1)[1]],
+            env={**os.environ, **stack.as_env(), "OVERLORD_DEEP_STORAGE": str(deep),
+                 "OVERLORD_SPARK_MASTER": "local[2]", **env},
+            stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(self._healthy, "the overlord to answer /health", 90)
+
+    def _healthy(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"overlord exited with {self.process.returncode}; see {self.log.name}")
+        try:
+            return httpx.get(f"{self.url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def terminate(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(60)
+
+
+@pytest.fixture()
+def servers(stack: DevStack, tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    started: list[Server] = []
+
+    def start(**env: str) -> Server:
+        server = Server(stack, tmp_path / "deep", tmp_path / "overlord.log", **env)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.kill()
+
+
+def parquet_files(root: Path) -> set[str]:
+    return {str(p) for p in root.rglob("*.parquet")}
+
+
+@pytest.mark.parametrize("moment", ["while_reading", "files_written_not_published", "right_after_publish"])
+def test_sigkill_then_restart_is_exact(moment, stack, engine: sa.Engine, make_topic, datasource, servers,
+                                       tmp_path: Path):
+    topic = make_topic(2)
+    first, second = make_sample_events(40_000, seed=11), make_sample_events(5_000, seed=12)
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    pause = {"OVERLORD_TEST_PAUSE_BEFORE_PUBLISH_S": "60"} if moment == "files_written_not_published" else {}
+    server = servers(**pause)
+    response = httpx.post(f"{server.url}/druid/indexer/v1/supervisor", json=spec_json(datasource, topic),
+                          timeout=30)
+    assert response.status_code == 200, response.text
+
+    if moment == "while_reading":
+        wait_until(lambda: httpx.get(f"{server.url}/druid/indexer/v1/tasks?state=running",
+                                     timeout=5).json() != [], "a running task")
+        time.sleep(0.3)
+    elif moment == "files_written_not_published":
+        wait_until(lambda: parquet_files(tmp_path / "deep") != set(), "segment files to be written")
+        assert committed_total(engine, datasource) in (-1, 0), "nothing may be published yet"
+    else:
+        wait_until(lambda: committed_total(engine, datasource) > 0, "the first publish", 120)
+    server.kill()
+    published_before = committed_total(engine, datasource)
+
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    restarted = servers()
+    total = len(first.records) + len(second.records)
+    wait_until(lambda: committed_total(engine, datasource) == total, "everything committed after restart", 180)
+
+    assert_exact(published_table(engine, datasource), merged(first, second))
+    if moment == "files_written_not_published":
+        referenced = {seg.path for seg in used_segments(engine, datasource)}
+        assert published_before in (-1, 0)
+        assert parquet_files(tmp_path / "deep") - referenced, "the killed task's files stay unpublished orphans"
+    tasks = httpx.get(f"{restarted.url}/druid/indexer/v1/tasks?datasource={datasource}", timeout=10).json()
+    assert tasks, "the restarted overlord lists the tasks"
+    assert restarted.terminate() == 0
