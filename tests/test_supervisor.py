@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -181,3 +182,42 @@ def test_unreachable_broker_is_unhealthy_then_recovers(engine, datasource, make_
         assert_exact(published_table(engine, datasource), sample)
     finally:
         broker.stop()
+
+
+def test_postgres_outage_is_unhealthy_then_recovers(stack, spark, make_topic, datasource, tmp_path: Path):
+    """A PostgreSQL of its own, stopped and started again under a running overlord."""
+    import sqlalchemy as sa
+
+    from overlord.devstack import EmbeddedPostgres
+
+    pg_dir = Path(tempfile.mkdtemp(prefix="outage-"))  # under /tmp: PostgreSQL runs as nobody when we are root
+    pg_dir.chmod(0o755)
+    postgres = EmbeddedPostgres(pg_dir / "pg")
+    postgres.start()
+    engine = sa.create_engine(postgres.url, pool_pre_ping=True)
+    settings = Settings(database_url=postgres.url, deep_storage=str(tmp_path / "deep"),
+                        kafka_bootstrap_servers=stack.bootstrap_servers)
+    overlord = Overlord(settings, engine, spark)
+    overlord.start()
+    try:
+        topic = make_topic(1)
+        first, second = make_sample_events(2_000, seed=7), make_sample_events(2_000, seed=8)
+        produce(stack.bootstrap_servers, topic, first.records, 1)
+        overlord.submit(spec_json(datasource, topic))
+        wait_until(lambda: committed_total(engine, datasource) == len(first.records), "first batch committed")
+        sup = overlord.get(datasource)
+
+        postgres.stop()
+        produce(stack.bootstrap_servers, topic, second.records, 1)
+        wait_until(lambda: sup.state in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS"), "unhealthy", 60)
+        assert any("OperationalError" in e["message"] for e in sup.recent_errors)
+
+        postgres.start()
+        wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
+                   "catch-up after PostgreSQL returned", 120)
+        wait_until(lambda: sup.healthy, "healthy again")
+        assert_exact(published_table(engine, datasource), merged(first, second))
+    finally:
+        overlord.stop(grace_s=5)
+        engine.dispose()
+        postgres.stop()
