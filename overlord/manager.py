@@ -72,7 +72,13 @@ class Overlord:
             self._stopped = True
             for sup in self.supervisors.values():
                 sup.stopping = True
-        self.scheduler.shutdown(wait=True)
+        # Not shutdown(wait=True): it holds APScheduler's job-store lock while it waits, and a
+        # finishing run needs that lock to reschedule itself. Taking each supervisor's lock
+        # below waits for its run instead.
+        self.scheduler.shutdown(wait=False)
+        for sup in list(self.supervisors.values()):
+            with sup.lock:
+                pass
         deadline = datetime.now(UTC) + timedelta(seconds=grace_s)
         for sup in list(self.supervisors.values()):
             for task in list(sup.active.values()):

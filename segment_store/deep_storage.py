@@ -42,8 +42,14 @@ class DeepStorage:
         return segment_file_path(self.root, datasource, interval_start, interval_end, attempt_id, part)
 
     def makedirs_for(self, path: str) -> None:
-        """Create the parent directory of ``path`` (a no-op on object stores)."""
-        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        """Create the parent directory of ``path`` (a no-op on object stores).
+
+        Not delegated to s3fs there: its ``makedirs`` probes the bucket (HeadBucket, which needs
+        s3:ListBucket) on every call and, if the probe fails, *creates* the bucket, so a
+        misspelt bucket would appear silently and a put-only role would get AccessDenied.
+        """
+        if self._is_local:
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
 
     def size(self, path: str) -> int:
         return int(self.fs.size(path))
