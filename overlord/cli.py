@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -81,6 +82,94 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(events=args.events, partitions=args.partitions)
 
 
+def _cmd_query(args: argparse.Namespace) -> int:
+    import sqlalchemy as sa
+
+    from indexing_task.spark import get_spark
+    from overlord.config import Settings
+    from overlord.query import QueryError, execute_sql, format_table
+
+    settings = Settings.from_env()
+    try:
+        result = execute_sql(get_spark(settings.spark_master), sa.create_engine(settings.database_url), args.sql)
+    except QueryError as exc:
+        print(f"query failed: {exc.message}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    return 0
+
+
+def _utc_interval(text: str) -> tuple[datetime, datetime]:
+    """``START/END`` in ISO-8601 (UTC unless an offset is given), like Druid's intervals."""
+    try:
+        start, end = (datetime.fromisoformat(part) for part in text.split("/"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected START/END in ISO-8601, got {text!r}") from exc
+    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+    if not start < end:
+        raise argparse.ArgumentTypeError(f"expected START before END, got {text!r}")
+    return start, end
+
+
+def _iso_duration(text: str) -> timedelta:
+    from specs import SpecError, parse_iso_duration
+
+    try:
+        return parse_iso_duration(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    import sqlalchemy as sa
+
+    from indexing_task.compaction import compact
+    from indexing_task.spark import get_spark
+    from overlord.config import Settings
+    from segment_store import create_schema
+    from specs import load_supervisor_spec
+
+    spec = load_supervisor_spec(Path(args.spec).read_bytes())
+    if spec.datasource != args.datasource:
+        print(f"the spec is for datasource {spec.datasource!r}, not {args.datasource!r}", file=sys.stderr)
+        return 2
+    settings = Settings.from_env()
+    engine = sa.create_engine(settings.database_url)
+    create_schema(engine)
+    reports = compact(get_spark(settings.spark_master), engine, spec, settings.deep_storage, args.interval,
+                      max_rows_per_segment=args.max_rows_per_segment)
+    if not reports:
+        print(f"nothing to compact in {args.datasource}: no interval has two or more visible segments")
+    for r in reports:
+        n, outcome = len(r.output_segments), r.outcome
+        status = f"{outcome.status.upper()}" + ("" if outcome.ok else f" - {outcome.message}") if outcome else "-"
+        print(f"{r.interval_start:%Y-%m-%dT%H:%M:%SZ}/{r.interval_end:%Y-%m-%dT%H:%M:%SZ}  "
+              f"{r.input_segments} segments ({r.input_rows:,} rows) -> {n} segment{'s' if n != 1 else ''} "
+              f"({r.output_rows:,} rows), version {outcome.version if outcome else '-'}, "
+              f"{len(outcome.carried_over) if outcome else 0} appended carried over: {status}")
+    return 0 if all(r.outcome is not None and r.outcome.ok for r in reports) else 2
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    import sqlalchemy as sa
+
+    from overlord.config import Settings
+    from segment_store import DeepStorage, cleanup, create_schema
+
+    settings = Settings.from_env()
+    engine = sa.create_engine(settings.database_url)
+    create_schema(engine)
+    report = cleanup(engine, DeepStorage(settings.deep_storage), args.datasource, retention=args.retention,
+                     orphan_grace=args.orphan_grace, dry_run=args.dry_run)
+    verb = "would delete" if report.dry_run else "deleted"
+    print(f"cleanup of {len(report.datasources)} datasource(s): {verb} {len(report.unused_segments)} unused "
+          f"segment(s) and {len(report.orphan_files)} orphan file(s), {report.bytes_deleted:,} bytes; "
+          f"kept {report.young_orphans_kept} unreferenced file(s) younger than the grace period")
+    for path in report.orphan_files if args.verbose else ():
+        print(f"  orphan {path}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="overlord", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -105,6 +194,31 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--events", type=int, default=200_000)
     demo.add_argument("--partitions", type=int, default=4)
     demo.set_defaults(func=_cmd_demo)
+
+    query = sub.add_parser("query", help="run a read-only SQL query (Spark SQL) over published segments")
+    query.add_argument("sql", help="e.g. 'SELECT country, SUM(\"count\") AS events FROM events GROUP BY 1'")
+    query.set_defaults(func=_cmd_query)
+
+    compact = sub.add_parser("compact", help="rewrite a datasource's small segments into fewer, larger ones "
+                                             "under a new version (Spark job)")
+    compact.add_argument("datasource")
+    compact.add_argument("--spec", required=True, help="the datasource's supervisor spec (how metrics merge)")
+    compact.add_argument("--interval", type=_utc_interval, help="START/END: compact only intervals inside it")
+    compact.add_argument("--max-rows-per-segment", type=int, help="default: the spec's maxRowsPerSegment")
+    compact.set_defaults(func=_cmd_compact)
+
+    clean = sub.add_parser("cleanup", help="delete files of long-unused segments and orphan files of tasks "
+                                           "that never published")
+    clean.add_argument("datasource", nargs="?", help="default: every datasource")
+    clean.add_argument("--retention", type=_iso_duration, default=timedelta(days=1),
+                       help="keep unused segments this long (ISO-8601, default P1D)")
+    clean.add_argument("--orphan-grace", type=_iso_duration, default=timedelta(days=1),
+                       help="keep unreferenced files this long (ISO-8601, default P1D)")
+    clean.add_argument("--dry-run", action="store_true", help="only report what would be deleted")
+    clean.set_defaults(func=_cmd_cleanup)
+
+    from overlord.client import add_commands  # serve, supervisor ...
+    add_commands(sub)
     return parser
 
 

@@ -17,7 +17,8 @@ MASK = "<masked>"
 def mask_secrets(value: Any) -> Any:
     """A copy of a spec (or any JSON) with secret-looking consumer properties replaced by a mask."""
     if isinstance(value, dict):
-        return {k: (MASK if _SECRET_KEY.search(k) and not isinstance(v, dict | list) else mask_secrets(v))
+        return {k: (MASK if isinstance(k, str) and _SECRET_KEY.search(k) and not isinstance(v, dict | list)
+                    else mask_secrets(v))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [mask_secrets(v) for v in value]

@@ -226,7 +226,8 @@ class Supervisor:
         self.ctx.store.finish_task(task_id, status, detail, _report_json(report))
         self.recent_tasks.appendleft({
             "id": task_id, "status": status, "statusDetail": detail,
-            "startOffsets": dict(task.request.start_offsets), "endOffsets": dict(task.request.end_offsets),
+            "startOffsets": {str(p): o for p, o in task.request.start_offsets.items()},
+            "endOffsets": {str(p): o for p, o in task.request.end_offsets.items()},
             "startTime": task.started_at.isoformat(),
             "durationSeconds": round(self.clock() - task.started, 3)})
         log = logger.info if status == "SUCCESS" else logger.warning

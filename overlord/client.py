@@ -1,0 +1,183 @@
+"""``overlord serve`` and ``overlord supervisor ...``: the command line of the overlord's HTTP API.
+
+The ``supervisor`` commands talk to a running overlord at ``--url`` (default: ``$OVERLORD_URL``
+or ``http://127.0.0.1:8090``). A 4xx/5xx answer is printed with the server's error message
+(and the JSON path of each bad field) and the command exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from overlord.errors import OverlordError
+
+__all__ = ["ClientError", "OverlordClient", "add_commands", "format_status"]
+
+DEFAULT_URL = "http://127.0.0.1:8090"
+PREFIX = "/druid/indexer/v1"
+
+
+class ClientError(OverlordError):
+    """The overlord could not be reached or refused the request; the message is the server's."""
+
+
+class OverlordClient:
+    """A thin synchronous client of ``/druid/indexer/v1``."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url + PREFIX, timeout=timeout_s)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Send a request and return the decoded JSON; raises :class:`ClientError` on 4xx/5xx or no answer."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"cannot reach the overlord at {self.url}: {exc}") from None
+        if response.status_code >= 400:
+            raise ClientError(_error_message(response))
+        return response.json()
+
+
+def _error_message(response: httpx.Response) -> str:
+    head = f"the overlord answered HTTP {response.status_code}"
+    try:
+        body = response.json()
+    except ValueError:
+        return f"{head}: {response.text[:500]}"
+    if not isinstance(body, dict):
+        return f"{head}: {body}"
+    errors = body.get("errors") or []
+    if errors:
+        return f"{head}:\n" + "\n".join(f"  {e.get('path')}: {e.get('message')}" for e in errors)
+    return f"{head}: {body.get('error', body)}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _offsets(offsets: dict[str, int]) -> str:
+    return ", ".join(f"{p}:{o}" for p, o in offsets.items())
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """A supervisor's status for people: state, lag per partition, active tasks, counters, errors."""
+    p = status["payload"]
+    c = p["counters"]
+    lines = [
+        f"supervisor {status['id']}: {p['state']} ({p['detailedState']}), "
+        f"{'healthy' if p['healthy'] else 'UNHEALTHY'}{', suspended' if p['suspended'] else ''}",
+        f"datasource {p['dataSource']} from topic {p['stream']} ({p['partitions']} partitions), "
+        f"taskCount {p['taskCount']}, replicas {p['replicas']}",
+        f"aggregate lag {p['aggregateLag']}",
+    ]
+    rows = [["partition", "committed", "latest", "lag"]]
+    rows += [[part, str(p["committedOffsets"].get(part, "-")), str(latest), str(p["minimumLag"].get(part, "-"))]
+             for part, latest in p["latestOffsets"].items()]
+    lines.append(_table(rows) if len(rows) > 1 else "no partitions seen yet")
+    lines.append(f"active tasks: {len(p['activeTasks']) or 'none'}")
+    lines += [f"  {t['id']}  {_offsets(t['startingOffsets'])} -> {_offsets(t['endOffsets'])}  "
+              f"running {t['runningSeconds']:.1f} s" for t in p["activeTasks"]]
+    lines.append(f"processed {c['processed']}, unparseable {c['unparseable']}, thrown away {c['thrownAway']} "
+                 f"({c['processedPerSecond']['1m']}/s over 1 min)")
+    if p["recentErrors"]:
+        lines.append("recent errors:")
+        lines += [f"  {e['timestamp']}  {e['message']}" for e in p["recentErrors"]]
+    return "\n".join(lines)
+
+
+Command = Callable[[OverlordClient, argparse.Namespace], str]
+
+
+def _run(command: Command) -> Callable[[argparse.Namespace], int]:
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            print(command(OverlordClient(args.url), args))
+        except ClientError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run
+
+
+def _submit(client: OverlordClient, args: argparse.Namespace) -> str:
+    try:
+        raw = Path(args.file).read_bytes()
+    except OSError as exc:
+        raise ClientError(f"cannot read {args.file}: {exc.strerror}") from None
+    answer = client.request("POST", "/supervisor", content=raw, headers={"Content-Type": "application/json"})
+    return f"supervisor {answer['id']} submitted"
+
+
+def _list(client: OverlordClient, _args: argparse.Namespace) -> str:
+    entries = client.request("GET", "/supervisor", params={"state": "true"})
+    if not entries:
+        return "no supervisors"
+    rows = [["id", "state", "detailed state", "healthy", "suspended"]]
+    rows += [[e["id"], e["state"], e["detailedState"], "yes" if e["healthy"] else "NO",
+              "yes" if e["suspended"] else "no"] for e in entries]
+    return _table(rows)
+
+
+def _status(client: OverlordClient, args: argparse.Namespace) -> str:
+    return format_status(client.request("GET", f"/supervisor/{quote(args.id, safe='')}/status"))
+
+
+def _action(action: str, done: str) -> Command:
+    def act(client: OverlordClient, args: argparse.Namespace) -> str:
+        client.request("POST", f"/supervisor/{quote(args.id, safe='')}/{action}")
+        return f"supervisor {args.id} {done}"
+
+    return act
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from overlord.config import Settings
+    from overlord.server import serve
+
+    return serve(Settings.from_env(), args.host, args.port, args.shutdown_grace)
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``serve`` and ``supervisor ...`` on the ``overlord`` command's subparsers."""
+    serve = sub.add_parser("serve", help="run the overlord: supervisors, the HTTP API, dashboard and metrics")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8090, help="port to listen on (default: %(default)s)")
+    serve.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
+                       help="on SIGINT/SIGTERM, how long running tasks may take to publish before they are "
+                            "stopped unpublished (default: %(default)s)")
+    serve.set_defaults(func=_cmd_serve)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=os.environ.get("OVERLORD_URL", DEFAULT_URL),
+                        help=f"overlord base URL (default: $OVERLORD_URL or {DEFAULT_URL})")
+    supervisor = sub.add_parser("supervisor", help="manage supervisors of a running overlord over HTTP")
+    commands = supervisor.add_subparsers(dest="supervisor_command", required=True)
+    submit = commands.add_parser("submit", parents=[common], help="create or update a supervisor from a spec file")
+    submit.add_argument("file", help="supervisor spec JSON (Druid's Kafka supervisor format)")
+    submit.set_defaults(func=_run(_submit))
+    commands.add_parser("list", parents=[common], help="supervisors and their state").set_defaults(func=_run(_list))
+    verbs = {
+        "status": ("state, lag per partition, active tasks", _status),
+        "suspend": ("stop launching tasks", _action("suspend", "suspended")),
+        "resume": ("launch tasks again", _action("resume", "resumed")),
+        "reset": ("forget committed offsets (restart from earliest/latest)", _action("reset", "reset")),
+        "terminate": ("stop the supervisor for good", _action("terminate", "terminated")),
+    }
+    for name, (help_text, command) in verbs.items():
+        parser = commands.add_parser(name, parents=[common], help=help_text)
+        parser.add_argument("id", help="supervisor id (the datasource name)")
+        parser.set_defaults(func=_run(command))

@@ -1,0 +1,67 @@
+"""The ``overlord serve`` process: metadata store, Spark, the :class:`Overlord` core and the HTTP server.
+
+Shutdown on SIGINT/SIGTERM: uvicorn stops accepting connections and gives in-flight requests
+up to ``HTTP_DRAIN_S``; then :meth:`Overlord.stop` gives running tasks ``shutdown_grace``
+seconds to publish and stops the rest before they publish (a task checks its stop event
+between writing files and the publish transaction, and the publish is one transaction), so
+nothing is half-published. The process then exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+import uvicorn
+
+from overlord.api import create_app
+from overlord.config import Settings
+from overlord.redact import SecretLogFilter, SecretRegistry
+
+__all__ = ["HTTP_DRAIN_S", "install_log_filter", "serve"]
+
+logger = logging.getLogger(__name__)
+
+HTTP_DRAIN_S = 5
+"""At most this long (or ``shutdown_grace`` if shorter) for in-flight HTTP requests at shutdown."""
+
+
+def install_log_filter(secrets: SecretRegistry) -> None:
+    """Scrub known secret values from every line the root logger's handlers write (uvicorn's included)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in root.handlers:
+        if not any(isinstance(f, SecretLogFilter) for f in handler.filters):
+            handler.addFilter(SecretLogFilter(secrets))
+
+
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdown_grace: float = 30.0) -> int:
+    """Run the overlord until SIGINT/SIGTERM; returns the process exit code (0 after a clean stop)."""
+    from indexing_task.spark import get_spark
+    from overlord.manager import Overlord
+
+    secrets = SecretRegistry()
+    install_log_filter(secrets)
+    engine = sa.create_engine(settings.database_url, pool_size=10, pool_pre_ping=True)
+    spark = get_spark(settings.spark_master)
+    overlord = Overlord(settings, engine, spark)
+    started = False
+    try:
+        overlord.start()
+        started = True
+        drain_s = max(1, min(HTTP_DRAIN_S, int(shutdown_grace)))
+        config = uvicorn.Config(create_app(overlord, secrets), host=host, port=port, log_config=None,
+                                lifespan="off", timeout_graceful_shutdown=drain_s)
+        logger.info("overlord API on http://%s:%d (dashboard at /, API under /druid/indexer/v1)", host, port)
+        try:
+            uvicorn.Server(config).run()
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises the signal that stopped it once it has stopped; we are shutting down anyway
+        logger.info("HTTP server stopped; running tasks get %.0f s to publish", shutdown_grace)
+    finally:
+        if started:
+            overlord.stop(shutdown_grace)
+        spark.stop()
+        engine.dispose()
+    return 0

@@ -1,0 +1,437 @@
+"""The HTTP API over real HTTP: an in-process uvicorn on a free port, the real broker, PostgreSQL and Spark.
+
+Each server gets a database of its own: ``Overlord.start`` resumes every live supervisor it
+finds and fails every RUNNING task row, so sharing the session database would couple these
+tests to whatever other test modules left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import uvicorn
+
+from overlord.api import create_app
+from overlord.config import Settings
+from overlord.devstack import DevStack, free_port
+from overlord.manager import Overlord
+from overlord.redact import SecretLogFilter, SecretRegistry
+from overlord.sample_data import make_sample_events, produce
+from segment_store import committed_offsets
+from specs import load_example
+
+V1 = "/druid/indexer/v1"
+SECRET = "hunter2"
+
+
+def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
+    raw = load_example("events").to_druid_json()
+    raw["spec"]["dataSchema"]["dataSource"] = datasource
+    raw["spec"]["ioConfig"].update(topic=topic, period="PT1S", **io)
+    return raw
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def fresh_database(engine: sa.Engine, url: str) -> str:
+    """Create an empty database on the session's PostgreSQL and return its URL."""
+    name = f"api_{uuid.uuid4().hex[:12]}"
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    return sa.make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@dataclass
+class Api:
+    http: httpx.Client
+    url: str
+    overlord: Overlord
+    engine: sa.Engine
+    secrets: SecretRegistry
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = self.http.get(V1 + path, params=params)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.http.post(V1 + path, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def api(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    db = sa.create_engine(fresh_database(engine, stack.database_url), pool_size=10)
+    settings = Settings(database_url=db.url.render_as_string(hide_password=False),
+                        deep_storage=str(tmp_path_factory.mktemp("deep")),
+                        kafka_bootstrap_servers=stack.bootstrap_servers)
+    overlord = Overlord(settings, db, spark)
+    overlord.start()
+    secrets = SecretRegistry()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(overlord, secrets), host="127.0.0.1", port=port,
+                                           log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, "the API server to start", 10)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30) as http:
+            yield Api(http, url, overlord, db, secrets)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        overlord.stop(grace_s=10)
+        db.dispose()
+
+
+def submit(api: Api, spec: dict[str, Any]) -> str:
+    response = api.post("/supervisor", json=spec)
+    assert response.status_code == 200, response.text
+    return str(response.json()["id"])
+
+
+# --- supervisors -------------------------------------------------------------------------------
+
+
+def test_submit_returns_the_id_and_lists_show_it(api: Api, make_topic, datasource):
+    topic = make_topic(1)
+    assert api.post("/supervisor", json=spec_json(datasource, topic)).json() == {"id": datasource}
+
+    assert datasource in api.get("/supervisor")
+    [full] = [e for e in api.get("/supervisor", full="") if e["id"] == datasource]
+    assert set(full) == {"id", "spec", "state", "detailedState", "healthy", "suspended"}
+    assert full["spec"]["spec"]["ioConfig"]["topic"] == topic
+    [state] = [e for e in api.get("/supervisor", state="true") if e["id"] == datasource]
+    assert set(state) == {"id", "state", "detailedState", "healthy", "suspended"} and state["suspended"] is False
+
+    submit(api, spec_json(datasource, topic, taskCount=2))  # an update keeps the id
+    spec = api.get(f"/supervisor/{datasource}")
+    assert spec["spec"]["ioConfig"]["taskCount"] == 2 and spec["suspended"] is False
+    assert [h["spec"]["spec"]["ioConfig"]["taskCount"] for h in api.get(f"/supervisor/{datasource}/history")] == [2, 1]
+
+
+def _edit(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    spec = spec_json("bad_spec", "t")
+    change(spec)
+    return spec
+
+
+@pytest.mark.parametrize(("body", "paths"), [
+    (_edit(lambda s: s["spec"]["ioConfig"].update(taskCount="two")), ["spec.ioConfig.taskCount"]),
+    (_edit(lambda s: s["spec"]["ioConfig"].update(taskCount=-2)), ["spec.ioConfig.taskCount"]),
+    (_edit(lambda s: s["spec"]["ioConfig"].pop("topic")), ["spec.ioConfig.topic"]),
+    (_edit(lambda s: s["spec"]["dataSchema"]["metricsSpec"][1].update(type="median")),
+     ["spec.dataSchema.metricsSpec[1].type"]),
+    (_edit(lambda s: s["spec"]["ioConfig"].update(consumerProperties=["x"])), ["spec.ioConfig.consumerProperties"]),
+    (_edit(lambda s: (s["spec"]["ioConfig"].pop("topic"), s["spec"]["ioConfig"].update(replicas=0))),
+     ["spec.ioConfig.topic", "spec.ioConfig.replicas"]),
+    (b'{"type": "kafka", "spec": ', ["$"]),
+    (b"[1, 2]", ["$"]),
+    (b"", ["$"]),
+], ids=["taskCount-type", "taskCount-negative", "missing-topic", "unknown-aggregator", "consumerProperties-type",
+        "two-problems", "invalid-json", "not-an-object", "empty-body"])
+def test_invalid_spec_is_400_naming_each_bad_field(api: Api, body: dict[str, Any] | bytes, paths: list[str]):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = api.post("/supervisor", content=content, headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 400, response.text
+    answer = response.json()
+    assert sorted(e["path"] for e in answer["errors"]) == sorted(paths)
+    assert answer["error"].startswith("invalid supervisor spec: ") and all(p in answer["error"] for p in paths)
+    assert "bad_spec" not in api.get("/supervisor")
+
+
+def test_secrets_in_consumer_properties_appear_in_no_response(api: Api, make_topic, datasource):
+    properties = {"sasl.password": SECRET, "client.id": "api-test",
+                  "sasl.jaas.config": f'PlainLoginModule required username="u" password="{SECRET}";'}
+    topic = make_topic(1)
+    bodies = [api.post("/supervisor", json=spec_json(datasource, topic, consumerProperties=properties)).text]
+    bad = spec_json(datasource, topic, consumerProperties=properties, taskCount=0)
+    bodies.append(api.post("/supervisor", json=bad).text)
+    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["recentErrors"] != [],
+               "the supervisor to record an error", 15)  # librdkafka refuses the Java-only sasl.jaas.config
+    bodies += [api.post(f"/supervisor/{datasource}/{verb}").text for verb in ("suspend", "resume")]
+    for path in ("/supervisor", "/supervisor?full", "/supervisor?state=true", f"/supervisor/{datasource}",
+                 f"/supervisor/{datasource}/status", f"/supervisor/{datasource}/stats",
+                 f"/supervisor/{datasource}/health", f"/supervisor/{datasource}/history", "/supervisor/history",
+                 f"/tasks?datasource={datasource}"):
+        bodies.append(api.http.get(V1 + path).text)
+    bodies += [api.http.get(path).text for path in ("/", "/metrics")]
+    bodies.append(api.post(f"/supervisor/{datasource}/terminate").text)
+    bodies.append(api.http.get(V1 + "/supervisor/history").text)
+
+    assert [i for i, body in enumerate(bodies) if SECRET in body] == []
+    created = api.get("/supervisor/history")[datasource][-1]
+    masked = created["spec"]["spec"]["ioConfig"]["consumerProperties"]
+    assert masked == {"sasl.password": "<masked>", "sasl.jaas.config": "<masked>", "client.id": "api-test"}
+
+
+def test_log_lines_are_scrubbed_of_known_secrets():
+    registry = SecretRegistry()
+    registry.learn([spec_json("ds", "t", consumerProperties={"sasl.password": SECRET})])
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(handler.format(record))  # type: ignore[method-assign]
+    handler.addFilter(SecretLogFilter(registry))
+    log = logging.getLogger("tests.api.secrets")
+    log.addHandler(handler)
+    try:
+        log.warning("consumer failed with %s", {"sasl.password": SECRET})
+        try:
+            raise RuntimeError(f"bad password {SECRET}")
+        except RuntimeError:
+            log.exception("unexpected")
+    finally:
+        log.removeHandler(handler)
+    assert len(lines) == 2 and all(SECRET not in line for line in lines)
+    assert "<masked>" in lines[0] and "RuntimeError: bad password <masked>" in lines[1]
+
+
+def test_status_health_and_stats_have_druids_shape(api: Api, make_topic, datasource):
+    submit(api, spec_json(datasource, make_topic(2)))
+    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["offsetsLastUpdated"] is not None,
+               "the first supervisor run", 15)
+
+    status = api.get(f"/supervisor/{datasource}/status")
+    assert status["id"] == datasource and "generationTime" in status
+    payload = status["payload"]
+    assert {"dataSource", "stream", "partitions", "replicas", "durationSeconds", "activeTasks", "latestOffsets",
+            "minimumLag", "aggregateLag", "offsetsLastUpdated", "suspended", "healthy", "state", "detailedState",
+            "recentErrors"} <= set(payload)
+    assert payload["partitions"] == 2 and payload["state"] == "RUNNING"
+    health = api.http.get(f"{V1}/supervisor/{datasource}/health")
+    assert health.status_code == 200 and health.json()["healthy"] is True
+    totals = api.get(f"/supervisor/{datasource}/stats")["0"][datasource]["totals"]["buildSegments"]
+    assert totals == {"processed": 0, "unparseable": 0, "thrownAway": 0}
+
+
+def test_suspend_and_resume_flip_suspended(api: Api, make_topic, datasource):
+    submit(api, spec_json(datasource, make_topic(1)))
+
+    suspended = api.post(f"/supervisor/{datasource}/suspend")
+    assert suspended.status_code == 200 and suspended.json()["suspended"] is True
+    assert suspended.json()["spec"]["dataSchema"]["dataSource"] == datasource
+    assert api.get(f"/supervisor/{datasource}/status")["payload"]["state"] == "SUSPENDED"
+    again = api.post(f"/supervisor/{datasource}/suspend")
+    assert again.status_code == 400 and "already suspended" in again.json()["error"]
+
+    resumed = api.post(f"/supervisor/{datasource}/resume")
+    assert resumed.status_code == 200 and resumed.json()["suspended"] is False
+    assert api.get(f"/supervisor/{datasource}/status")["payload"]["state"] != "SUSPENDED"
+    assert [h["suspended"] for h in api.get(f"/supervisor/{datasource}/history")] == [False, True, False]
+
+
+def test_reset_offsets_checks_the_stream_and_sets_offsets(api: Api, make_topic, datasource):
+    topic = make_topic(1)
+    submit(api, spec_json(datasource, topic, useEarliestOffset=True))
+    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["latestOffsets"] != {},
+               "the partitions to be seen", 15)
+    api.post(f"/supervisor/{datasource}/suspend")  # no task may publish over the offsets set below
+
+    def reset(stream: str, offsets: dict[str, int]) -> httpx.Response:
+        return api.post(f"/supervisor/{datasource}/resetOffsets", json={
+            "type": "kafka", "partitions": {"type": "end", "stream": stream, "partitionOffsetMap": offsets}})
+
+    wrong = reset("not-the-topic", {"0": 3})
+    assert wrong.status_code == 400 and [e["path"] for e in wrong.json()["errors"]] == ["partitions.stream"]
+    unknown = reset(topic, {"7": 3})
+    assert unknown.status_code == 400 and unknown.json()["errors"][0]["path"] == 'partitions.partitionOffsetMap["7"]'
+    negative = reset(topic, {"0": -1})
+    assert negative.status_code == 400 and negative.json()["errors"][0]["path"].startswith("partitions.partition")
+    missing = api.post(f"/supervisor/{datasource}/resetOffsets", json={"type": "kafka", "partitions": {}})
+    assert missing.status_code == 400
+    assert {e["path"] for e in missing.json()["errors"]} == {"partitions.stream", "partitions.partitionOffsetMap"}
+
+    assert reset(topic, {"0": 3}).json() == {"id": datasource}
+    stored = committed_offsets(api.engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {0: 3}
+    assert api.post(f"/supervisor/{datasource}/reset").json() == {"id": datasource}
+    stored = committed_offsets(api.engine, datasource)
+    assert stored is None or dict(stored.offsets) == {}
+
+
+def test_terminate_removes_the_supervisor_and_leaves_a_tombstone(api: Api, make_topic, datasource):
+    submit(api, spec_json(datasource, make_topic(1)))
+
+    assert api.post(f"/supervisor/{datasource}/terminate").json() == {"id": datasource}
+
+    assert datasource not in api.get("/supervisor")
+    assert api.http.get(f"{V1}/supervisor/{datasource}/status").status_code == 404
+    history = api.get(f"/supervisor/{datasource}/history")
+    assert [h["terminated"] for h in history] == [True, False]
+    assert history[0]["spec"]["spec"]["ioConfig"] and history[0]["version"] >= history[1]["version"]
+    assert api.get("/supervisor/history")[datasource][0]["terminated"] is True
+    assert api.post(f"/supervisor/{datasource}/terminate").status_code == 404
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/supervisor/nope"), ("GET", "/supervisor/nope/status"), ("GET", "/supervisor/nope/health"),
+    ("GET", "/supervisor/nope/stats"), ("GET", "/supervisor/nope/history"), ("POST", "/supervisor/nope/suspend"),
+    ("POST", "/supervisor/nope/resume"), ("POST", "/supervisor/nope/reset"), ("POST", "/supervisor/nope/terminate"),
+    ("GET", "/task/nope"), ("GET", "/task/nope/status"), ("POST", "/task/nope/shutdown"),
+])
+def test_unknown_ids_are_404(api: Api, method: str, path: str):
+    response = api.http.request(method, V1 + path)
+    assert response.status_code == 404 and "nope" in response.json()["error"]
+
+
+def test_unexpected_errors_are_500_with_a_logged_traceback(api: Api, monkeypatch, caplog):
+    def broken(**_kwargs: Any) -> None:
+        raise RuntimeError("metadata store on fire")
+
+    monkeypatch.setattr(api.overlord.store, "tasks", broken)
+    with caplog.at_level(logging.ERROR, logger="overlord.api"):
+        response = api.http.get(f"{V1}/tasks")
+    assert response.status_code == 500 and "error" in response.json()
+    assert any(r.exc_info and "metadata store on fire" in str(r.exc_info[1]) for r in caplog.records)
+
+
+# --- ingestion, tasks, dashboard, metrics ------------------------------------------------------
+
+
+def test_ingestion_shows_in_status_tasks_dashboard_and_metrics(api: Api, stack: DevStack, make_topic, datasource):
+    topic = make_topic(2)
+    sample = make_sample_events(300, bad_every=0)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    submit(api, spec_json(datasource, topic))
+
+    def caught_up() -> bool:
+        payload = api.get(f"/supervisor/{datasource}/status")["payload"]
+        return payload["aggregateLag"] == 0 and payload["committedOffsets"] == {"0": 150, "1": 150}
+
+    wait_until(caught_up, "the supervisor to publish everything produced", 60)
+
+    tasks = api.get("/tasks", datasource=datasource)
+    assert tasks and {t["dataSource"] for t in tasks} == {datasource}
+    assert {t["status"] for t in tasks} == {"SUCCESS"} and all(t["duration"] >= 0 for t in tasks)
+    assert {t["id"] for t in api.get("/tasks", datasource=datasource, state="complete")} == {t["id"] for t in tasks}
+    assert api.get("/tasks", datasource=datasource, state="failed") == []
+    assert all(t["status"] == "RUNNING" for t in api.get("/tasks", datasource=datasource, state="running"))
+    bad_state = api.http.get(f"{V1}/tasks", params={"state": "bogus"})
+    assert bad_state.status_code == 400 and bad_state.json()["errors"][0]["path"] == "state"
+    task_id = tasks[-1]["id"]
+    task = api.get(f"/task/{task_id}")
+    assert task["task"] == task_id and task["payload"]["dataSource"] == datasource
+    assert task["payload"]["report"]["publish"] == "ok"
+    status = api.get(f"/task/{task_id}/status")
+    assert status["task"] == task_id and status["status"]["status"] == "SUCCESS"
+    druid_keys = {"id", "createdTime", "statusCode", "duration", "location", "dataSource", "errorMsg"}
+    assert druid_keys <= set(status["status"])
+    assert api.post(f"/task/{task_id}/shutdown").json() == {"task": task_id}
+    processed = api.get(f"/supervisor/{datasource}/stats")["0"][datasource]["totals"]["buildSegments"]["processed"]
+    assert processed == 300
+
+    page = api.http.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert datasource in page.text and 'http-equiv="refresh"' in page.text
+    metrics = api.http.get("/metrics")
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    assert f'overlord_supervisor_lag{{supervisor="{datasource}",partition="0"}} 0' in metrics.text
+    assert f'overlord_supervisor_processed_total{{supervisor="{datasource}"}} 300' in metrics.text
+    assert f'overlord_supervisor_healthy{{supervisor="{datasource}"}} 1' in metrics.text
+
+
+def test_health_and_openapi(api: Api):
+    health = api.http.get("/health")
+    assert health.status_code == 200 and health.json()["healthy"] is True
+    openapi = api.http.get("/openapi.json").json()
+    assert {f"{V1}/supervisor", f"{V1}/supervisor/{{supervisor_id}}/resetOffsets", f"{V1}/tasks", "/metrics"} <= set(
+        openapi["paths"])
+    assert "SupervisorSpec" in openapi["components"]["schemas"]
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def overlord_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "overlord.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=60)
+
+
+def test_cli_client_against_the_server(api: Api, make_topic, datasource, tmp_path: Path):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec_json(datasource, make_topic(2))))
+    bad_file = tmp_path / "bad.json"
+    bad_file.write_text(json.dumps(spec_json(datasource, "t", taskCount=-1)))
+
+    submitted = overlord_cli("supervisor", "submit", str(spec_file), "--url", api.url)
+    assert submitted.returncode == 0, submitted.stderr
+    assert f"supervisor {datasource} submitted" in submitted.stdout
+    listed = overlord_cli("supervisor", "list", env={"OVERLORD_URL": api.url})
+    assert listed.returncode == 0 and datasource in listed.stdout and "state" in listed.stdout
+    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["latestOffsets"] != {},
+               "the partitions to be seen", 15)
+    status = overlord_cli("supervisor", "status", datasource, "--url", api.url)
+    assert status.returncode == 0, status.stderr
+    assert f"supervisor {datasource}: RUNNING" in status.stdout and "aggregate lag 0" in status.stdout
+    assert "partition  committed  latest  lag" in status.stdout and "active tasks:" in status.stdout
+    suspended = overlord_cli("supervisor", "suspend", datasource, "--url", api.url)
+    assert suspended.returncode == 0 and f"supervisor {datasource} suspended" in suspended.stdout
+
+    bad = overlord_cli("supervisor", "submit", str(bad_file), "--url", api.url)
+    assert bad.returncode == 1 and "HTTP 400" in bad.stderr and "spec.ioConfig.taskCount" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    missing = overlord_cli("supervisor", "status", "nope", "--url", api.url)
+    assert missing.returncode == 1 and "HTTP 404" in missing.stderr and "no supervisor 'nope'" in missing.stderr
+    unreachable = overlord_cli("supervisor", "list", "--url", f"http://127.0.0.1:{free_port()}")
+    assert unreachable.returncode == 1 and "cannot reach the overlord" in unreachable.stderr
+    terminated = overlord_cli("supervisor", "terminate", datasource, "--url", api.url)
+    assert terminated.returncode == 0 and datasource not in api.get("/supervisor")
+
+
+def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, engine: sa.Engine, make_topic,
+                                                             tmp_path: Path):
+    port, grace_s = free_port(), 5
+    env = {**os.environ, **stack.as_env(), "OVERLORD_DATABASE_URL": fresh_database(engine, stack.database_url),
+           "OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"), "OVERLORD_SPARK_MASTER": "local[1]"}
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "overlord.cli", "serve", "--port", str(port), "--shutdown-grace", str(grace_s)],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def answers() -> bool:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                return httpx.get(f"{url}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(answers, "overlord serve to answer /health", 60)
+        spec = spec_json(f"ds_{uuid.uuid4().hex[:8]}", make_topic(1))
+        assert httpx.post(f"{url}{V1}/supervisor", json=spec, timeout=30).status_code == 200
+
+        stopping = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=grace_s + 25)
+        took = time.monotonic() - stopping
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = log_path.read_text()
+    assert code == 0, output
+    assert "overlord stopped" in output and "Traceback" not in output
+    assert took < grace_s + 20
