@@ -4,7 +4,7 @@ All models are frozen, read Druid's camelCase JSON names (snake_case Python
 names work too) and keep fields they do not model (``extra="allow"``) so that
 they can be reported as ignored rather than rejected; see
 :func:`specs.supervisor.ignored_field_paths`.  The I/O, tuning and top-level
-models live in :mod:`specs.supervisor`; :mod:`specs.models` re-exports both.
+models live in :mod:`specs.supervisor`; :mod:`specs` re-exports both.
 """
 
 from __future__ import annotations
