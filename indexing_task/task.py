@@ -9,8 +9,8 @@ files are orphans for the cleanup job.
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping

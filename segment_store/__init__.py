@@ -1,5 +1,8 @@
-"""Segment metadata store: the publish transaction, committed offsets, segment rows, deep storage."""
+"""Segment metadata store: the publish transaction, committed offsets, segment rows, the timeline,
+the compaction swap, cleanup and deep storage."""
 
+from segment_store.cleanup import CleanupReport, cleanup
+from segment_store.compaction import CompactionSwap, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage, segment_file_path
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.errors import SegmentStoreError
@@ -14,19 +17,30 @@ from segment_store.publish import (
     used_segments,
 )
 from segment_store.schema import create_schema
+from segment_store.timeline import Interval, datasources, visible, visible_by_interval, visible_segments
 
 __all__ = [
+    "CleanupReport",
     "CommittedOffsets",
+    "CompactionSwap",
     "DeepStorage",
+    "Interval",
     "PublishOutcome",
     "PublishRequest",
     "SegmentDescriptor",
     "SegmentRecord",
     "SegmentStoreError",
+    "SwapOutcome",
+    "cleanup",
     "committed_offsets",
     "create_schema",
+    "datasources",
     "publish",
     "reset_offsets",
     "segment_file_path",
+    "swap_compacted",
     "used_segments",
+    "visible",
+    "visible_by_interval",
+    "visible_segments",
 ]

@@ -1,0 +1,196 @@
+"""Query benchmark: latency of a group-by and a time-series query over many small segments,
+before and after compaction, and compaction throughput.
+
+Builds ``--rows`` rolled-up rows as ``--hours`` HOUR intervals x ``--tasks`` small segments
+each (every fake task publishes one segment per hour, with consecutive fake offset ranges,
+through the real publish transaction; no Kafka), then measures both queries ``--runs`` times
+each (after one warm-up run) through the real query path, compacts every interval with the
+real Spark job, checks the results did not change, and measures again.
+
+    python -m benchmarks.query --rows 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+
+from indexing_task.compaction import compact
+from indexing_task.spark import get_spark
+from overlord.devstack import dev_stack
+from overlord.query import execute_sql
+from segment_store import PublishRequest, SegmentDescriptor, create_schema, publish, visible_segments
+from segment_store.deep_storage import DeepStorage
+from specs import load_supervisor_spec
+
+RESULTS = Path(__file__).parent / "results"
+DATASOURCE = "bench-query"
+START = datetime(2026, 11, 1, tzinfo=UTC)
+DIMS = {"country": 50, "device": 4, "os": 30}
+"""Dimension -> cardinality; a segment draws its rows from a random 10-minute window of its hour."""
+QUERIES = {
+    "group_by": f'SELECT country, device, SUM("count") AS events, SUM(value_sum) AS value, MAX(value_max) AS top '
+                f'FROM "{DATASOURCE}" GROUP BY country, device ORDER BY country, device',
+    "time_series": f"SELECT date_trunc('HOUR', __time) AS t, SUM(\"count\") AS events, SUM(price_sum) AS price "
+                   f'FROM "{DATASOURCE}" GROUP BY 1 ORDER BY 1',
+}
+
+
+def spec() -> Any:
+    return load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {
+            "dataSource": DATASOURCE, "timestampSpec": {"column": "ts", "format": "millis"},
+            "dimensionsSpec": {"dimensions": list(DIMS)},
+            "metricsSpec": [{"type": "count", "name": "count"},
+                            {"type": "longSum", "name": "value_sum", "fieldName": "value"},
+                            {"type": "longMin", "name": "value_min", "fieldName": "value"},
+                            {"type": "longMax", "name": "value_max", "fieldName": "value"},
+                            {"type": "doubleSum", "name": "price_sum", "fieldName": "price"}],
+            "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "MINUTE"}},
+        "ioConfig": {"topic": "bench-query", "useEarliestOffset": True}}})
+
+
+def segment_rows(rng: np.random.Generator, n: int, hour: datetime) -> pa.Table:
+    """``n`` distinct rolled-up rows (minute, dims) of one segment, sorted like ingestion writes them."""
+    combos = int(np.prod(list(DIMS.values())))
+    window = int(rng.integers(0, 51))
+    keys = np.sort(rng.choice(10 * combos, size=n, replace=False))
+    minute, rest = np.divmod(keys, combos)
+    columns: dict[str, Any] = {"__time": pa.array(
+        int(hour.timestamp() * 1000) + (window + minute) * 60_000, pa.timestamp("ms", tz="UTC"))}
+    for name, card in reversed(DIMS.items()):
+        rest, value = np.divmod(rest, card)
+        columns[name] = pa.array(np.char.add(name[0], value.astype(str)).astype(object))
+    columns = {"__time": columns["__time"], **{d: columns[d] for d in DIMS}}
+    count = rng.integers(1, 20, n)
+    low = rng.integers(-50, 500, n)
+    high = low + rng.integers(0, 500, n)
+    columns.update({"count": count, "value_sum": count * (low + high) // 2, "value_min": low, "value_max": high,
+                    "price_sum": np.round(rng.random(n) * 100 * count, 2)})
+    return pa.table(columns)
+
+
+def build(engine: sa.Engine, storage: DeepStorage, rows: int, hours: int, tasks: int) -> int:
+    """Write and publish ``tasks`` x ``hours`` segments; return the number of rows written."""
+    rng = np.random.default_rng(1)
+    per_segment = rows // (hours * tasks)
+    written = 0
+    for task in range(tasks):
+        segments = []
+        for h in range(hours):
+            start = START + timedelta(hours=h)
+            table = segment_rows(rng, per_segment, start)
+            path = storage.path_for(DATASOURCE, start, start + timedelta(hours=1), f"bench-task-{task:04d}", 0)
+            storage.makedirs_for(path)
+            pq.write_table(table, path, compression="zstd")
+            segments.append(SegmentDescriptor(f"{DATASOURCE}_{task}_{h}", DATASOURCE, start,
+                                              start + timedelta(hours=1), path, storage.size(path), table.num_rows))
+            written += table.num_rows
+        outcome = publish(engine, PublishRequest(DATASOURCE, "bench-query", f"bench-task-{task}", {0: task},
+                                                 {0: task + 1}, {0: 0}, tuple(segments)))
+        if not outcome.ok:
+            raise RuntimeError(outcome.message)
+    return written
+
+
+def measure(spark: Any, engine: sa.Engine, runs: int) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
+    figures: dict[str, Any] = {}
+    results: dict[str, list[list[Any]]] = {}
+    for name, sql in QUERIES.items():
+        started = time.monotonic()
+        results[name] = execute_sql(spark, engine, sql).rows()
+        first = time.monotonic() - started
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            execute_sql(spark, engine, sql)
+            times.append(time.monotonic() - started)
+        times.sort()
+        figures[name] = {"first_run_s": round(first, 3), "p50_s": round(statistics.median(times), 3),
+                         "p95_s": round(times[min(len(times) - 1, round(0.95 * (len(times) - 1)))], 3),
+                         "runs": runs}
+        print(f"  {name}: first {first:.2f}s, p50 {figures[name]['p50_s']:.2f}s, p95 {figures[name]['p95_s']:.2f}s",
+              flush=True)
+    return figures, results
+
+
+def same(before: dict[str, list[list[Any]]], after: dict[str, list[list[Any]]]) -> bool:
+    """Equal results; double sums may differ in the last bits (summation order), so compare those to 1e-9."""
+    for name, rows in before.items():
+        for a, b in zip(rows, after[name], strict=True):
+            for x, y in zip(a, b, strict=True):
+                if x != y and not (isinstance(x, float) and abs(x - y) <= 1e-9 * max(abs(x), 1.0)):
+                    return False
+    return all(len(before[n]) == len(after[n]) for n in before)
+
+
+def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "benchmark": "query", "started": datetime.now(UTC).isoformat(),
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+                    "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]},
+        "spark_master": "local[*]", "queries": QUERIES}
+    with dev_stack() as stack:
+        engine = sa.create_engine(stack.database_url)
+        create_schema(engine)
+        storage = DeepStorage(stack.deep_storage)
+        started = time.monotonic()
+        written = build(engine, storage, rows, hours, tasks)
+        segments = len(visible_segments(engine, DATASOURCE))
+        print(f"built {written:,} rows in {segments:,} segments in {time.monotonic() - started:.1f}s", flush=True)
+        results["data"] = {"rows": written, "segments": segments, "intervals": hours, "segments_per_interval": tasks}
+        spark = get_spark("local[*]")
+        print("before compaction:", flush=True)
+        results["before"], before = measure(spark, engine, runs)
+
+        started = time.monotonic()
+        reports = compact(spark, engine, spec(), stack.deep_storage)
+        seconds = time.monotonic() - started
+        if not all(r.outcome is not None and r.outcome.ok for r in reports):
+            raise RuntimeError(f"compaction failed: {[r.outcome for r in reports]}")
+        rows_in, rows_out = sum(r.input_rows for r in reports), sum(r.output_rows for r in reports)
+        results["compaction"] = {
+            "seconds": round(seconds, 2), "rows_in": rows_in, "rows_out": rows_out,
+            "rows_per_s": round(rows_in / seconds), "segments_in": sum(r.input_segments for r in reports),
+            "segments_out": sum(len(r.output_segments) for r in reports)}
+        c = results["compaction"]
+        print(f"compaction: {rows_in:,} rows in {c['segments_in']:,} segments -> {rows_out:,} rows in "
+              f"{c['segments_out']} segments in {seconds:.1f}s ({c['rows_per_s']:,} rows/s)", flush=True)
+        print("after compaction:", flush=True)
+        results["after"], after = measure(spark, engine, runs)
+        results["results_identical"] = same(before, after)
+        print(f"results identical before and after: {results['results_identical']}")
+        spark.stop()
+        engine.dispose()
+    results["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--tasks", type=int, default=100, help="segments per hour before compaction")
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    results = run(args.rows, args.hours, args.tasks, args.runs)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "query.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The compaction job: rewrite an interval's visible segments into fewer, larger ones, then swap.
+
+The driver reads each interval's visible set from the timeline and runs one Spark job with one
+task per interval (``mapInArrow``, like ingestion): the worker reads the interval's files, rolls
+them up again with the ingestion's own combining rules (``Rollup.merge``: count and sums add,
+min/max combine; rows are kept as they are without rollup), sorts them and writes files of at
+most ``maxRowsPerSegment`` rows under ``{root}/{datasource}/{interval}/compact-{job}-...``. Only
+metadata returns to the driver, which swaps each interval in its own transaction
+(:func:`segment_store.swap_compacted`): segments appended meanwhile are carried over, and if
+another compaction swapped first the interval is compacted again from its new visible set.
+
+An interval's rolled-up rows must fit one worker's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
+from pyspark.sql import SparkSession
+
+from indexing_task.errors import IndexingError
+from indexing_task.rollup import SEGMENT_START, TIME, Rollup, RollupSchema
+from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
+from segment_store.deep_storage import DeepStorage
+from segment_store.timeline import Interval, visible_by_interval, visible_segments
+
+__all__ = ["CompactionError", "CompactionReport", "compact"]
+
+logger = logging.getLogger(__name__)
+
+_RESULT_SCHEMA = pa.schema([("interval", pa.int64()), ("rows_in", pa.int64()), ("segments", pa.string()),
+                            ("error", pa.string()), ("retryable", pa.bool_())])
+_RESULT_DDL = "`interval` bigint, `rows_in` bigint, `segments` string, `error` string, `retryable` boolean"
+
+
+class CompactionError(IndexingError):
+    """A compaction job could not run (e.g. segment files do not match the spec's columns)."""
+
+
+class _IntervalInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    start: datetime
+    end: datetime
+    paths: tuple[str, ...]
+
+
+class _Payload(BaseModel):
+    """Shipped to the workers with the Spark job."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    job_id: str
+    datasource: str
+    rollup_schema: RollupSchema
+    deep_storage: str
+    storage_options: dict[str, Any] = {}
+    max_rows_per_segment: int
+    intervals: tuple[_IntervalInput, ...]
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """One interval: what was read, what was written, and the swap's outcome (None if skipped)."""
+
+    datasource: str
+    interval_start: datetime
+    interval_end: datetime
+    input_segments: int
+    input_rows: int
+    output_segments: tuple[SegmentDescriptor, ...]
+    outcome: SwapOutcome | None
+    attempts: int
+    seconds: float
+
+    @property
+    def output_rows(self) -> int:
+        return sum(s.num_rows for s in self.output_segments)
+
+
+def _run_intervals(payload: _Payload, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: each input row is the index of one interval to compact."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context else 0
+    for batch in batches:
+        for index in batch.column(0).to_pylist():
+            row: dict[str, Any] = {"interval": index, "rows_in": 0, "segments": "[]", "error": None,
+                                   "retryable": False}
+            try:
+                rows_in, segments = _compact_interval(payload, index, attempt)
+                row.update(rows_in=rows_in, segments=json.dumps(segments))
+            except CompactionError as exc:
+                row.update(error=str(exc))
+            except FileNotFoundError as exc:  # an input was replaced and cleaned up meanwhile: plan again
+                row.update(error=f"input file gone: {exc}", retryable=True)
+            yield pa.RecordBatch.from_pylist([row], schema=_RESULT_SCHEMA)
+
+
+def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int, list[dict[str, Any]]]:
+    """Read, roll up and write one interval; return (rows read, written files' metadata)."""
+    storage = DeepStorage(payload.deep_storage, payload.storage_options)
+    target = payload.intervals[index]
+    expected = payload.rollup_schema.output_columns
+    tables = []
+    for path in target.paths:
+        with storage.fs.open(path, "rb") as f:
+            table = pq.read_table(f)
+        if table.column_names != expected:
+            raise CompactionError(f"{path}: expected columns {expected} (from the spec), found {table.column_names}")
+        tables.append(table)
+    schema = tables[0].schema
+    rollup = Rollup(payload.rollup_schema)
+    try:  # the merge groups by segment start too: one constant here, the rows are all of one interval
+        merged = rollup.merge([t.append_column(SEGMENT_START, pa.array(np.zeros(t.num_rows, dtype=np.int64)))
+                               for t in tables])
+    finally:
+        rollup.close()
+    merged = merged.select(expected).cast(schema).sort_by([(c, "ascending") for c in expected])
+    attempt_id = f"compact-{payload.job_id}-i{index:04d}-a{attempt}"
+    written = []
+    for part, offset in enumerate(range(0, merged.num_rows, payload.max_rows_per_segment)):
+        chunk = merged.slice(offset, payload.max_rows_per_segment)
+        path = storage.path_for(payload.datasource, target.start, target.end, attempt_id, part)
+        storage.makedirs_for(path)
+        with storage.fs.open(path, "wb") as out:
+            pq.write_table(chunk, out, compression="zstd", row_group_size=1_000_000)
+        times = chunk.column(TIME)
+        written.append({"id": f"{payload.datasource}_{target.start:%Y%m%dT%H%M%SZ}_{target.end:%Y%m%dT%H%M%SZ}_"
+                              f"{attempt_id}_{part}", "path": path, "size_bytes": storage.size(path),
+                        "num_rows": chunk.num_rows, "min_time": pc.min(times).as_py().isoformat(),
+                        "max_time": pc.max(times).as_py().isoformat()})
+    return sum(t.num_rows for t in tables), written
+
+
+def _plan(engine: sa.Engine, datasource: str, within: Interval | None,
+          min_segments: int) -> dict[Interval, list[SegmentRecord]]:
+    """Visible segments of every exact interval inside ``within`` that has at least ``min_segments``."""
+    chunks = visible_by_interval(visible_segments(engine, datasource, within))
+    return {iv: segs for iv, segs in chunks.items()
+            if len(segs) >= min_segments and (within is None or (within[0] <= iv[0] and iv[1] <= within[1]))}
+
+
+def _run_job(spark: SparkSession, payload: _Payload) -> list[Any]:
+    n = len(payload.intervals)
+    spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")
+    rows = spark.range(0, n, 1, n).mapInArrow(partial(_run_intervals, payload), _RESULT_DDL).collect()
+    errors = [r["error"] for r in rows if r["error"] and not r["retryable"]]
+    if errors:
+        raise CompactionError(f"compaction {payload.job_id} of {payload.datasource!r}: {errors[0]}")
+    return sorted(rows, key=lambda r: r["interval"])
+
+
+def compact(spark: SparkSession, engine: sa.Engine, spec: Any, deep_storage: str, interval: Interval | None = None,
+            *, storage_options: dict[str, Any] | None = None, max_rows_per_segment: int | None = None,
+            min_segments: int = 2, max_attempts: int = 3) -> list[CompactionReport]:
+    """Compact every exact interval of ``spec``'s datasource inside ``interval`` (all when None).
+
+    ``spec`` is a ``specs.SupervisorSpec``: its metrics say how rows merge and its
+    ``maxRowsPerSegment`` caps the files (unless given). Intervals with fewer than
+    ``min_segments`` visible segments are skipped. An interval whose swap is retryable is
+    compacted again, up to ``max_attempts`` times. Raises :class:`CompactionError` if a job fails.
+    """
+    datasource = spec.datasource
+    schema = RollupSchema.from_spec(spec.spec.data_schema)
+    max_rows = max_rows_per_segment or spec.spec.tuning_config.max_rows_per_segment
+    reports: list[CompactionReport] = []
+    pending = _plan(engine, datasource, interval, min_segments)
+    for attempt in range(1, max_attempts + 1):
+        if not pending:
+            break
+        started = time.monotonic()
+        job_id = uuid.uuid4().hex[:12]
+        payload = _Payload(job_id=job_id, datasource=datasource, rollup_schema=schema, deep_storage=deep_storage,
+                           storage_options=storage_options or {}, max_rows_per_segment=max_rows,
+                           intervals=tuple(_IntervalInput(start=s, end=e, paths=tuple(r.path for r in segs))
+                                           for (s, e), segs in pending.items()))
+        logger.info("compaction %s: datasource=%s intervals=%d segments=%d (attempt %d)", job_id, datasource,
+                    len(pending), sum(len(v) for v in pending.values()), attempt)
+        retry: list[Interval] = []
+        for row, ((start, end), read) in zip(_run_job(spark, payload), pending.items(), strict=True):
+            read_ids = frozenset(r.id for r in read)
+            segments = tuple(SegmentDescriptor(
+                id=m["id"], datasource=datasource, interval_start=start, interval_end=end, path=m["path"],
+                size_bytes=m["size_bytes"], num_rows=m["num_rows"],
+                details={"min_time": m["min_time"], "max_time": m["max_time"]}) for m in json.loads(row["segments"]))
+            outcome = (SwapOutcome("retryable", row["error"]) if row["retryable"] else
+                       swap_compacted(engine, CompactionSwap(datasource, start, end, read[0].version, read_ids,
+                                                             segments, job_id)))
+            if outcome.status == "retryable" and attempt < max_attempts:
+                retry.append((start, end))
+                continue
+            reports.append(CompactionReport(datasource, start, end, len(read), int(row["rows_in"]), segments,
+                                            outcome, attempt, time.monotonic() - started))
+        pending = {}
+        for iv in retry:  # compact these again from their current visible sets
+            pending.update({k: v for k, v in _plan(engine, datasource, iv, min_segments).items() if k == iv})
+    return sorted(reports, key=lambda r: r.interval_start)

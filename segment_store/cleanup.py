@@ -1,0 +1,173 @@
+"""Cleanup: delete the files of long-unused segments and the orphan files of tasks that never published.
+
+Two sweeps per datasource, like Druid's kill task:
+
+* **Unused segments.** Rows with ``used = false`` whose ``used_status_updated_at`` is older than
+  the retention period, and whose file lies under this deep storage root, are deleted
+  (``DELETE ... RETURNING``, guarded again by ``NOT used`` and by "no used row has the same
+  path"), then their files; the rows go, as with Druid's kill (the log keeps the history).
+  The retention period must exceed the longest query: a query planned before a compaction
+  swap may still read the replaced files.
+* **Orphans.** Files under ``{root}/{datasource}/`` in the segment layout
+  (``{interval}/{attempt}/part-n.parquet``) that no segment row references and that are older
+  than the grace period. Files are listed *before* the rows are read, so a file published in
+  between is seen as referenced. The grace period must exceed the longest time between a task
+  (or compaction) writing a file and publishing it; a younger file is never touched.
+
+A file referenced by a used row is never deleted. Nothing outside the segment layout is touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from fsspec.implementations.local import LocalFileSystem
+
+from segment_store.deep_storage import DeepStorage
+from segment_store.schema import datasource_offsets as offsets_t
+from segment_store.schema import segment_status
+from segment_store.schema import segments as segments_t
+
+__all__ = ["CleanupReport", "cleanup"]
+
+logger = logging.getLogger(__name__)
+
+_LAYOUT = re.compile(r"\d{8}T\d{6}\.\d{3}Z_\d{8}T\d{6}\.\d{3}Z/[^/]+/part-\d+\.parquet")
+"""A segment file's path below ``{root}/{datasource}/`` (see ``segment_file_path``)."""
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    """What one cleanup run deleted (or, with ``dry_run``, would delete)."""
+
+    datasources: tuple[str, ...]
+    unused_segments: tuple[str, ...]
+    """Ids of unused segments whose rows and files were deleted."""
+    orphan_files: tuple[str, ...]
+    young_orphans_kept: int
+    """Unreferenced files younger than the grace period (perhaps a task about to publish)."""
+    bytes_deleted: int
+    dry_run: bool
+
+
+def _modified(info: dict[str, Any]) -> datetime | None:
+    """A listed file's modification time, if the filesystem reports one."""
+    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(float(value), UTC)
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return None
+
+
+def _known_datasources(engine: sa.Engine, storage: DeepStorage) -> list[str]:
+    """Datasources in the metadata store, plus directories at the deep storage root."""
+    s, o = segments_t.c, offsets_t.c
+    with engine.connect() as conn:
+        names = set(conn.execute(sa.select(s.datasource).distinct()).scalars())
+        names |= set(conn.execute(sa.select(o.datasource)).scalars())
+    try:
+        listed = storage.fs.ls(storage.root, detail=True)
+    except FileNotFoundError:
+        listed = []
+    names |= {str(i["name"]).rstrip("/").rsplit("/", 1)[-1] for i in listed if i.get("type") == "directory"}
+    return sorted(names)
+
+
+def _delete_files(storage: DeepStorage, paths: Iterable[str]) -> None:
+    fs = storage.fs
+    parents: set[str] = set()
+    for path in paths:
+        try:
+            fs.rm_file(path)
+        except FileNotFoundError:
+            logger.info("cleanup: %s was already gone", path)
+        parents.add(path.rsplit("/", 1)[0])
+    if isinstance(fs, LocalFileSystem):  # object stores have no directories to leave behind
+        for attempt_dir in sorted(parents):
+            for directory in (attempt_dir, attempt_dir.rsplit("/", 1)[0]):
+                try:
+                    fs.rmdir(directory)
+                except OSError:
+                    break  # not empty (or gone): leave it and its parent
+
+
+def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
+                  dry_run: bool) -> tuple[list[str], list[str], int]:
+    """Delete unused rows older than ``cutoff`` whose file no used row shares, then their files."""
+    st = segment_status.c
+    other = segment_status.alias("other")
+    shared = sa.select(sa.literal(1)).where((other.c.path == st.path) & other.c.used)
+    where = ((st.datasource == datasource) & sa.not_(st.used) & (st.used_status_updated_at < cutoff)
+             & st.path.startswith(f"{storage.root}/{datasource}/", autoescape=True) & ~shared.exists())
+    with engine.begin() as conn:
+        if dry_run:
+            rows = conn.execute(sa.select(st.id, st.path, st.size_bytes).where(where)).all()
+        else:
+            rows = conn.execute(segment_status.delete().where(where)
+                                .returning(st.id, st.path, st.size_bytes)).all()
+    if not dry_run:
+        _delete_files(storage, [r.path for r in rows])
+    return [r.id for r in rows], [r.path for r in rows], sum(int(r.size_bytes) for r in rows)
+
+
+def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
+                   dry_run: bool) -> tuple[list[str], int, int]:
+    """Delete layout files under the datasource's directory that no row references, older than ``cutoff``."""
+    fs = storage.fs
+    prefix = fs._strip_protocol(f"{storage.root}/{datasource}").rstrip("/") + "/"
+    listed: dict[str, dict[str, Any]] = fs.find(prefix, detail=True)  # listed first: see module doc
+    with engine.connect() as conn:
+        referenced = {fs._strip_protocol(p) for p in conn.execute(
+            sa.select(segments_t.c.path).where(segments_t.c.datasource == datasource)).scalars()}
+    orphans: list[str] = []
+    young = size = 0
+    for name, info in sorted(listed.items()):
+        path = fs._strip_protocol(name)
+        if not path.startswith(prefix) or not _LAYOUT.fullmatch(path[len(prefix):]) or path in referenced:
+            continue
+        modified = _modified(info)
+        if modified is None or modified >= cutoff:
+            young += 1
+            continue
+        orphans.append(path)
+        size += int(info.get("size") or 0)
+    if not dry_run:
+        _delete_files(storage, orphans)
+    return orphans, young, size
+
+
+def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = None, *,
+            retention: timedelta = timedelta(days=1), orphan_grace: timedelta = timedelta(days=1),
+            now: datetime | None = None, dry_run: bool = False) -> CleanupReport:
+    """Delete unused segments older than ``retention`` and orphan files older than ``orphan_grace``.
+
+    ``datasource`` None sweeps every datasource the metadata store knows and every directory at
+    the deep storage root. Raises only on infrastructure faults.
+    """
+    if retention < timedelta(0) or orphan_grace < timedelta(0):
+        raise ValueError(f"expected non-negative retention and grace, found {retention} and {orphan_grace}")
+    now = now or datetime.now(UTC)
+    if now.tzinfo is None:
+        raise ValueError("now must be UTC-aware")
+    names = [datasource] if datasource is not None else _known_datasources(engine, storage)
+    unused: list[str] = []
+    orphans: list[str] = []
+    young = size = 0
+    for name in names:
+        ids, _, freed = _sweep_unused(engine, storage, name, now - retention, dry_run)
+        found, kept, orphan_bytes = _sweep_orphans(engine, storage, name, now - orphan_grace, dry_run)
+        unused += ids
+        orphans += found
+        young += kept
+        size += freed + orphan_bytes
+        if ids or found:
+            logger.info("cleanup%s: datasource=%s unused segments=%d orphan files=%d young orphans kept=%d",
+                        " (dry run)" if dry_run else "", name, len(ids), len(found), kept)
+    return CleanupReport(tuple(names), tuple(unused), tuple(orphans), young, size, dry_run)

@@ -1,0 +1,98 @@
+"""The segment timeline: the only way queries and compaction find the files they may read.
+
+For each (datasource, exact interval) the *visible* segments are the used ones at the highest
+version among that interval's used segments; lower versions are overshadowed. Unused rows and
+files that no row references (orphans of tasks that never published) are never visible.
+
+Versions are per exact interval (the publish transaction appends at the interval's current
+version, compaction swaps in version + 1), so they do not order segments of different
+intervals. Overlapping intervals of different granularities (after a spec changed its
+``segmentGranularity``) therefore hold different rows and are all visible; Druid's
+cross-interval overshadowing would hide rows appended at a fresh interval's version 1 under an
+older, coarser interval compacted to version 2. A job that rewrites finer intervals into a
+coarser one must mark the finer segments unused in its own swap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from itertools import groupby
+
+import sqlalchemy as sa
+
+from segment_store.publish import SegmentRecord
+from segment_store.schema import segments as segments_t
+
+__all__ = ["Interval", "datasources", "read_segments", "visible", "visible_by_interval", "visible_segments"]
+
+Interval = tuple[datetime, datetime]
+"""``[start, end)``, UTC-aware."""
+
+_RECORD_COLUMNS = [segments_t.c[name] for name in SegmentRecord.__dataclass_fields__]
+_UTC_FIELDS = ("interval_start", "interval_end", "created_at")
+
+
+def _check_interval(interval: Interval) -> None:
+    start, end = interval
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValueError(f"interval {start}/{end} must be UTC-aware")
+    if not start < end:
+        raise ValueError(f"empty interval: expected start < end, found {start.isoformat()}/{end.isoformat()}")
+
+
+def read_segments(conn: sa.Connection, datasource: str, interval: Interval | None = None,
+                  used_only: bool = True) -> list[SegmentRecord]:
+    """Segment rows of ``datasource`` whose interval overlaps ``interval`` (all when None)."""
+    s = segments_t.c
+    where = s.datasource == datasource
+    if used_only:
+        where &= s.used
+    if interval is not None:
+        _check_interval(interval)
+        where &= (s.interval_start < interval[1]) & (s.interval_end > interval[0])
+    query = sa.select(*_RECORD_COLUMNS).where(where).order_by(
+        s.interval_start, s.interval_end, s.version, s.partition_num)
+    rows = conn.execute(query).mappings().all()
+    return [SegmentRecord(**{k: (v.astimezone(UTC) if k in _UTC_FIELDS else v) for k, v in row.items()})
+            for row in rows]
+
+
+def visible(records: Iterable[SegmentRecord]) -> list[SegmentRecord]:
+    """The visible subset of ``records``: used, at the highest used version of their exact interval.
+
+    Ordered by interval start, interval end and partition number.
+    """
+    used = sorted((r for r in records if r.used),
+                  key=lambda r: (r.interval_start, r.interval_end, r.version, r.partition_num))
+    out: list[SegmentRecord] = []
+    for _, group in groupby(used, key=lambda r: (r.interval_start, r.interval_end)):
+        chunk = list(group)
+        top = chunk[-1].version
+        out.extend(r for r in chunk if r.version == top)
+    return out
+
+
+def visible_by_interval(records: Iterable[SegmentRecord]) -> dict[Interval, list[SegmentRecord]]:
+    """The visible subset of ``records`` grouped by exact interval, in time order."""
+    out: dict[Interval, list[SegmentRecord]] = {}
+    for record in visible(records):
+        out.setdefault((record.interval_start, record.interval_end), []).append(record)
+    return out
+
+
+def visible_segments(engine: sa.Engine, datasource: str, interval: Interval | None = None) -> list[SegmentRecord]:
+    """The segments a query of ``datasource`` over ``interval`` (everything when None) must read.
+
+    A segment is included when its interval overlaps ``interval``; rows outside ``interval``
+    are the reader's to filter.
+    """
+    with engine.connect() as conn:
+        return visible(read_segments(conn, datasource, interval))
+
+
+def datasources(engine: sa.Engine) -> list[str]:
+    """Datasources that have at least one used segment, sorted."""
+    s = segments_t.c
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(s.datasource).where(s.used).distinct().order_by(s.datasource)).scalars())

@@ -1,0 +1,292 @@
+"""Compaction on real PostgreSQL, Spark and Parquet: the swap's truth table, equal query results
+before and after on random data, and compaction racing real indexing runs that append."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from indexing_task.compaction import CompactionError, compact
+from overlord.cli import _parser
+from overlord.index_once import index_once
+from overlord.query import execute_sql
+from overlord.sample_data import make_sample_events, produce
+from segment_store import CompactionSwap, swap_compacted, visible_segments
+from segment_store.schema import segment_status
+from specs import load_example, load_supervisor_spec
+from tests.test_cli import overlord
+from tests.test_indexing import assert_exact, settings_for
+from tests.test_timeline import (
+    HOUR,
+    SCHEMA,
+    T0,
+    fake_compact,
+    publish_random,
+    publish_segments,
+    random_rows,
+    write_segment,
+)
+
+
+def events_spec(datasource: str, topic: str = "unused", rollup: bool = True) -> Any:
+    raw = load_example("events").to_druid_json()
+    raw["spec"]["dataSchema"]["dataSource"] = datasource
+    raw["spec"]["dataSchema"]["granularitySpec"]["rollup"] = rollup
+    raw["spec"]["ioConfig"]["topic"] = topic
+    return load_supervisor_spec(raw)
+
+
+def visible_table(engine: sa.Engine, datasource: str) -> pa.Table:
+    """Everything a query may read: the timeline's visible files, concatenated."""
+    return pa.concat_tables([pq.read_table(s.path) for s in visible_segments(engine, datasource)])
+
+
+def swap(engine, datasource, read, new, job="job"):
+    return swap_compacted(engine, CompactionSwap(datasource, T0, T0 + HOUR, read[0].version,
+                                                 frozenset(s.id for s in read), tuple(new), job))
+
+
+# --- the swap transaction ---------------------------------------------------------------------
+
+def test_swap_replaces_what_was_read_and_carries_over_later_appends(engine, datasource, deep_storage):
+    rng = random.Random(1)
+    publish_random(engine, deep_storage, datasource, rng, T0, 10)
+    publish_random(engine, deep_storage, datasource, rng, T0, 10)
+    read = visible_segments(engine, datasource)
+    publish_random(engine, deep_storage, datasource, rng, T0, 10)  # appended while "compacting"
+    appended = [s for s in visible_segments(engine, datasource) if s.id not in {r.id for r in read}][0]
+    new = write_segment(deep_storage, datasource, T0, pa.concat_tables(pq.read_table(s.path) for s in read))
+
+    outcome = swap(engine, datasource, read, [new])
+
+    assert outcome.ok and outcome.version == 2, outcome.message
+    assert outcome.carried_over == (appended.id,) and set(outcome.replaced) == {r.id for r in read}
+    shown = visible_segments(engine, datasource)
+    assert [(s.id, s.version, s.partition_num) for s in shown] == [(new.id, 2, 0), (appended.id, 2, 1)]
+    assert shown[1].path == appended.path  # metadata only: the file stays
+    with engine.connect() as conn:
+        st = segment_status.c
+        stamped = conn.execute(sa.select(st.used, st.used_status_updated_at).where(
+            st.id.in_([r.id for r in read]))).all()
+    assert all(not used and when is not None for used, when in stamped)
+
+
+def test_swap_is_retryable_when_another_compaction_swapped_first(engine, datasource, deep_storage):
+    rng = random.Random(2)
+    for _ in range(2):
+        publish_random(engine, deep_storage, datasource, rng, T0, 10)
+    read = visible_segments(engine, datasource)
+    new = [write_segment(deep_storage, datasource, T0, random_rows(rng, 5, T0, T0 + HOUR)) for _ in range(2)]
+    first = swap(engine, datasource, read, new[:1])
+    second = swap(engine, datasource, read, new[1:])
+
+    assert first.ok
+    assert second.status == "retryable"
+    assert "expected version 1, found 2" in second.message
+
+
+def test_swap_is_retryable_when_a_segment_read_is_no_longer_used(engine, datasource, deep_storage):
+    rng = random.Random(3)
+    for _ in range(2):
+        publish_random(engine, deep_storage, datasource, rng, T0, 10)
+    read = visible_segments(engine, datasource)
+    with engine.begin() as conn:
+        conn.execute(segment_status.update().where(segment_status.c.id == read[0].id).values(used=False))
+
+    outcome = swap(engine, datasource, read, [])
+
+    assert outcome.status == "retryable" and "found 1 no longer used" in outcome.message
+    assert {s.id for s in visible_segments(engine, datasource)} == {read[1].id}  # nothing changed
+
+
+def test_swap_of_an_existing_segment_id_is_fatal_and_changes_nothing(engine, datasource, deep_storage):
+    rng = random.Random(4)
+    for _ in range(2):
+        publish_random(engine, deep_storage, datasource, rng, T0, 10)
+    read = visible_segments(engine, datasource)
+    clash = write_segment(deep_storage, datasource, T0, random_rows(rng, 5, T0, T0 + HOUR))
+    object.__setattr__(clash, "id", read[0].id)
+
+    outcome = swap(engine, datasource, read, [clash])
+
+    assert outcome.status == "fatal" and "already exists" in outcome.message
+    assert visible_segments(engine, datasource) == read
+
+
+def test_swaps_racing_publishes_never_lose_or_double_count(engine, datasource, deep_storage):
+    """Metadata-level race: 40 publishes against back-to-back read-then-swap compactions."""
+    published = [publish_random(engine, deep_storage, datasource, random.Random(5), T0, 20)]
+    done = threading.Event()
+    outcomes: list[str] = []
+
+    def appender() -> None:
+        rng = random.Random(6)
+        for _ in range(40):
+            published.append(publish_random(engine, deep_storage, datasource, rng, T0, 20))
+        done.set()
+
+    thread = threading.Thread(target=appender)
+    thread.start()
+    while not done.is_set() or len(outcomes) < 3:
+        outcomes.append(fake_compact(engine, deep_storage, datasource, T0).status)
+    thread.join()
+
+    shown, expected = visible_table(engine, datasource), pa.concat_tables(published)
+    assert "ok" in outcomes and set(outcomes) <= {"ok", "retryable"}, outcomes
+    for column in ("count", "value_sum"):
+        assert pc.sum(shown[column]).as_py() == pc.sum(expected[column]).as_py()
+    assert shown.num_rows == expected.num_rows  # fake compaction concatenates: every row exactly once
+
+
+# --- the Spark job ----------------------------------------------------------------------------
+
+def _queries(spark, engine, ds: str) -> dict[str, list[list[Any]]]:
+    q = f"`{ds}`"
+    return {name: execute_sql(spark, engine, sql.format(q=q)).rows() for name, sql in {
+        "by_country": "SELECT country, device, sum(`count`), sum(value_sum), min(value_min), max(value_max), "
+                      "round(sum(price_sum), 6) FROM {q} GROUP BY 1, 2 ORDER BY 1, 2",
+        "series": "SELECT date_trunc('HOUR', __time) AS t, sum(`count`), sum(value_sum) FROM {q} GROUP BY 1 ORDER BY 1",
+        "minute": "SELECT __time, country, sum(`count`) FROM {q} WHERE __time >= TIMESTAMP '2026-11-01 01:30:00' "
+                  "GROUP BY 1, 2 ORDER BY 1, 2",
+    }.items()}
+
+
+def test_compaction_keeps_query_results_identical_on_random_data(spark, engine, datasource, deep_storage):
+    rng = random.Random(7)
+    for hour in range(3):  # overlapping keys across segments, so rows really merge
+        for _ in range(5):
+            publish_random(engine, deep_storage, datasource, rng, T0 + hour * HOUR, 120, end=T0 + (hour + 1) * HOUR)
+    publish_random(engine, deep_storage, datasource, rng, T0 + 5 * HOUR, 50)  # one segment: left alone
+    before = _queries(spark, engine, datasource)
+    rows_before = visible_table(engine, datasource).num_rows
+
+    reports = compact(spark, engine, events_spec(datasource), deep_storage, max_rows_per_segment=250)
+
+    assert [r.outcome.status for r in reports if r.outcome] == ["ok"] * 3
+    assert [r.interval_start for r in reports] == [T0, T0 + HOUR, T0 + 2 * HOUR]
+    assert _queries(spark, engine, datasource) == before
+    after = visible_table(engine, datasource)
+    assert after.schema == SCHEMA and after.num_rows < rows_before
+    for report in reports:
+        assert report.input_segments == 5 and report.input_rows == 600
+        assert len(report.output_segments) == math.ceil(report.output_rows / 250)
+        assert all(s.num_rows <= 250 for s in report.output_segments)
+    keys = Counter(zip(after["__time"].to_pylist(), after["country"].to_pylist(), after["device"].to_pylist(),
+                       strict=True))
+    assert max(keys.values()) == 1  # re-rolled up: one row per (minute, country, device)
+    assert compact(spark, engine, events_spec(datasource), deep_storage, max_rows_per_segment=250,
+                   min_segments=4) == []  # nothing left with that many segments
+
+
+def test_compaction_without_rollup_keeps_every_row(spark, engine, datasource, deep_storage):
+    rng = random.Random(8)
+    tables = [publish_random(engine, deep_storage, datasource, rng, T0, 40) for _ in range(3)]
+
+    [report] = compact(spark, engine, events_spec(datasource, rollup=False), deep_storage)
+
+    assert report.outcome is not None and report.outcome.ok
+    after = visible_table(engine, datasource)
+    assert after.num_rows == report.output_rows == 120 and len(report.output_segments) == 1
+    assert sorted(after.to_pylist(), key=str) == sorted(pa.concat_tables(tables).to_pylist(), key=str)
+
+
+def test_compaction_rejects_files_that_do_not_match_the_spec(spark, engine, datasource, deep_storage):
+    rng = random.Random(9)
+    for _ in range(2):
+        table = random_rows(rng, 10, T0, T0 + HOUR).drop_columns(["price_sum"])
+        publish_segments(engine, datasource, write_segment(deep_storage, datasource, T0, table))
+
+    with pytest.raises(CompactionError, match="expected columns .*price_sum.* found"):
+        compact(spark, engine, events_spec(datasource), deep_storage)
+    assert all(s.version == 1 for s in visible_segments(engine, datasource))
+
+
+def test_compaction_racing_repeated_indexing_is_exact(stack, spark, engine, make_topic, datasource, deep_storage):
+    """Indexing runs append to the same two hours while compaction swaps them, again and again."""
+    topic = make_topic(2)
+    settings = settings_for(stack, deep_storage)
+    spec = events_spec(datasource, topic)
+    samples = [make_sample_events(1_500, bad_every=0, seed=s, start=T0) for s in range(6)]
+    first_indexed, indexing_done = threading.Event(), threading.Event()
+    statuses: list[str] = []
+    carried: list[int] = []
+    errors: list[BaseException] = []
+
+    def indexing() -> None:
+        try:
+            for n, sample in enumerate(samples):
+                produce(stack.bootstrap_servers, topic, sample.records, 2)
+                report = index_once(spark, engine, settings, spec)
+                statuses.append(report.outcome.status)
+                if n == 1:
+                    first_indexed.set()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            first_indexed.set()
+            indexing_done.set()
+
+    def compacting() -> None:
+        first_indexed.wait(120)
+        while not indexing_done.is_set():
+            for r in compact(spark, engine, spec, deep_storage):
+                assert r.outcome is not None
+                statuses.append("compaction " + r.outcome.status)
+                carried.append(len(r.outcome.carried_over))
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=indexing), threading.Thread(target=compacting)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    final = compact(spark, engine, spec, deep_storage)
+
+    assert not errors, errors
+    assert statuses.count("ok") == len(samples), statuses
+    assert statuses.count("compaction ok") >= 1 and all(s.endswith("ok") for s in statuses), statuses
+    assert all(r.outcome is not None and r.outcome.ok for r in final)
+    both = make_sample_events(0)
+    for sample in samples:
+        both.count_by_country.update(sample.count_by_country)
+        both.value_by_country.update(sample.value_by_country)
+        for country, price in sample.price_by_country.items():
+            both.price_by_country[country] += price
+    segments = visible_segments(engine, datasource)
+    assert len({s.id for s in segments}) == len(segments) and len(segments) == 2  # one per hour after the last run
+    assert_exact(visible_table(engine, datasource), both)
+    print(f"compactions: {statuses.count('compaction ok')}, appended segments carried over: {sum(carried)}")
+
+
+def test_compact_command_line(stack, spark, engine, datasource, tmp_path, monkeypatch, capsys):
+    """``overlord compact`` in-process (the session's Spark is reused); a wrong datasource as a user would."""
+    rng = random.Random(10)
+    deep = str(tmp_path / "deep")
+    for _ in range(3):
+        publish_random(engine, deep, datasource, rng, T0, 30)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(events_spec(datasource).to_druid_json()))
+    env = {**stack.as_env(), "OVERLORD_DEEP_STORAGE": deep}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = _parser().parse_args(["compact", datasource, "--spec", str(spec_file), "--interval",
+                                 f"{T0.isoformat()}/{(T0 + timedelta(days=1)).isoformat()}"])
+
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "3 segments (90 rows) -> 1 segment" in out and "version 2" in out and out.rstrip().endswith("OK")
+    assert [s.version for s in visible_segments(engine, datasource)] == [2]
+    wrong = overlord("compact", "other-datasource", "--spec", str(spec_file), env=env)
+    assert wrong.returncode == 2 and "other-datasource" in wrong.stderr

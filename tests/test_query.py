@@ -1,0 +1,139 @@
+"""SQL over published segments on real Spark, PostgreSQL and Parquet: reference results, only the
+visible files, Druid's result formats, and bad or non-read-only queries rejected as user errors."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+
+from overlord.cli import _parser
+from overlord.query import QueryError, SqlQuery, execute_sql, run_sql
+from segment_store.schema import segment_status
+from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
+
+
+@pytest.fixture(scope="module")
+def published(engine, tmp_path_factory) -> tuple[str, pa.Table]:
+    """A datasource named like Druid's (with a '-'): two hours, one compacted, plus files no query may read."""
+    datasource = f"ds-{uuid.uuid4().hex[:8]}"
+    root = str(tmp_path_factory.mktemp("deep"))
+    rng = random.Random(11)
+    first = [publish_random(engine, root, datasource, rng, T0, 40) for _ in range(3)]
+    assert fake_compact(engine, root, datasource, T0).ok  # v1 files now unused, still on disk
+    second = [publish_random(engine, root, datasource, rng, T0 + HOUR, 40) for _ in range(2)]
+    write_segment(root, datasource, T0 + HOUR, random_rows(rng, 30, T0 + HOUR, T0 + 2 * HOUR))  # orphan
+    return datasource, pa.concat_tables(first + second)
+
+
+def test_results_match_a_reference_computation(spark, engine, published):
+    datasource, table = published
+    expected: dict[str, list[float]] = defaultdict(lambda: [0, 0, 10**9, -(10**9), 0.0])
+    for row in table.to_pylist():
+        acc = expected[row["country"]]
+        acc[0] += row["count"]
+        acc[1] += row["value_sum"]
+        acc[2] = min(acc[2], row["value_min"])
+        acc[3] = max(acc[3], row["value_max"])
+        acc[4] += row["price_sum"]
+
+    rows = run_sql(spark, engine, 'SELECT country, SUM("count") AS events, SUM(value_sum) AS v, MIN(value_min), '
+                   f'MAX(value_max), SUM(price_sum) AS price FROM "{datasource}" GROUP BY country ORDER BY country')
+
+    assert [r["country"] for r in rows] == sorted(expected)
+    for r in rows:
+        events, value, low, high, price = expected[r["country"]]
+        assert (r["events"], r["v"], r["min(value_min)"], r["max(value_max)"]) == (events, value, low, high)
+        assert r["price"] == pytest.approx(price, rel=1e-12)
+
+
+def test_time_filter_time_series_and_result_formats(spark, engine, published):
+    datasource, table = published
+    late = sum(r["count"] for r in table.to_pylist() if r["__time"] >= T0 + HOUR + 30 * (HOUR / 60))
+    by_hour = {T0: 0, T0 + HOUR: 0}
+    for r in table.to_pylist():
+        by_hour[r["__time"].replace(minute=0)] += r["count"]
+    sql = (f"SELECT date_trunc('HOUR', __time) AS hour, SUM(\"count\") AS events FROM `{datasource}` "
+           "GROUP BY 1 ORDER BY 1")
+
+    assert run_sql(spark, engine, f'SELECT SUM("count") AS n FROM "{datasource}" '
+                   "WHERE __time >= TIMESTAMP '2026-11-01 01:30:00'") == [{"n": late}]
+    assert run_sql(spark, engine, sql, "array", header=True) == [
+        ["hour", "events"], ["2026-11-01T00:00:00.000Z", by_hour[T0]], ["2026-11-01T01:00:00.000Z", by_hour[T0 + HOUR]]]
+    assert run_sql(spark, engine, sql, "object", header=True)[0] == {"hour": None, "events": None}
+    assert run_sql(spark, engine, sql, "csv", header=True) == (
+        f"hour,events\n2026-11-01T00:00:00.000Z,{by_hour[T0]}\n2026-11-01T01:00:00.000Z,{by_hour[T0 + HOUR]}\n\n")
+    assert run_sql(spark, engine, sql, "arrayLines").splitlines()[-1] == ""
+    assert SqlQuery.model_validate({"query": f'SELECT COUNT(*) AS n FROM "{datasource}" WHERE country = ?',
+                                    "resultFormat": "array", "parameters": [{"type": "VARCHAR", "value": "DE"}]}
+                                   ).run(spark, engine) == [[sum(1 for r in table.to_pylist() if r["country"] == "DE")]]
+
+
+def test_only_visible_files_are_read(spark, engine, published):
+    datasource, table = published
+    [[files, rows]] = run_sql(spark, engine, "SELECT COUNT(DISTINCT f), COUNT(*) FROM "
+                              f'(SELECT input_file_name() AS f FROM "{datasource}")', "array")
+    assert (files, rows) == (3, table.num_rows)  # the compacted hour (1 file) and the second hour's 2
+
+
+@pytest.mark.parametrize("sql, expected", [
+    ("SELEC 1", "PARSE_SYNTAX_ERROR"),
+    ("SELECT * FROM no_such_datasource", "no_such_datasource"),
+    ("SELECT no_such_column FROM {ds}", "no_such_column"),
+    ("SELECT 1; DROP TABLE x", "PARSE_SYNTAX_ERROR"),
+    ("DROP TABLE {ds}", "only read-only queries"),
+    ("CREATE TABLE x AS SELECT * FROM {ds}", "only read-only queries"),
+    ("INSERT INTO {ds} SELECT * FROM {ds}", "only read-only queries"),
+    ("WITH a AS (SELECT 1) INSERT INTO x SELECT * FROM a", "only read-only queries"),
+    ("INSERT OVERWRITE DIRECTORY '/tmp/x' SELECT 1", "only read-only queries"),
+    ("CACHE TABLE x AS SELECT 1", "only read-only queries"),
+    ("SET spark.sql.runSQLOnFiles=true", "only read-only queries"),
+    ("EXECUTE IMMEDIATE 'DROP TABLE x'", "only read-only queries"),
+    ("SELECT TRANSFORM(country) USING 'cat' FROM {ds}", "only read-only queries"),
+    ("SELECT (SELECT TRANSFORM(country) USING 'cat' FROM {ds} LIMIT 1)", "only read-only queries"),
+    ("WITH a AS (SELECT TRANSFORM(1) USING 'cat') SELECT * FROM a", "only read-only queries"),
+    ("SELECT 1 WHERE EXISTS (SELECT TRANSFORM(1) USING 'cat')", "only read-only queries"),
+    ("SELECT reflect('java.lang.System', 'exit', 0)", "reflect() is not allowed"),
+    ("SELECT * FROM (SELECT JAVA_METHOD('java.util.UUID', 'randomUUID'))", "java_method() is not allowed"),
+    ("SELECT `try_reflect`('java.util.UUID', 'randomUUID')", "try_reflect() is not allowed"),
+    ("SELECT * FROM parquet.`/etc/passwd`", "TABLE_OR_VIEW_NOT_FOUND"),
+    ("SELECT 1 / 0", "DIVIDE_BY_ZERO"),
+])
+def test_bad_queries_are_user_errors(spark, engine, published, sql, expected):
+    with pytest.raises(QueryError) as caught:
+        execute_sql(spark, engine, sql.format(ds=f'"{published[0]}"'))
+    assert expected in caught.value.message and "Traceback" not in caught.value.message
+    body = caught.value.to_druid()
+    assert body["errorCode"] == "invalidInput" and body["errorMessage"] == caught.value.message
+
+
+def test_query_command_line_prints_a_table(stack, spark, published, monkeypatch, capsys):
+    """``overlord query`` in-process (the session's Spark is reused): a table, or the engine's message."""
+    datasource, table = published
+    for key, value in stack.as_env().items():
+        monkeypatch.setenv(key, value)
+    good = _parser().parse_args(["query", f'SELECT country, SUM("count") AS events FROM "{datasource}" '
+                                 "GROUP BY country ORDER BY country LIMIT 2"])
+    bad = _parser().parse_args(["query", "SELECT * FROM nowhere"])
+
+    assert good.func(good) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["country", "events"] and lines[-1] == "(2 rows)"
+    assert [line.split()[0] for line in lines[2:4]] == sorted({r["country"] for r in table.to_pylist()})[:2]
+    assert bad.func(bad) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("query failed: [TABLE_OR_VIEW_NOT_FOUND]") and "`nowhere`" in err
+
+
+def test_a_datasource_without_used_segments_is_no_longer_queryable(spark, engine, deep_storage):
+    datasource = f"gone-{uuid.uuid4().hex[:8]}"
+    publish_random(engine, deep_storage, datasource, random.Random(12), T0, 10)
+    assert run_sql(spark, engine, f'SELECT COUNT(*) AS n FROM "{datasource}"') == [{"n": 10}]
+    with engine.begin() as conn:
+        conn.execute(segment_status.update().where(segment_status.c.datasource == datasource).values(used=False))
+
+    with pytest.raises(QueryError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        run_sql(spark, engine, f'SELECT COUNT(*) AS n FROM "{datasource}"')
