@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from overlord.api_query import add_query_routes
 from overlord.dashboard import render_dashboard, render_metrics
 from overlord.errors import NotFound
 from overlord.manager import Overlord
@@ -293,4 +294,5 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]
+    add_query_routes(app, overlord)
     return app

@@ -435,3 +435,40 @@ def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, en
     assert code == 0, output
     assert "overlord stopped" in output and "Traceback" not in output
     assert took < grace_s + 20
+
+
+# --- queries and compaction over HTTP ----------------------------------------------------------
+
+
+def test_sql_and_compaction_endpoints(api: Api, stack: DevStack, make_topic, datasource):
+    topic = make_topic(2)
+    sample = make_sample_events(3_000)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    submit(api, spec_json(datasource, topic))
+    wait_until(lambda: (c := committed_offsets(api.engine, datasource)) is not None
+               and sum(c.offsets.values()) == len(sample.records), "ingestion", 90)
+    query = f'SELECT country, SUM("count") AS events, SUM(value_sum) AS v FROM "{datasource}" GROUP BY country'
+
+    def ask(result_format: str = "object", sql: str = query) -> httpx.Response:
+        return api.http.post("/druid/v2/sql", json={"query": sql, "resultFormat": result_format,
+                                                    "header": result_format != "object"})
+
+    rows = ask().json()
+    assert {r["country"]: (r["events"], r["v"]) for r in rows} == {
+        c: (n, sample.value_by_country[c]) for c, n in sample.count_by_country.items()}
+    assert ask("array").json()[0] == ["country", "events", "v"]  # header row
+    assert ask("csv").text.splitlines()[0] == "country,events,v"
+
+    for bad in ["SELEC 1", f'DROP TABLE "{datasource}"', "SELECT * FROM no_such_datasource",
+                "SELECT reflect('java.lang.System', 'exit', '0')"]:
+        response = ask(sql=bad)
+        assert response.status_code == 400, (bad, response.text)
+        assert response.json()["error"] == "druidException" and response.json()["errorMessage"]
+
+    api.overlord.set_suspended(datasource, True)  # no appends while we compare
+    compacted = api.http.post(f"/druid/indexer/v1/compact/{datasource}", json={})
+    assert compacted.status_code == 200, compacted.text
+    assert {i["status"] for i in compacted.json()["intervals"]} <= {"ok", "skipped"}
+    assert {r["country"]: (r["events"], r["v"]) for r in ask().json()} == {
+        r["country"]: (r["events"], r["v"]) for r in rows}
+    assert api.http.post("/druid/indexer/v1/compact/no_such_ds", json={}).status_code == 404

@@ -1,0 +1,72 @@
+"""HTTP routes over published segments: Druid's SQL endpoint and a compaction trigger."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from indexing_task.compaction import CompactionReport, compact
+from overlord.manager import Overlord
+from overlord.query import CONTENT_TYPES, QueryError, SqlQuery
+from specs import load_supervisor_spec
+
+__all__ = ["add_query_routes"]
+
+
+class CompactRequest(BaseModel):
+    """Body of ``POST /druid/indexer/v1/compact/{datasource}`` (all optional)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+    interval: str | None = Field(default=None, description="START/END in ISO-8601 (UTC); all intervals if absent")
+    max_rows_per_segment: int | None = Field(default=None, ge=1, alias="maxRowsPerSegment")
+
+
+def _interval(text: str) -> tuple[datetime, datetime]:
+    try:
+        start, end = (datetime.fromisoformat(part) for part in text.split("/"))
+    except ValueError as exc:
+        raise QueryError(f"interval: expected START/END in ISO-8601, got {text!r}", "INVALID_INTERVAL") from exc
+    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+    if not start < end:
+        raise QueryError(f"interval: expected START before END, got {text!r}", "INVALID_INTERVAL")
+    return start, end
+
+
+def _report(r: CompactionReport) -> dict[str, Any]:
+    outcome = r.outcome
+    return {"interval": f"{r.interval_start.isoformat()}/{r.interval_end.isoformat()}",
+            "inputSegments": r.input_segments, "inputRows": r.input_rows,
+            "outputSegments": len(r.output_segments), "outputRows": r.output_rows,
+            "status": outcome.status if outcome else "skipped", "message": outcome.message if outcome else "",
+            "version": outcome.version if outcome else None,
+            "carriedOver": len(outcome.carried_over) if outcome else 0, "seconds": round(r.seconds, 3)}
+
+
+def add_query_routes(app: FastAPI, overlord: Overlord) -> None:
+    spark, engine = overlord.runner.spark, overlord.engine
+
+    @app.exception_handler(QueryError)
+    async def _bad_query(_request: Any, exc: QueryError) -> Response:
+        return JSONResponse(exc.to_druid(), status_code=400)
+
+    @app.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
+    def sql(body: SqlQuery) -> Response:
+        result = body.run(spark, engine)
+        content = result if isinstance(result, str) else json.dumps(result)
+        return Response(content, media_type=CONTENT_TYPES[body.result_format])
+
+    @app.post("/druid/indexer/v1/compact/{datasource}", tags=["query"],
+              summary="Compact a datasource's intervals now (runs to completion)")
+    def compact_datasource(datasource: str, body: CompactRequest | None = None) -> Response:
+        body = body or CompactRequest()
+        sup = overlord.supervisors.get(datasource)  # a supervisor's id is its datasource
+        spec = sup.spec if sup is not None else load_supervisor_spec(overlord.history(datasource)[0].spec)
+        reports = compact(spark, engine, spec, overlord.settings.deep_storage,
+                          _interval(body.interval) if body.interval else None,
+                          max_rows_per_segment=body.max_rows_per_segment)
+        return JSONResponse({"dataSource": datasource, "intervals": [_report(r) for r in reports]})
