@@ -1,8 +1,8 @@
 """``overlord demo``: the whole path on the embedded stack, end to end, in one command.
 
 Starts the broker and PostgreSQL, produces sample events (with some malformed ones) to a
-topic, indexes them once with the example ``events`` spec, queries the published segments,
-checks the totals against what was produced, and indexes again to show that nothing is
+topic, indexes them once with the example ``events`` spec, queries the published segments
+with SQL, checks the totals against what was produced, and indexes again to show that nothing is
 published twice.
 """
 
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import time
 
-import duckdb
 import sqlalchemy as sa
 
 from indexing_task.spark import get_spark
 from overlord.config import Settings
 from overlord.devstack import dev_stack
 from overlord.index_once import index_once
+from overlord.query import execute_sql, format_table
 from overlord.report import format_report
 from overlord.sample_data import create_topic, make_sample_events, produce
-from segment_store import create_schema, used_segments
+from segment_store import create_schema
 from specs import load_example
 
 __all__ = ["run_demo"]
@@ -50,16 +50,12 @@ def run_demo(events: int = 200_000, partitions: int = 4) -> int:
         report = index_once(spark, engine, settings, spec)
         print(format_report(report))
 
-        _step("querying the published segments: events and value per country")
-        files = [seg.path for seg in used_segments(engine, spec.datasource)]
-        rows = duckdb.execute(
-            "SELECT country, sum(count) AS events, sum(value_sum) AS value, round(sum(price_sum), 2) AS price "
-            f"FROM read_parquet({files!r}) GROUP BY country ORDER BY events DESC").fetchall()
-        print(f"{'country':<8}{'events':>10}{'value':>14}{'price':>14}")
-        for country, n, value, price in rows:
-            print(f"{country:<8}{n:>10,}{value:>14,}{price:>14,.2f}")
-        exact = all(n == sample.count_by_country[c] and value == sample.value_by_country[c]
-                    for c, n, value, _ in rows) and len(rows) == len(sample.count_by_country)
+        _step("querying the published segments with SQL: events and value per country")
+        result = execute_sql(spark, engine, 'SELECT country, SUM("count") AS events, SUM(value_sum) AS "value", '
+                             'ROUND(SUM(price_sum), 2) AS price FROM events GROUP BY country ORDER BY events DESC')
+        print(format_table(result))
+        totals = {country: (n, value) for country, n, value, _ in result.rows()}
+        exact = totals == {c: (n, sample.value_by_country[c]) for c, n in sample.count_by_country.items()}
         print(f"matches what was produced exactly: {'yes' if exact else 'NO'}")
 
         _step("indexing again: the committed offsets are at the end, so nothing is read twice")
