@@ -33,25 +33,14 @@ from overlord.manager import Overlord
 from overlord.redact import SecretLogFilter, SecretRegistry
 from overlord.sample_data import make_sample_events, produce
 from segment_store import committed_offsets
-from specs import load_example
+from tests.helpers import spec_json, wait_until
 
 V1 = "/druid/indexer/v1"
 SECRET = "hunter2"
 
 
-def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
-    raw = load_example("events").to_druid_json()
-    raw["spec"]["dataSchema"]["dataSource"] = datasource
-    raw["spec"]["ioConfig"].update(topic=topic, period="PT1S", **io)
-    return raw
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def fresh_database(engine: sa.Engine, url: str) -> str:

@@ -26,8 +26,8 @@ from overlord.sample_data import make_sample_events, produce
 from segment_store import CompactionSwap, swap_compacted, visible_segments
 from segment_store.schema import segment_status
 from specs import load_example, load_supervisor_spec
+from tests.helpers import assert_exact, settings_for
 from tests.test_cli import overlord
-from tests.test_indexing import assert_exact, settings_for
 from tests.test_timeline import (
     HOUR,
     SCHEMA,

@@ -17,8 +17,7 @@ import sqlalchemy as sa
 from overlord.devstack import DevStack, free_port
 from overlord.sample_data import make_sample_events, produce
 from segment_store import used_segments
-from tests.test_indexing import assert_exact, published_table
-from tests.test_supervisor import committed_total, merged, spec_json, wait_until
+from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
 
 
 class Server:

@@ -3,60 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections import Counter, defaultdict
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-import sqlalchemy as sa
 
 from indexing_task.errors import TooManyParseErrors
 from indexing_task.task import IndexTaskRequest, run_index_task
-from overlord.config import Settings
-from overlord.devstack import DevStack
 from overlord.index_once import index_once, next_task_request
-from overlord.sample_data import SampleEvents, make_sample_events, produce
+from overlord.sample_data import make_sample_events, produce
 from segment_store import committed_offsets, reset_offsets, used_segments
-from specs import load_example, load_supervisor_spec
-
-
-def events_spec(datasource: str, topic: str, **tuning: Any) -> Any:
-    raw = load_example("events").to_druid_json()
-    raw["spec"]["dataSchema"]["dataSource"] = datasource
-    raw["spec"]["ioConfig"]["topic"] = topic
-    raw["spec"]["tuningConfig"].update(tuning)
-    return load_supervisor_spec(raw)
-
-
-def published_table(engine: sa.Engine, datasource: str) -> pa.Table:
-    tables = [pq.read_table(seg.path) for seg in used_segments(engine, datasource)]
-    return pa.concat_tables(tables) if tables else pa.table({})
-
-
-def assert_exact(table: pa.Table, sample: SampleEvents) -> None:
-    """Per-country event counts and value/price sums equal what was produced, and min/max hold."""
-    counts: Counter[str] = Counter()
-    values: Counter[str] = Counter()
-    prices: defaultdict[str, float] = defaultdict(float)
-    for row in table.to_pylist():
-        counts[row["country"]] += row["count"]
-        values[row["country"]] += row["value_sum"]
-        prices[row["country"]] += row["price_sum"]
-        assert row["value_min"] <= row["value_max"]
-    assert counts == sample.count_by_country
-    assert values == sample.value_by_country
-    assert prices.keys() == sample.price_by_country.keys()
-    for country, total in sample.price_by_country.items():
-        assert prices[country] == pytest.approx(total, rel=1e-9)
-
-
-def settings_for(stack: DevStack, deep_storage: str) -> Settings:
-    return Settings(database_url=stack.database_url, deep_storage=deep_storage,
-                    kafka_bootstrap_servers=stack.bootstrap_servers)
+from specs import load_supervisor_spec
+from tests.helpers import assert_exact, events_spec, merged, published_table, settings_for
 
 
 def test_index_publishes_exact_counts_and_sums(stack, engine, spark, make_topic, datasource, deep_storage):
@@ -92,13 +51,7 @@ def test_incremental_runs_read_only_new_records(stack, engine, spark, make_topic
     report = index_once(spark, engine, settings, spec)
 
     assert report.outcome.ok and report.records == len(second.records)
-    both = make_sample_events(0)
-    for part in (first, second):
-        both.count_by_country.update(part.count_by_country)
-        both.value_by_country.update(part.value_by_country)
-        for country, price in part.price_by_country.items():
-            both.price_by_country[country] += price
-    assert_exact(published_table(engine, datasource), both)
+    assert_exact(published_table(engine, datasource), merged(first, second))
 
 
 def test_same_range_twice_publishes_once(stack, engine, spark, make_topic, datasource, deep_storage):

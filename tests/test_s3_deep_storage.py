@@ -25,7 +25,7 @@ from indexing_task.task import run_index_task
 from overlord.index_once import next_task_request
 from overlord.sample_data import make_sample_events, produce
 from segment_store import DeepStorage, used_segments
-from tests.test_indexing import assert_exact, events_spec, settings_for
+from tests.helpers import assert_exact, events_spec, settings_for
 
 
 def _free_port() -> int:

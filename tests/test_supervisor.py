@@ -6,42 +6,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from overlord.config import Settings
 from overlord.devstack import DevStack, TansuBroker, free_port
 from overlord.manager import Overlord
-from overlord.sample_data import SampleEvents, create_topic, make_sample_events, produce
-from segment_store import committed_offsets
-from specs import load_example
-from tests.test_indexing import assert_exact, published_table
-
-
-def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
-    raw = load_example("events").to_druid_json()
-    raw["spec"]["dataSchema"]["dataSource"] = datasource
-    raw["spec"]["ioConfig"].update(topic=topic, period="PT1S", **io)
-    return raw
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def merged(*parts: SampleEvents) -> SampleEvents:
-    total = make_sample_events(0)
-    for part in parts:
-        total.count_by_country.update(part.count_by_country)
-        total.value_by_country.update(part.value_by_country)
-        for country, price in part.price_by_country.items():
-            total.price_by_country[country] += price
-    return total
+from overlord.sample_data import create_topic, make_sample_events, produce
+from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
 
 
 @pytest.fixture()
@@ -64,9 +36,6 @@ def make_overlord(stack: DevStack, engine, spark, tmp_path: Path) -> Iterator[Ca
         overlord.stop(grace_s=10)
 
 
-def committed_total(engine, datasource: str) -> int:
-    stored = committed_offsets(engine, datasource)
-    return sum(stored.offsets.values()) if stored is not None else -1
 
 
 def test_supervisor_keeps_ingesting_exactly(stack, engine, make_topic, datasource, make_overlord):

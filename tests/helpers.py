@@ -1,0 +1,88 @@
+"""Shared test helpers: spec builders, waiting, and reading back what was published."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from overlord.config import Settings
+from overlord.devstack import DevStack
+from overlord.sample_data import SampleEvents, make_sample_events
+from segment_store import committed_offsets
+from segment_store.timeline import visible_segments
+from specs import SupervisorSpec, load_example, load_supervisor_spec
+
+
+def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
+    """The example ``events`` spec for a datasource and topic, period PT1S, ioConfig overrides."""
+    raw = load_example("events").to_druid_json()
+    raw["spec"]["dataSchema"]["dataSource"] = datasource
+    raw["spec"]["ioConfig"].update(topic=topic, period="PT1S", **io)
+    return raw
+
+
+def events_spec(datasource: str, topic: str, **tuning: Any) -> SupervisorSpec:
+    """The example ``events`` spec as a model, with tuningConfig overrides."""
+    raw = spec_json(datasource, topic)
+    raw["spec"]["tuningConfig"].update(tuning)
+    return load_supervisor_spec(raw)
+
+
+def settings_for(stack: DevStack, deep_storage: str) -> Settings:
+    return Settings(database_url=stack.database_url, deep_storage=deep_storage,
+                    kafka_bootstrap_servers=stack.bootstrap_servers)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def committed_total(engine: sa.Engine, datasource: str) -> int:
+    """The sum of a datasource's committed offsets, -1 if it has none."""
+    stored = committed_offsets(engine, datasource)
+    return sum(stored.offsets.values()) if stored is not None else -1
+
+
+def published_table(engine: sa.Engine, datasource: str) -> pa.Table:
+    """Every row a query can see: the timeline's visible segments, read back from their files."""
+    tables = [pq.read_table(seg.path) for seg in visible_segments(engine, datasource)]
+    return pa.concat_tables(tables) if tables else pa.table({})
+
+
+def merged(*parts: SampleEvents) -> SampleEvents:
+    """The expected totals of several produced samples together."""
+    total = make_sample_events(0)
+    for part in parts:
+        total.count_by_country.update(part.count_by_country)
+        total.value_by_country.update(part.value_by_country)
+        for country, price in part.price_by_country.items():
+            total.price_by_country[country] += price
+    return total
+
+
+def assert_exact(table: pa.Table, sample: SampleEvents) -> None:
+    """Per-country event counts and value/price sums equal what was produced, and min/max hold."""
+    counts: Counter[str] = Counter()
+    values: Counter[str] = Counter()
+    prices: defaultdict[str, float] = defaultdict(float)
+    for row in table.to_pylist():
+        counts[row["country"]] += row["count"]
+        values[row["country"]] += row["value_sum"]
+        prices[row["country"]] += row["price_sum"]
+        assert row["value_min"] <= row["value_max"]
+    assert counts == sample.count_by_country
+    assert values == sample.value_by_country
+    assert prices.keys() == sample.price_by_country.keys()
+    for country, total in sample.price_by_country.items():
+        assert prices[country] == pytest.approx(total, rel=1e-9)
