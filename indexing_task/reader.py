@@ -82,7 +82,11 @@ def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: 
     last_progress = time.monotonic()
     try:
         while position < end:
-            messages = consumer.consume(_POLL_BATCH, _POLL_TIMEOUT_S)
+            # Ask for no more than the range can still hold: consume() waits for the full count or
+            # the timeout, so a bigger count would idle for the whole timeout at the end of every
+            # range that ends where the partition does (gaps only make the call return sooner,
+            # with the partition-EOF event).
+            messages = consumer.consume(min(_POLL_BATCH, end - position), _POLL_TIMEOUT_S)
             data = [m for m in messages if m.error() is None]
             if len(data) != len(messages):
                 position = max(position, _check_events(messages, topic, partition, position))
