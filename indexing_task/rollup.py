@@ -1,14 +1,16 @@
 """Parse JSON records in bulk and roll them up, with DuckDB over Arrow.
 
-One SQL pass turns a batch of raw record values into typed rows and a reason for each bad
-one (invalid JSON, missing or invalid timestamp, wrong type); a second pass groups the
-good rows by (segment interval, truncated time, dimensions) and aggregates the metrics.
+One SQL query per batch of raw record values types every field, gives each bad record a
+reason (invalid JSON, missing or invalid timestamp, wrong type) and groups the good rows by
+(segment interval, truncated time, dimensions), aggregating the metrics; nothing is
+materialised in between (bad records come out of the same pass, one row each).
 String dimensions take any JSON scalar as text (``true``, ``12``), like Druid.
 Partial results of several batches merge with the metrics' combining functions.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -16,11 +18,16 @@ from typing import Any, Literal
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "TimeBucket"]
 
 SEGMENT_START = "__segment_start"
 TIME = "__time"
+_STATUS_KEYS = ("__status", "CASE WHEN __status = 1 THEN __i END AS __bad_i",
+                "CASE WHEN __status = 1 THEN __reason END AS __reason")
+_AUX_COLUMNS = ["__status", "__bad_i", "__reason", "__n"]
+_SAMPLE_LIMIT = 20
 _SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
 
 
@@ -140,6 +147,16 @@ def _cast(text: str, sql_type: str) -> str:
     return f"try_cast({text} AS {sql_type})"
 
 
+def _text(value: bytes | None) -> str:
+    """A record value as text for a bad-record sample ('' for a null value or invalid UTF-8)."""
+    if value is None:
+        return ""
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return ""
+
+
 def _timestamp_sql(text: str, fmt: str) -> str:
     iso = f"try_cast({text} AS TIMESTAMPTZ)::TIMESTAMP"
     number = f"try_cast({text} AS BIGINT)"
@@ -173,13 +190,28 @@ class ParsedBatch:
     thrown_away: int
 
 
+_local = threading.local()
+
+
+def _database() -> duckdb.DuckDBPyConnection:
+    """This thread's in-memory DuckDB database, opened once: opening one costs ~40 ms, a cursor ~0."""
+    database = getattr(_local, "database", None)
+    if database is None:
+        database = _local.database = duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
+    return database
+
+
 class Rollup:
-    """Parses and rolls up batches of raw JSON values against one schema (one DuckDB connection)."""
+    """Parses and rolls up batches of raw JSON values against one schema (one DuckDB cursor).
+
+    The cursor belongs to its thread's database, which Rollups created one after another
+    (the splits a Spark Python worker runs) share.
+    """
 
     def __init__(self, schema: RollupSchema, min_time: datetime | None = None,
                  max_time: datetime | None = None) -> None:
         self.schema = schema
-        self._con = duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
+        self._con = _database().cursor()
         self._con.execute("SET TimeZone = 'UTC'")
         self._parse_sql = self._build_parse_sql()
         self._bounds = self._bounds_sql(min_time, max_time)
@@ -227,7 +259,6 @@ class Rollup:
                      WHEN __t IS NULL THEN 'invalid timestamp'
                      {" ".join(checks)}
                 END AS __reason,
-                coalesce(s, '') AS __raw,
                 {s.query_granularity.start_sql("__t")} AS {TIME},
                 {seg} AS {SEGMENT_START}
                 {"".join(", " + c for c in columns)}
@@ -242,10 +273,18 @@ class Rollup:
             conds.append(f"{TIME} < TIMESTAMP '{max_time.replace(tzinfo=None).isoformat()}'")
         return " AND ".join(conds) or "true"
 
-    def _aggregate_sql(self, source: str, combine: bool) -> str:
+    def _aggregate_sql(self, source: str, combine: bool, status: bool = False) -> str:
+        """Group ``source`` by (segment, time, dimensions); with ``status``, also by the record's status.
+
+        A record's status is 0 (good), 1 (bad: each keeps its batch index and reason) or 2 (thrown
+        away: outside the time bounds), and ``__n`` counts the records of each output row, so one
+        pass over a batch yields the rollup, the bad records and the counts.
+        """
         s = self.schema
         dims = [_q(d.name) for d in s.dimensions]
         keys = [SEGMENT_START, TIME, *dims]
+        if status:
+            keys = [*_STATUS_KEYS, *keys]
         aggs = []
         for i, m in enumerate(s.metrics):
             col = _q(m.name) if combine else f"__m{i}"
@@ -258,38 +297,36 @@ class Rollup:
             else:
                 expr = f"{m.kind}({col})" if (s.rollup or combine) else col
             aggs.append(f"CAST({expr} AS {sql_type}) AS {_q(m.name)}")
+        if status:
+            aggs.append("count(*) AS __n" if s.rollup else "1 AS __n")
         select = ", ".join(keys + aggs)
         if combine or s.rollup:
             return f"SELECT {select} FROM {source} GROUP BY ALL"
         return f"SELECT {select} FROM {source}"
 
     def parse(self, values: list[bytes | None]) -> ParsedBatch:
-        """Parse and roll up one batch of record values (``None`` for a null value)."""
+        """Parse and roll up one batch of record values (``None`` for a null value), in one pass."""
         raw = pa.array(values, type=pa.binary())
         batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "raw": raw})
+        source = (f"(SELECT *, CASE WHEN __reason IS NOT NULL THEN 1 WHEN NOT ({self._bounds}) THEN 2 ELSE 0 END "
+                  f"AS __status FROM ({self._parse_sql}))")
         self._con.register("batch", batch)
         try:
-            self._con.execute(f"CREATE OR REPLACE TEMP TABLE parsed AS {self._parse_sql}")
+            out = self._con.sql(self._aggregate_sql(source, combine=False, status=True)).to_arrow_table()
         finally:
             self._con.unregister("batch")
-        bad_count, samples = self._bad_records()
-        thrown_away = self._scalar(f"SELECT count(*) FROM parsed WHERE __reason IS NULL AND NOT ({self._bounds})")
-        good = f"(SELECT * FROM parsed WHERE __reason IS NULL AND {self._bounds})"
-        rows = self._con.sql(self._aggregate_sql(good, combine=False)).to_arrow_table()
-        self._con.execute("DROP TABLE parsed")
-        return ParsedBatch(rows, bad_count, samples, thrown_away)
-
-    def _scalar(self, sql: str) -> int:
-        return int(self._con.execute(sql).fetchall()[0][0])
-
-    def _bad_records(self, sample_limit: int = 20) -> tuple[int, tuple[BadRecord, ...]]:
-        count = self._scalar("SELECT count(*) FROM parsed WHERE __reason IS NOT NULL")
-        if not count:
-            return 0, ()
-        rows = self._con.execute(
-            "SELECT __i, __reason, left(__raw, 300) FROM parsed WHERE __reason IS NOT NULL "
-            f"ORDER BY __i LIMIT {sample_limit}").fetchall()
-        return count, tuple(BadRecord(int(i), str(r), str(v)) for i, r, v in rows)
+        status = out.column("__status")
+        good = pc.equal(status, 0)
+        if pc.all(good).as_py() is not False:  # the usual case: every record is good (or none came)
+            return ParsedBatch(out.drop_columns(_AUX_COLUMNS), 0, (), 0)
+        rows = out.filter(good).drop_columns(_AUX_COLUMNS)
+        bad = out.filter(pc.equal(status, 1)).select(["__bad_i", "__reason", "__n"]).sort_by("__bad_i")
+        thrown = out.filter(pc.equal(status, 2)).column("__n")
+        samples = tuple(BadRecord(int(i), str(r), _text(values[i])[:300])
+                        for i, r in zip(bad.column("__bad_i").to_pylist()[:_SAMPLE_LIMIT],
+                                        bad.column("__reason").to_pylist(), strict=False))
+        return ParsedBatch(rows, int(pc.sum(bad.column("__n")).as_py() or 0), samples,
+                           int(pc.sum(thrown).as_py() or 0))
 
     def split_by_segment(self, rows: pa.Table) -> list[tuple[datetime, datetime, pa.Table]]:
         """Cut rolled-up rows into (interval start, interval end, rows) per segment interval.
