@@ -56,7 +56,7 @@ def add_query_routes(app: FastAPI, overlord: Overlord) -> None:
 
     @app.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
     def sql(body: SqlQuery) -> Response:
-        result = body.run(spark, engine)
+        result = body.run(spark, engine, overlord.settings.query_max_rows)
         content = result if isinstance(result, str) else json.dumps(result)
         return Response(content, media_type=CONTENT_TYPES[body.result_format])
 

@@ -91,7 +91,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     try:
-        result = execute_sql(get_spark(settings.spark_master), sa.create_engine(settings.database_url), args.sql)
+        result = execute_sql(get_spark(settings.spark_master), sa.create_engine(settings.database_url), args.sql,
+                             max_rows=settings.query_max_rows)
     except QueryError as exc:
         print(f"query failed: {exc.message}", file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ class Settings:
     deep_storage: str = "./deep-storage"
     kafka_bootstrap_servers: str | None = None
     spark_master: str = "local[*]"
+    query_max_rows: int = 100_000
+    """The most rows a SQL result may have (a bigger one gets a 400 naming the limit)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -34,4 +36,18 @@ class Settings:
             deep_storage=env.get("OVERLORD_DEEP_STORAGE", cls.deep_storage),
             kafka_bootstrap_servers=env.get("OVERLORD_KAFKA_BOOTSTRAP_SERVERS"),
             spark_master=env.get("OVERLORD_SPARK_MASTER", cls.spark_master),
+            query_max_rows=_positive_int(env, "OVERLORD_QUERY_MAX_ROWS", cls.query_max_rows),
         )
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SystemExit(f"{name} must be a positive integer, got {text!r}")
+    return value

@@ -14,6 +14,9 @@ configuration) and must be read-only:
 
 User errors (syntax, unknown datasource or column, not read-only, division by zero) raise
 :class:`QueryError`, an HTTP 400 carrying Spark's message; anything else is a server fault.
+A result is collected into the overlord's memory, so it is capped (``max_rows``): a bigger one
+is refused with a 400 rather than risking the process. Druid's ``context.sqlOuterLimit`` cuts a
+result to its first rows (as the cap allows).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ CONTENT_TYPES: dict[str, str] = {"object": "application/json", "array": "applica
 """Druid's result formats and the Content-Type of each response."""
 
 logger = logging.getLogger(__name__)
+
+MAX_ROWS = 100_000
+"""Default cap on a result's rows (``OVERLORD_QUERY_MAX_ROWS``)."""
 
 _JVM_FUNCTIONS = ("reflect", "java_method", "try_reflect")
 _QUERY_OPERATORS = frozenset({
@@ -96,9 +102,14 @@ class SqlQuery(BaseModel):
     context: dict[str, Any] = {}
     parameters: tuple[SqlParameter, ...] = ()
 
-    def run(self, spark: SparkSession, engine: sa.Engine) -> list[dict[str, Any]] | list[list[Any]] | str:
+    def run(self, spark: SparkSession, engine: sa.Engine, max_rows: int = MAX_ROWS
+            ) -> list[dict[str, Any]] | list[list[Any]] | str:
+        outer = self.context.get("sqlOuterLimit")
+        if outer is not None and (not isinstance(outer, int) or isinstance(outer, bool) or outer < 0):
+            raise QueryError(f"context.sqlOuterLimit: expected a non-negative integer, got {outer!r}",
+                             "INVALID_CONTEXT")
         return run_sql(spark, engine, self.query, self.result_format, self.header,
-                       [p.value for p in self.parameters])
+                       [p.value for p in self.parameters], max_rows, outer)
 
 
 @dataclass(frozen=True)
@@ -251,8 +262,13 @@ def _user_error(exc: PySparkException) -> QueryError | None:
     return QueryError(message[:cut + 1] if cut >= 0 else message, exc.getCondition())
 
 
-def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: Sequence[Any] = ()) -> QueryResult:
-    """Run a read-only SQL query over the datasources' visible segments; :class:`QueryError` if invalid."""
+def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: Sequence[Any] = (),
+                max_rows: int = MAX_ROWS, outer_limit: int | None = None) -> QueryResult:
+    """Run a read-only SQL query over the datasources' visible segments; :class:`QueryError` if invalid.
+
+    ``outer_limit`` keeps the first rows of the result; a result of more than ``max_rows`` rows
+    (after that cut) is refused.
+    """
     qs = _query_session(spark)
     nodes = _nodes(qs.parse(query))
     _check_read_only(qs, nodes)
@@ -260,20 +276,25 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
             _register_views(qs, engine, _relations(nodes))
             frame = qs.session.sql(query, args=list(parameters) or None)
-        table = frame.toArrow()
+        table = frame.limit(max_rows + 1 if outer_limit is None else min(outer_limit, max_rows + 1)).toArrow()
     except PySparkException as exc:
         raise _user_error(exc) or exc from None
+    if table.num_rows > max_rows:
+        raise QueryError(f"the result has more than {max_rows:,} rows (the overlord's limit, "
+                         "OVERLORD_QUERY_MAX_ROWS): aggregate further, add a LIMIT or set context.sqlOuterLimit",
+                         "RESULT_TOO_LARGE")
     logger.debug("query returned %d rows: %s", table.num_rows, query)
     return QueryResult(table)
 
 
 def run_sql(spark: SparkSession, engine: sa.Engine, query: str, result_format: ResultFormat = "object",
-            header: bool = False, parameters: Sequence[Any] = ()) -> list[dict[str, Any]] | list[list[Any]] | str:
+            header: bool = False, parameters: Sequence[Any] = (), max_rows: int = MAX_ROWS,
+            outer_limit: int | None = None) -> list[dict[str, Any]] | list[list[Any]] | str:
     """Druid's ``POST /druid/v2/sql``: rows as JSON-ready lists/dicts (object, array) or text (csv, *Lines)."""
     if result_format not in CONTENT_TYPES:
         raise QueryError(f"resultFormat must be one of {sorted(CONTENT_TYPES)}, got {result_format!r}",
                          "INVALID_RESULT_FORMAT")
-    return format_result(execute_sql(spark, engine, query, parameters), result_format, header)
+    return format_result(execute_sql(spark, engine, query, parameters, max_rows, outer_limit), result_format, header)
 
 
 def _json_value(value: Any) -> Any:

@@ -447,6 +447,8 @@ def test_sql_and_compaction_endpoints(api: Api, stack: DevStack, make_topic, dat
         c: (n, sample.value_by_country[c]) for c, n in sample.count_by_country.items()}
     assert ask("array").json()[0] == ["country", "events", "v"]  # header row
     assert ask("csv").text.splitlines()[0] == "country,events,v"
+    first = api.http.post("/druid/v2/sql", json={"query": query + " ORDER BY country", "context": {"sqlOuterLimit": 1}})
+    assert first.json() == sorted(rows, key=lambda r: r["country"])[:1]
 
     for bad in ["SELEC 1", f'DROP TABLE "{datasource}"', "SELECT * FROM no_such_datasource",
                 "SELECT reflect('java.lang.System', 'exit', '0')"]:

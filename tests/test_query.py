@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from overlord.cli import _parser
+from overlord.config import Settings
 from overlord.query import QueryError, SqlQuery, execute_sql, run_sql
 from segment_store.schema import segment_status
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
@@ -137,3 +138,35 @@ def test_a_datasource_without_used_segments_is_no_longer_queryable(spark, engine
 
     with pytest.raises(QueryError, match="TABLE_OR_VIEW_NOT_FOUND"):
         run_sql(spark, engine, f'SELECT COUNT(*) AS n FROM "{datasource}"')
+
+
+def test_results_are_capped_and_sql_outer_limit_cuts_them(spark, engine, published):
+    datasource, table = published
+    sql = f'SELECT __time, country FROM "{datasource}" ORDER BY __time, country'
+    expected = sorted((r["__time"], r["country"]) for r in table.to_pylist())
+    n = len(expected)
+
+    assert len(run_sql(spark, engine, sql, "array", max_rows=n)) == n  # exactly at the cap is fine
+    with pytest.raises(QueryError, match=f"more than {n - 1:,} rows") as refused:
+        run_sql(spark, engine, sql, max_rows=n - 1)
+    assert refused.value.error_class == "RESULT_TOO_LARGE"
+
+    def outer(limit):
+        return SqlQuery.model_validate({"query": sql, "resultFormat": "array", "context": {"sqlOuterLimit": limit}})
+
+    first = outer(5).run(spark, engine, max_rows=5)  # an outer limit cuts the result to its first rows
+    assert [row[1] for row in first] == [country for _, country in expected[:5]]
+    with pytest.raises(QueryError, match="more than 4 rows"):  # and never lifts the cap
+        outer(5).run(spark, engine, max_rows=4)
+    for bad in (-1, "5", 2.5, True):
+        with pytest.raises(QueryError, match="context.sqlOuterLimit"):
+            outer(bad).run(spark, engine)
+
+
+def test_the_row_cap_comes_from_the_environment():
+    env = {"OVERLORD_DATABASE_URL": "postgresql+psycopg://u@h/db"}
+    assert Settings.from_env(env).query_max_rows == 100_000
+    assert Settings.from_env({**env, "OVERLORD_QUERY_MAX_ROWS": "250"}).query_max_rows == 250
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(SystemExit, match="OVERLORD_QUERY_MAX_ROWS must be a positive integer"):
+            Settings.from_env({**env, "OVERLORD_QUERY_MAX_ROWS": bad})
