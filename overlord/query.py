@@ -27,7 +27,7 @@ import io
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -41,6 +41,7 @@ from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from overlord.errors import OverlordError
+from overlord.segment_source import read_segments
 from segment_store.timeline import datasources, visible_segments
 
 __all__ = ["CONTENT_TYPES", "QueryError", "QueryResult", "SqlQuery", "execute_sql", "format_result", "format_table",
@@ -225,11 +226,15 @@ def _relations(nodes: list[dict[str, Any]]) -> set[str]:
     return names
 
 
-def _spark_path(path: str) -> str:
-    return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
+def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mapping[str, Any] | None) -> DataFrame:
+    """Spark's Parquet reader for local and HDFS files; the fsspec source for object stores."""
+    if all("://" not in p or p.startswith(("file://", "hdfs://")) for p in paths):
+        return session.read.parquet(*paths)
+    return read_segments(session, paths, storage_options)
 
 
-def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str]) -> None:
+def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
+                    storage_options: Mapping[str, Any] | None) -> None:
     """Point a view per referenced datasource at exactly its visible files (caller holds the lock)."""
     known = {ds.lower(): ds for ds in datasources(engine)}
     for gone in [ds for ds in qs.frames if ds not in known.values()]:  # no used segments any more
@@ -239,13 +244,13 @@ def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str]) -> No
         datasource = name if name in known.values() else known.get(name.lower())
         if datasource is None:
             continue  # a CTE name, or unknown: Spark reports TABLE_OR_VIEW_NOT_FOUND with the name
-        paths = tuple(_spark_path(s.path) for s in visible_segments(engine, datasource))
+        paths = tuple(s.path for s in visible_segments(engine, datasource))
         if not paths:
             raise QueryError(f"datasource {datasource!r} has no published segments", "TABLE_OR_VIEW_NOT_FOUND")
         cached = qs.frames.get(datasource)
         if cached is None or cached[0] != paths:
             try:
-                cached = (paths, qs.session.read.parquet(*paths))
+                cached = (paths, _read(qs.session, paths, storage_options))
             except PySparkException as exc:
                 raise _user_error(exc) or exc from None
             qs.frames[datasource] = cached
@@ -263,18 +268,20 @@ def _user_error(exc: PySparkException) -> QueryError | None:
 
 
 def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: Sequence[Any] = (),
-                max_rows: int = MAX_ROWS, outer_limit: int | None = None) -> QueryResult:
+                max_rows: int = MAX_ROWS, outer_limit: int | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> QueryResult:
     """Run a read-only SQL query over the datasources' visible segments; :class:`QueryError` if invalid.
 
     ``outer_limit`` keeps the first rows of the result; a result of more than ``max_rows`` rows
-    (after that cut) is refused.
+    (after that cut) is refused. ``storage_options`` reach fsspec for object-store segments
+    (otherwise s3fs takes credentials and endpoint from the environment).
     """
     qs = _query_session(spark)
     nodes = _nodes(qs.parse(query))
     _check_read_only(qs, nodes)
     try:
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
-            _register_views(qs, engine, _relations(nodes))
+            _register_views(qs, engine, _relations(nodes), storage_options)
             frame = qs.session.sql(query, args=list(parameters) or None)
         table = frame.limit(max_rows + 1 if outer_limit is None else min(outer_limit, max_rows + 1)).toArrow()
     except PySparkException as exc:

@@ -8,6 +8,7 @@ import uuid
 from collections import defaultdict
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from overlord.cli import _parser
@@ -170,3 +171,26 @@ def test_the_row_cap_comes_from_the_environment():
     for bad in ("0", "-3", "many"):
         with pytest.raises(SystemExit, match="OVERLORD_QUERY_MAX_ROWS must be a positive integer"):
             Settings.from_env({**env, "OVERLORD_QUERY_MAX_ROWS": bad})
+
+
+def test_the_fsspec_segment_source_reads_every_file_and_fills_missing_columns(spark, tmp_path):
+    """The reader used for object stores, here on file:// URLs: all rows, in as many partitions as
+    Spark has cores, and nulls for a column the first file has and a later one lacks."""
+    from overlord.segment_source import read_segments
+
+    paths = []
+    for i in range(5):
+        columns = {"__time": pa.array([T0] * 3, pa.timestamp("ms", tz="UTC")), "country": ["DE", "FR", "US"],
+                   "count": pa.array([i, i, i], pa.int64())}
+        if i != 3:
+            columns["city"] = [f"c{i}"] * 3
+        pq.write_table(pa.table(columns), tmp_path / f"part-{i}.parquet")
+        paths.append(f"file://{tmp_path}/part-{i}.parquet")
+
+    frame = read_segments(spark, paths)
+    rows = frame.toArrow().to_pylist()
+
+    assert frame.rdd.getNumPartitions() == min(5, 2 * spark.sparkContext.defaultParallelism)
+    assert sorted((r["count"], r["country"], r["city"]) for r in rows) == sorted(
+        (i, c, None if i == 3 else f"c{i}") for i in range(5) for c in ("DE", "FR", "US"))
+    assert {r["__time"] for r in rows} == {T0}

@@ -1,4 +1,5 @@
-"""Deep storage on ``s3://`` end to end: moto's S3 server on loopback, s3fs in the Spark workers.
+"""Deep storage on ``s3://`` end to end: moto's S3 server on loopback, s3fs in the Spark workers,
+indexing and SQL.
 
 The endpoint and credentials reach the workers through ``storage_options``, not the
 environment: local-mode Python workers inherit the environment of the Spark JVM, which the
@@ -23,6 +24,7 @@ from moto.server import ThreadedMotoServer
 
 from indexing_task.task import run_index_task
 from overlord.index_once import next_task_request
+from overlord.query import execute_sql
 from overlord.sample_data import make_sample_events, produce
 from segment_store import DeepStorage, used_segments
 from tests.helpers import assert_exact, events_spec, settings_for
@@ -75,6 +77,14 @@ def test_index_to_s3_publishes_exact_segments(stack, engine, spark, make_topic, 
     table = pa.concat_tables(pq.read_table(seg.path, filesystem=fs) for seg in segments)
     assert table.num_rows == report.rows_out
     assert_exact(table, sample)
+
+    # SQL reads the same files from S3 (through s3fs: PySpark has no S3 connector of its own).
+    result = execute_sql(spark, engine, f'SELECT country, SUM("count") AS n, SUM(value_sum) AS v, COUNT(*) AS rows '
+                         f'FROM "{datasource}" GROUP BY country', storage_options=options)
+    rows = result.table.to_pylist()
+    assert {r["country"]: (r["n"], r["v"]) for r in rows} == {
+        c: (n, sample.value_by_country[c]) for c, n in sample.count_by_country.items()}
+    assert sum(r["rows"] for r in rows) == report.rows_out
 
 
 def test_makedirs_does_not_create_a_missing_bucket(s3):
