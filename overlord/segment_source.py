@@ -1,29 +1,28 @@
-"""A Spark data source that reads segment files through fsspec, for queries over object stores.
+"""Segment files as a Spark DataFrame read through fsspec, for queries over object stores.
 
 Spark's own Parquet reader needs a Hadoop connector for ``s3://`` (``hadoop-aws`` and the AWS
 SDK, which PySpark does not ship). This source reads the same files with s3fs, as the indexing
-and compaction workers write them: each Spark partition gets a share of the files, and its
-Python worker streams their row groups as Arrow batches. Columns a file lacks (a dimension
-added by a later spec) are read as nulls. There is no column pruning: a query reads whole files.
+and compaction workers write them: one ``mapInArrow`` task per share of the files, whose Python
+worker streams their row groups as Arrow batches (a plain job, so it works on any session; a
+registered Python data source is visible only to the session that registered it). Columns a
+file lacks (a dimension added by a later spec) are read as nulls. There is no column pruning:
+a query reads whole files.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 __all__ = ["read_segments"]
-
-_FORMAT = "overlord_segments"
 
 
 def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Mapping[str, Any] | None = None
@@ -33,39 +32,22 @@ def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Ma
     fs, first = url_to_fs(paths[0], **options)
     with fs.open(first, "rb") as f:
         schema = from_arrow_schema(pq.read_schema(f))
-    spark.dataSource.register(_SegmentFiles)
-    partitions = min(len(paths), 2 * spark.sparkContext.defaultParallelism)
-    return (spark.read.format(_FORMAT).schema(schema)
-            .option("paths", json.dumps(list(paths))).option("partitions", str(partitions))
-            .option("storage_options", json.dumps(options)).load())
+    shares = min(len(paths), 2 * spark.sparkContext.defaultParallelism)
+    read = partial(_read_share, list(paths), shares, options, schema)
+    return spark.range(0, shares, 1, shares).mapInArrow(read, schema)
 
 
-class _SegmentFiles(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return _FORMAT
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return _Reader(self.options, schema)
-
-
-class _Reader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.paths: list[str] = json.loads(options["paths"])
-        self.partition_count = int(options["partitions"])
-        self.storage_options: dict[str, Any] = json.loads(options["storage_options"])
-        self.schema = schema
-
-    def partitions(self) -> list[InputPartition]:
-        return [InputPartition(self.paths[i::self.partition_count]) for i in range(self.partition_count)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        schema = to_arrow_schema(self.schema, timezone="UTC")
-        for path in partition.value:
-            fs, file = url_to_fs(path, **self.storage_options)
-            with fs.open(file, "rb") as f:
-                for batch in pq.ParquetFile(f).iter_batches(batch_size=65_536):
-                    yield _conform(batch, schema)
+def _read_share(paths: list[str], shares: int, storage_options: dict[str, Any], schema: StructType,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: each input row is the index of one share of the files (every ``shares``-th)."""
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    for batch in batches:
+        for share in batch.column(0).to_pylist():
+            for path in paths[share::shares]:
+                fs, file = url_to_fs(path, **storage_options)
+                with fs.open(file, "rb") as f:
+                    for row_group in pq.ParquetFile(f).iter_batches(batch_size=65_536):
+                        yield _conform(row_group, arrow_schema)
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
