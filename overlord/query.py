@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
+from overlord.config import Settings
 from overlord.errors import OverlordError
 from overlord.segment_source import read_segments
 from segment_store.timeline import datasources, visible_segments
@@ -54,7 +55,7 @@ CONTENT_TYPES: dict[str, str] = {"object": "application/json", "array": "applica
 
 logger = logging.getLogger(__name__)
 
-MAX_ROWS = 100_000
+MAX_ROWS = Settings.query_max_rows
 """Default cap on a result's rows (``OVERLORD_QUERY_MAX_ROWS``)."""
 
 _JVM_FUNCTIONS = ("reflect", "java_method", "try_reflect")
