@@ -29,7 +29,8 @@ from overlord.status import mask_secrets, stats_payload, status_payload
 from overlord.supervisor import Supervisor
 from overlord.views import history_entry, list_entry, snapshot, spec_view, task_view
 from specs import SpecError, SupervisorSpec
-from specs.errors import join_path, key_path
+from specs.errors import key_path
+from specs.loader import loc_path
 
 __all__ = ["PREFIX", "ResetOffsetsRequest", "create_app"]
 
@@ -67,10 +68,7 @@ def _validation_path(loc: Sequence[int | str]) -> str:
     parts = list(loc[1:]) if loc and loc[0] in ("body", "query", "path", "header") else list(loc)
     if loc and loc[0] == "body" and parts and isinstance(parts[-1], int) and len(parts) == 1:
         parts = []  # json_invalid: loc is ("body", character position)
-    path = ""
-    for part in parts:
-        path = join_path(path, f"[{part}]" if isinstance(part, int) else key_path(str(part)))
-    return path or "$"
+    return loc_path(parts) or "$"
 
 
 def _spec_openapi() -> dict[str, Any]:
@@ -86,7 +84,6 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     secrets.learn(sup.spec.to_druid_json() for sup in list(overlord.supervisors.values()))
     app = FastAPI(title="overlord", version="0.1.0",
                   description="Druid-compatible supervisor and task API of the Kafka-to-segment indexing service.")
-    app.state.secrets = secrets
 
     def view(content: Any) -> Any:
         # The JSON round trip first: it turns int keys (offset maps) into the strings mask_secrets expects.
@@ -137,18 +134,17 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
 
     # --- supervisors -----------------------------------------------------------------------
 
-    spec_components = _spec_openapi()
-
     @app.post(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Create or update a supervisor",
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/SupervisorSpec"}}}}})
     async def submit(request: Request) -> Response:
-        raw = await request.body()
+        body: Any = await request.body()
         try:
-            secrets.learn([json.loads(raw)])  # before validation, so even an error message cannot echo one
+            body = json.loads(body)
+            secrets.learn([body])  # before validation, so even an error message cannot echo one
         except (ValueError, UnicodeDecodeError):
-            pass
-        supervisor_id = await run_in_threadpool(overlord.submit, raw)
+            pass  # not JSON: submit reports it
+        supervisor_id = await run_in_threadpool(overlord.submit, body)
         return reply({"id": supervisor_id})
 
     @app.get(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Supervisor ids, or their state and specs")
@@ -239,8 +235,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
                    limit: Annotated[int, Query(alias="max", ge=1, le=10_000)] = 200) -> Response:
         store, found = overlord.store, list[TaskRecord]()
         if state in (None, "running", "success", "failed"):
-            status = {"running": "RUNNING", "success": "SUCCESS", "failed": "FAILED"}.get(state or "")
-            found = store.tasks(status=status, datasource=datasource, limit=limit)
+            found = store.tasks(status=state, datasource=datasource, limit=limit)
         elif state == "complete":
             found = sorted(store.tasks(status="SUCCESS", datasource=datasource, limit=limit)
                            + store.tasks(status="FAILED", datasource=datasource, limit=limit),
@@ -290,7 +285,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = base_openapi()
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(spec_components)
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(_spec_openapi())
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]

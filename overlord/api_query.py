@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI
@@ -14,6 +14,7 @@ from indexing_task.compaction import CompactionReport, compact
 from overlord.manager import Overlord
 from overlord.query import CONTENT_TYPES, QueryError, SqlQuery
 from specs import load_supervisor_spec
+from specs.durations import parse_utc_interval
 
 __all__ = ["add_query_routes"]
 
@@ -28,13 +29,9 @@ class CompactRequest(BaseModel):
 
 def _interval(text: str) -> tuple[datetime, datetime]:
     try:
-        start, end = (datetime.fromisoformat(part) for part in text.split("/"))
+        return parse_utc_interval(text)
     except ValueError as exc:
-        raise QueryError(f"interval: expected START/END in ISO-8601, got {text!r}", "INVALID_INTERVAL") from exc
-    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
-    if not start < end:
-        raise QueryError(f"interval: expected START before END, got {text!r}", "INVALID_INTERVAL")
-    return start, end
+        raise QueryError(f"interval: {exc}", "INVALID_INTERVAL") from None
 
 
 def _report(r: CompactionReport) -> dict[str, Any]:

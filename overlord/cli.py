@@ -8,9 +8,11 @@ import logging
 import signal
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
+
+from specs.durations import parse_utc_interval
 
 __all__ = ["main"]
 
@@ -103,13 +105,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
 def _utc_interval(text: str) -> tuple[datetime, datetime]:
     """``START/END`` in ISO-8601 (UTC unless an offset is given), like Druid's intervals."""
     try:
-        start, end = (datetime.fromisoformat(part) for part in text.split("/"))
+        return parse_utc_interval(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected START/END in ISO-8601, got {text!r}") from exc
-    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
-    if not start < end:
-        raise argparse.ArgumentTypeError(f"expected START before END, got {text!r}")
-    return start, end
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _iso_duration(text: str) -> timedelta:

@@ -44,18 +44,18 @@ class SecretRegistry:
     """Secret values seen in specs, for scrubbing free text. Thread-safe; values are never forgotten."""
 
     def __init__(self) -> None:
-        self._values: frozenset[str] = frozenset()
+        self._values: tuple[str, ...] = ()  # longest first
         self._lock = threading.Lock()
 
     def learn(self, specs: Iterable[Any]) -> None:
         """Remember the secret values found in ``specs`` (Druid JSON of supervisor specs)."""
         new = {v for spec in specs for v in secret_values(spec) if len(v) >= MIN_SECRET_LENGTH}
         with self._lock:
-            self._values = self._values | new
+            self._values = tuple(sorted(set(self._values) | new, key=len, reverse=True))
 
     def scrub(self, text: str) -> str:
         """``text`` with every known secret value replaced by the mask (longest first)."""
-        for value in sorted(self._values, key=len, reverse=True):
+        for value in self._values:
             if value in text:
                 text = text.replace(value, MASK)
         return text

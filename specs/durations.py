@@ -107,6 +107,21 @@ def format_iso_duration(value: timedelta) -> str:
     return out if out != "P" else "PT0S"
 
 
+def parse_utc_interval(text: str) -> tuple[datetime, datetime]:
+    """``START/END`` in ISO-8601 (UTC unless an offset is given), like Druid's intervals.
+
+    Raises ``ValueError`` with a message saying what was expected.
+    """
+    try:
+        start, end = (datetime.fromisoformat(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"expected START/END in ISO-8601, got {text!r}") from None
+    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+    if not start < end:
+        raise ValueError(f"expected START before END, got {text!r}")
+    return start, end
+
+
 def parse_utc_timestamp(text: str) -> datetime:
     """Parse an ISO-8601 timestamp; without an offset it is taken as UTC (Druid's default zone)."""
     try:

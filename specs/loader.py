@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def spec_error_from_validation(exc: ValidationError, strip_prefix: str = "") -> 
     """
     errors: list[tuple[str, str]] = []
     for detail in exc.errors(include_url=False):
-        path = _loc_path(detail["loc"])
+        path = loc_path(detail["loc"])
         if strip_prefix and (path == strip_prefix or path.startswith(strip_prefix + ".")):
             path = path[len(strip_prefix) + 1 :]
         for item in _describe(detail, path):
@@ -64,10 +64,11 @@ def spec_error_from_validation(exc: ValidationError, strip_prefix: str = "") -> 
     return SpecError(errors)
 
 
-def _loc_path(loc: tuple[int | str, ...]) -> str:
+def loc_path(loc: Sequence[int | str]) -> str:
+    """A pydantic error location as a JSON path (``spec.ioConfig.topic``, ``metricsSpec[2]``)."""
     path = ""
     for part in loc:
-        path = join_path(path, f"[{part}]" if isinstance(part, int) else key_path(part))
+        path = join_path(path, f"[{part}]" if isinstance(part, int) else key_path(str(part)))
     return path
 
 
