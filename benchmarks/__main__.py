@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     derive(results)
     output.mkdir(parents=True, exist_ok=True)
     (output / "suite.json").write_text(json.dumps(results, indent=2) + "\n")
-    (output / "suite.md").write_text(markdown(results))
-    print(markdown(results))
+    summary = markdown(results)
+    (output / "suite.md").write_text(summary)
+    print(summary)
     print(f"written to {output / 'suite.json'} and {output / 'suite.md'}")
 
 

@@ -33,7 +33,6 @@ from benchmarks.ingest import spec_for
 from benchmarks.runs import Bench, new_topic, scratch_stack
 from benchmarks.shapes import shape_by_name
 from benchmarks.topics import delete_topics
-from overlord.config import Settings
 from overlord.index_once import next_task_request
 from segment_store import create_schema
 
@@ -139,8 +138,7 @@ def run(ref: str, shapes: list[str], events: int, repeat: int) -> dict[str, Any]
     with scratch_stack() as (stack, workdir):
         engine = sa.create_engine(stack.database_url)
         create_schema(engine)
-        settings = Settings(database_url=stack.database_url, deep_storage=stack.deep_storage,
-                            kafka_bootstrap_servers=stack.bootstrap_servers)
+        settings = stack.settings()
         bench = Bench(stack.bootstrap_servers, engine, settings, 4, workdir=workdir)
         bench.use_spark(os.cpu_count() or 2)
         for name in shapes:

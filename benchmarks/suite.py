@@ -19,7 +19,6 @@ from benchmarks.baselines import raw_consume_rate
 from benchmarks.runs import Bench, fixed_cost, index_topic, measure_shape, new_topic, scratch_stack
 from benchmarks.shapes import DRUID_SHAPES, Shape, shape_by_name
 from benchmarks.topics import delete_topics
-from overlord.config import Settings
 from segment_store import create_schema
 
 __all__ = ["Options", "run_suite"]
@@ -55,8 +54,7 @@ def run_suite(options: Options) -> dict[str, Any]:
     with scratch_stack() as (stack, workdir):
         engine = sa.create_engine(stack.database_url)
         create_schema(engine)
-        settings = Settings(database_url=stack.database_url, deep_storage=stack.deep_storage,
-                            kafka_bootstrap_servers=stack.bootstrap_servers)
+        settings = stack.settings()
         bench = Bench(stack.bootstrap_servers, engine, settings, options.partitions, workdir=workdir)
         bench.use_spark(cores)
         results["task_fixed_cost"] = fixed_cost(bench)

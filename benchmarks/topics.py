@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from indexing_task.watermarks import topic_watermarks
+from overlord import sample_data
 from overlord.sample_data import produce
 
 __all__ = ["create_topic", "delete_topics", "end_offsets", "produce"]
@@ -17,10 +18,7 @@ TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1, config=dict(TOPIC_CONFIG))])
-    for future in futures.values():
-        future.result(timeout=10)
+    sample_data.create_topic(bootstrap, topic, partitions, TOPIC_CONFIG)
 
 
 def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:

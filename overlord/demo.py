@@ -13,7 +13,6 @@ import time
 import sqlalchemy as sa
 
 from indexing_task.spark import get_spark
-from overlord.config import Settings
 from overlord.devstack import dev_stack
 from overlord.index_once import index_once
 from overlord.query import execute_sql, format_table
@@ -33,8 +32,7 @@ def run_demo(events: int = 200_000, partitions: int = 4) -> int:
     spec = load_example("events")
     with dev_stack() as stack:
         _step(f"embedded stack up: Kafka {stack.bootstrap_servers}, PostgreSQL {stack.database_url}")
-        settings = Settings(database_url=stack.database_url, deep_storage=stack.deep_storage,
-                            kafka_bootstrap_servers=stack.bootstrap_servers, spark_master="local[*]")
+        settings = stack.settings(spark_master="local[*]")
         sample = make_sample_events(events)
         _step(f"producing {len(sample.records):,} records ({sample.bad} malformed) to topic "
               f"'{spec.spec.io_config.topic}' in {partitions} partitions")

@@ -19,6 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from overlord.config import Settings
 
 __all__ = ["DevStack", "EmbeddedPostgres", "TansuBroker", "dev_stack", "free_port"]
 
@@ -151,6 +154,11 @@ class DevStack:
             "OVERLORD_DATABASE_URL": self.database_url,
             "OVERLORD_DEEP_STORAGE": self.deep_storage,
         }
+
+    def settings(self, deep_storage: str | None = None, **extra: Any) -> Settings:
+        """The overlord's :class:`Settings` for this stack (another deep storage root if given)."""
+        return Settings(database_url=self.database_url, deep_storage=deep_storage or self.deep_storage,
+                        kafka_bootstrap_servers=self.bootstrap_servers, **extra)
 
 
 @contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -55,9 +55,9 @@ def make_sample_events(n: int, bad_every: int = 5_000, seed: int = 7,
     return out
 
 
-def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap_servers: str, topic: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    for future in admin.create_topics([NewTopic(topic, partitions, 1, config=dict(config or {}))]).values():
         future.result(timeout=10)
 
 
