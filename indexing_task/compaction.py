@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError
-from indexing_task.rollup import SEGMENT_START, TIME, Rollup, RollupSchema
+from indexing_task.rollup import SEGMENT_START, Rollup, RollupSchema
+from indexing_task.worker import write_segment_file
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
 from segment_store.timeline import Interval, visible_by_interval, visible_segments
@@ -73,7 +73,7 @@ class _Payload(BaseModel):
 
 @dataclass(frozen=True)
 class CompactionReport:
-    """One interval: what was read, what was written, and the swap's outcome (None if skipped)."""
+    """One interval: what was read, what was written, and the swap's outcome."""
 
     datasource: str
     interval_start: datetime
@@ -81,7 +81,7 @@ class CompactionReport:
     input_segments: int
     input_rows: int
     output_segments: tuple[SegmentDescriptor, ...]
-    outcome: SwapOutcome | None
+    outcome: SwapOutcome
     attempts: int
     seconds: float
 
@@ -131,18 +131,9 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
         rollup.close()
     merged = merged.select(expected).cast(schema).sort_by([(c, "ascending") for c in expected])
     attempt_id = f"compact-{payload.job_id}-i{index:04d}-a{attempt}"
-    written = []
-    for part, offset in enumerate(range(0, merged.num_rows, payload.max_rows_per_segment)):
-        chunk = merged.slice(offset, payload.max_rows_per_segment)
-        path = storage.path_for(payload.datasource, target.start, target.end, attempt_id, part)
-        storage.makedirs_for(path)
-        with storage.fs.open(path, "wb") as out:
-            pq.write_table(chunk, out, compression="zstd", row_group_size=1_000_000)
-        times = chunk.column(TIME)
-        written.append({"id": f"{payload.datasource}_{target.start:%Y%m%dT%H%M%SZ}_{target.end:%Y%m%dT%H%M%SZ}_"
-                              f"{attempt_id}_{part}", "path": path, "size_bytes": storage.size(path),
-                        "num_rows": chunk.num_rows, "min_time": pc.min(times).as_py().isoformat(),
-                        "max_time": pc.max(times).as_py().isoformat()})
+    written = [write_segment_file(storage, payload.datasource, target.start, target.end, attempt_id, attempt_id,
+                                  part, merged.slice(offset, payload.max_rows_per_segment))
+               for part, offset in enumerate(range(0, merged.num_rows, payload.max_rows_per_segment))]
     return sum(t.num_rows for t in tables), written
 
 
@@ -205,7 +196,6 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: Any, deep_storage: str
                 continue
             reports.append(CompactionReport(datasource, start, end, len(read), int(row["rows_in"]), segments,
                                             outcome, attempt, time.monotonic() - started))
-        pending = {}
-        for iv in retry:  # compact these again from their current visible sets
-            pending.update({k: v for k, v in _plan(engine, datasource, iv, min_segments).items() if k == iv})
+        replanned = _plan(engine, datasource, interval, min_segments) if retry else {}
+        pending = {iv: replanned[iv] for iv in retry if iv in replanned}  # again, from their current visible sets
     return sorted(reports, key=lambda r: r.interval_start)

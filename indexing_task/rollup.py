@@ -213,8 +213,10 @@ class Rollup:
         self.schema = schema
         self._con = _database().cursor()
         self._con.execute("SET TimeZone = 'UTC'")
-        self._parse_sql = self._build_parse_sql()
-        self._bounds = self._bounds_sql(min_time, max_time)
+        classified = (f"(SELECT *, CASE WHEN __reason IS NOT NULL THEN 1 "
+                      f"WHEN NOT ({self._bounds_sql(min_time, max_time)}) THEN 2 ELSE 0 END "
+                      f"AS __status FROM ({self._build_parse_sql()}))")
+        self._parse_query = self._aggregate_sql(classified, combine=False, status=True)
 
     def close(self) -> None:
         self._con.close()
@@ -308,11 +310,9 @@ class Rollup:
         """Parse and roll up one batch of record values (``None`` for a null value), in one pass."""
         raw = pa.array(values, type=pa.binary())
         batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "raw": raw})
-        source = (f"(SELECT *, CASE WHEN __reason IS NOT NULL THEN 1 WHEN NOT ({self._bounds}) THEN 2 ELSE 0 END "
-                  f"AS __status FROM ({self._parse_sql}))")
         self._con.register("batch", batch)
         try:
-            out = self._con.sql(self._aggregate_sql(source, combine=False, status=True)).to_arrow_table()
+            out = self._con.sql(self._parse_query).to_arrow_table()
         finally:
             self._con.unregister("batch")
         status = out.column("__status")
@@ -320,13 +320,13 @@ class Rollup:
         if pc.all(good).as_py() is not False:  # the usual case: every record is good (or none came)
             return ParsedBatch(out.drop_columns(_AUX_COLUMNS), 0, (), 0)
         rows = out.filter(good).drop_columns(_AUX_COLUMNS)
-        bad = out.filter(pc.equal(status, 1)).select(["__bad_i", "__reason", "__n"]).sort_by("__bad_i")
+        bad = out.filter(pc.equal(status, 1)).sort_by("__bad_i")  # one row per bad record
         thrown = out.filter(pc.equal(status, 2)).column("__n")
+        first = bad.slice(0, _SAMPLE_LIMIT)
         samples = tuple(BadRecord(int(i), str(r), _text(values[i])[:300])
-                        for i, r in zip(bad.column("__bad_i").to_pylist()[:_SAMPLE_LIMIT],
-                                        bad.column("__reason").to_pylist(), strict=False))
-        return ParsedBatch(rows, int(pc.sum(bad.column("__n")).as_py() or 0), samples,
-                           int(pc.sum(thrown).as_py() or 0))
+                        for i, r in zip(first.column("__bad_i").to_pylist(), first.column("__reason").to_pylist(),
+                                        strict=True))
+        return ParsedBatch(rows, bad.num_rows, samples, int(pc.sum(thrown).as_py() or 0))
 
     def split_by_segment(self, rows: pa.Table) -> list[tuple[datetime, datetime, pa.Table]]:
         """Cut rolled-up rows into (interval start, interval end, rows) per segment interval.

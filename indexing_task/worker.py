@@ -21,10 +21,11 @@ from pydantic import BaseModel, ConfigDict
 
 from indexing_task.ranges import Split
 from indexing_task.reader import read_range
-from indexing_task.rollup import ParsedBatch, Rollup, RollupSchema
+from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store.deep_storage import DeepStorage
 
-__all__ = ["RESULT_DDL", "RESULT_SCHEMA", "TaskPayload", "cyclic_gc_paused", "index_split", "run_splits"]
+__all__ = ["RESULT_DDL", "RESULT_SCHEMA", "TaskPayload", "cyclic_gc_paused", "index_split", "run_splits",
+           "write_segment_file"]
 
 CHUNK_RECORDS = 200_000
 MAX_SAMPLES = 20
@@ -168,18 +169,24 @@ class _SegmentWriter:
                 self._write_file(start, end, table.slice(offset, step))
 
     def _write_file(self, start: datetime, end: datetime, table: pa.Table) -> None:
-        ds = self.payload.datasource
-        path = self.storage.path_for(ds, start, end, self.attempt_id, self.part)
-        self.storage.makedirs_for(path)
-        with self.storage.fs.open(path, "wb") as out:
-            pq.write_table(table, out, compression="zstd", row_group_size=1_000_000)
-        times = table.column(0)
-        self.segments.append({
-            "id": f"{ds}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{self.split_key}_{self.part}",
-            "interval_start": start.isoformat(), "interval_end": end.isoformat(), "path": path,
-            "size_bytes": self.storage.size(path), "num_rows": table.num_rows,
-            "min_time": pc.min(times).as_py().isoformat(),
-            "max_time": pc.max(times).as_py().isoformat(),
-        })
+        written = write_segment_file(self.storage, self.payload.datasource, start, end, self.attempt_id,
+                                     self.split_key, self.part, table)
+        self.segments.append({**written, "interval_start": start.isoformat(), "interval_end": end.isoformat()})
         self.part += 1
         self.rows_out += table.num_rows
+
+
+def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, end: datetime, attempt_id: str,
+                       id_key: str, part: int, table: pa.Table) -> dict[str, Any]:
+    """Write ``table`` as segment file ``part`` of an attempt (zstd Parquet); return its metadata.
+
+    The segment id is ``{datasource}_{start}_{end}_{id_key}_{part}``.
+    """
+    path = storage.path_for(datasource, start, end, attempt_id, part)
+    storage.makedirs_for(path)
+    with storage.fs.open(path, "wb") as out:
+        pq.write_table(table, out, compression="zstd", row_group_size=1_000_000)
+    times = table.column(TIME)
+    return {"id": f"{datasource}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{id_key}_{part}", "path": path,
+            "size_bytes": storage.size(path), "num_rows": table.num_rows,
+            "min_time": pc.min(times).as_py().isoformat(), "max_time": pc.max(times).as_py().isoformat()}

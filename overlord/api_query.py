@@ -39,9 +39,8 @@ def _report(r: CompactionReport) -> dict[str, Any]:
     return {"interval": f"{r.interval_start.isoformat()}/{r.interval_end.isoformat()}",
             "inputSegments": r.input_segments, "inputRows": r.input_rows,
             "outputSegments": len(r.output_segments), "outputRows": r.output_rows,
-            "status": outcome.status if outcome else "skipped", "message": outcome.message if outcome else "",
-            "version": outcome.version if outcome else None,
-            "carriedOver": len(outcome.carried_over) if outcome else 0, "seconds": round(r.seconds, 3)}
+            "status": outcome.status, "message": outcome.message, "version": outcome.version,
+            "carriedOver": len(outcome.carried_over), "seconds": round(r.seconds, 3)}
 
 
 def add_query_routes(app: FastAPI, overlord: Overlord) -> None:

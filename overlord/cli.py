@@ -141,12 +141,12 @@ def _cmd_compact(args: argparse.Namespace) -> int:
         print(f"nothing to compact in {args.datasource}: no interval has two or more visible segments")
     for r in reports:
         n, outcome = len(r.output_segments), r.outcome
-        status = f"{outcome.status.upper()}" + ("" if outcome.ok else f" - {outcome.message}") if outcome else "-"
+        status = outcome.status.upper() + ("" if outcome.ok else f" - {outcome.message}")
         print(f"{r.interval_start:%Y-%m-%dT%H:%M:%SZ}/{r.interval_end:%Y-%m-%dT%H:%M:%SZ}  "
               f"{r.input_segments} segments ({r.input_rows:,} rows) -> {n} segment{'s' if n != 1 else ''} "
-              f"({r.output_rows:,} rows), version {outcome.version if outcome else '-'}, "
-              f"{len(outcome.carried_over) if outcome else 0} appended carried over: {status}")
-    return 0 if all(r.outcome is not None and r.outcome.ok for r in reports) else 2
+              f"({r.output_rows:,} rows), version {outcome.version}, "
+              f"{len(outcome.carried_over)} appended carried over: {status}")
+    return 0 if all(r.outcome.ok for r in reports) else 2
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:

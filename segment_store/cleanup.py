@@ -27,7 +27,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from fsspec.implementations.local import LocalFileSystem
 
 from segment_store.deep_storage import DeepStorage
 from segment_store.schema import datasource_offsets as offsets_t
@@ -89,7 +88,7 @@ def _delete_files(storage: DeepStorage, paths: Iterable[str]) -> None:
         except FileNotFoundError:
             logger.info("cleanup: %s was already gone", path)
         parents.add(path.rsplit("/", 1)[0])
-    if isinstance(fs, LocalFileSystem):  # object stores have no directories to leave behind
+    if storage.is_local:  # object stores have no directories to leave behind
         for attempt_dir in sorted(parents):
             for directory in (attempt_dir, attempt_dir.rsplit("/", 1)[0]):
                 try:
@@ -99,7 +98,7 @@ def _delete_files(storage: DeepStorage, paths: Iterable[str]) -> None:
 
 
 def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
-                  dry_run: bool) -> tuple[list[str], list[str], int]:
+                  dry_run: bool) -> tuple[list[str], int]:
     """Delete unused rows older than ``cutoff`` whose file no used row shares, then their files."""
     st = segment_status.c
     other = segment_status.alias("other")
@@ -114,7 +113,7 @@ def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cuto
                                 .returning(st.id, st.path, st.size_bytes)).all()
     if not dry_run:
         _delete_files(storage, [r.path for r in rows])
-    return [r.id for r in rows], [r.path for r in rows], sum(int(r.size_bytes) for r in rows)
+    return [r.id for r in rows], sum(int(r.size_bytes) for r in rows)
 
 
 def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
@@ -161,7 +160,7 @@ def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = No
     orphans: list[str] = []
     young = size = 0
     for name in names:
-        ids, _, freed = _sweep_unused(engine, storage, name, now - retention, dry_run)
+        ids, freed = _sweep_unused(engine, storage, name, now - retention, dry_run)
         found, kept, orphan_bytes = _sweep_orphans(engine, storage, name, now - orphan_grace, dry_run)
         unused += ids
         orphans += found

@@ -24,23 +24,19 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import psycopg.errors
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.descriptors import SegmentDescriptor
-from segment_store.schema import datasource_offsets as offsets_t
+from segment_store.publish import Status, lock_offsets_row
 from segment_store.schema import segment_status
 from segment_store.schema import segments as segments_t
 
 __all__ = ["CompactionSwap", "SwapOutcome", "swap_compacted"]
 
 logger = logging.getLogger(__name__)
-
-Status = Literal["ok", "retryable", "fatal"]
-
 
 @dataclass(frozen=True)
 class CompactionSwap:
@@ -92,14 +88,6 @@ class SwapOutcome:
         return self.status == "ok"
 
 
-def _lock_datasource(conn: sa.Connection, datasource: str) -> None:
-    """The publish transaction's lock: make sure the offsets row exists, then lock it."""
-    conn.execute(pg_insert(offsets_t).values(datasource=datasource, topic=None, offsets={}, version=0)
-                 .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]))
-    conn.execute(sa.select(offsets_t.c.version).where(offsets_t.c.datasource == datasource)
-                 .with_for_update()).one()
-
-
 def _check(swap: CompactionSwap, rows: Sequence[Any]) -> tuple[SwapOutcome | None, list[str]]:
     """Compare the interval as locked with what compaction read; return (rejection, appended ids)."""
     where = f"datasource {swap.datasource!r} interval {swap.interval_label}"
@@ -118,7 +106,7 @@ def _check(swap: CompactionSwap, rows: Sequence[Any]) -> tuple[SwapOutcome | Non
 
 
 def _swap_in(conn: sa.Connection, swap: CompactionSwap) -> SwapOutcome:
-    _lock_datasource(conn, swap.datasource)
+    lock_offsets_row(conn, swap.datasource, topic=None)  # the publish transaction's lock
     s = segments_t.c
     rows = conn.execute(sa.select(s.id, s.version, s.partition_num, s.used).where(
         (s.datasource == swap.datasource) & (s.interval_start == swap.interval_start)

@@ -33,8 +33,8 @@ class DeepStorage:
         self.fs: fsspec.AbstractFileSystem
         self.fs, path = url_to_fs(root, **(storage_options or {}))
         self.root = root.rstrip("/")
-        self._is_local = self.fs.protocol in ("file", ("file", "local"), "local")
-        if self._is_local:
+        self.is_local = self.fs.protocol in ("file", ("file", "local"), "local")
+        if self.is_local:
             self.root = path.rstrip("/")
 
     def path_for(self, datasource: str, interval_start: datetime, interval_end: datetime,
@@ -48,7 +48,7 @@ class DeepStorage:
         s3:ListBucket) on every call and, if the probe fails, *creates* the bucket, so a
         misspelt bucket would appear silently and a put-only role would get AccessDenied.
         """
-        if self._is_local:
+        if self.is_local:
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
 
     def size(self, path: str) -> int:

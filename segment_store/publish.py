@@ -27,6 +27,7 @@ __all__ = ["CommittedOffsets", "PublishOutcome", "PublishRequest", "SegmentRecor
 logger = logging.getLogger(__name__)
 
 Status = Literal["ok", "retryable", "fatal"]
+_UTC_FIELDS = ("interval_start", "interval_end", "created_at")
 _Locked = tuple[str | None, dict[int, int], int]
 """An offsets row as read under its lock: topic, offsets, version."""
 
@@ -145,13 +146,17 @@ def _check_offsets(request: PublishRequest, stored: Mapping[int, int]) -> Publis
     return None
 
 
-def _lock_offsets_row(conn: sa.Connection, request: PublishRequest) -> _Locked | None:
-    """Make sure the datasource has an offsets row, lock it until the transaction ends, read it."""
+def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) -> _Locked | None:
+    """Make sure the datasource has an offsets row, lock it until the transaction ends, read it.
+
+    Every transaction that changes a datasource's segments takes this lock first (publish and
+    the compaction swap), so they run one after another.
+    """
     conn.execute(pg_insert(offsets_t)
-                 .values(datasource=request.datasource, topic=request.topic, offsets={}, version=0)
+                 .values(datasource=datasource, topic=topic, offsets={}, version=0)
                  .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]))
     query = (sa.select(offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version)
-             .where(offsets_t.c.datasource == request.datasource).with_for_update())
+             .where(offsets_t.c.datasource == datasource).with_for_update())
     row = conn.execute(query).one_or_none()
     return None if row is None else (row.topic, _decode(row.offsets), int(row.version))
 
@@ -185,7 +190,7 @@ def _insert_segments(conn: sa.Connection, request: PublishRequest) -> None:
 
 
 def _publish_in(conn: sa.Connection, request: PublishRequest) -> PublishOutcome:
-    locked = _lock_offsets_row(conn, request)
+    locked = lock_offsets_row(conn, request.datasource, request.topic)
     if locked is None:
         return PublishOutcome("retryable", f"datasource {request.datasource!r}: offsets row was deleted "
                               "(reset) while publishing", {})
@@ -251,10 +256,12 @@ def used_segments(engine: sa.Engine, datasource: str) -> list[SegmentRecord]:
     query = (sa.select(segments_t).where((s.datasource == datasource) & s.used)
              .order_by(s.interval_start, s.version, s.partition_num))
     with engine.connect() as conn:
-        rows = conn.execute(query).mappings().all()
-    utc = ("interval_start", "interval_end", "created_at")
-    return [SegmentRecord(**{k: (v.astimezone(UTC) if k in utc else v) for k, v in row.items()})
-            for row in rows]
+        return [segment_record(row) for row in conn.execute(query).mappings()]
+
+
+def segment_record(row: sa.RowMapping) -> SegmentRecord:
+    """A ``segments`` row (as a mapping) as a record, its times in UTC."""
+    return SegmentRecord(**{k: (v.astimezone(UTC) if k in _UTC_FIELDS else v) for k, v in row.items()})
 
 
 def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int] | None) -> None:

@@ -16,12 +16,12 @@ coarser one must mark the finer segments unused in its own swap.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import groupby
 
 import sqlalchemy as sa
 
-from segment_store.publish import SegmentRecord
+from segment_store.publish import SegmentRecord, segment_record
 from segment_store.schema import segments as segments_t
 
 __all__ = ["Interval", "datasources", "read_segments", "visible", "visible_by_interval", "visible_segments"]
@@ -30,7 +30,6 @@ Interval = tuple[datetime, datetime]
 """``[start, end)``, UTC-aware."""
 
 _RECORD_COLUMNS = [segments_t.c[name] for name in SegmentRecord.__dataclass_fields__]
-_UTC_FIELDS = ("interval_start", "interval_end", "created_at")
 
 
 def _check_interval(interval: Interval) -> None:
@@ -53,9 +52,7 @@ def read_segments(conn: sa.Connection, datasource: str, interval: Interval | Non
         where &= (s.interval_start < interval[1]) & (s.interval_end > interval[0])
     query = sa.select(*_RECORD_COLUMNS).where(where).order_by(
         s.interval_start, s.interval_end, s.version, s.partition_num)
-    rows = conn.execute(query).mappings().all()
-    return [SegmentRecord(**{k: (v.astimezone(UTC) if k in _UTC_FIELDS else v) for k, v in row.items()})
-            for row in rows]
+    return [segment_record(row) for row in conn.execute(query).mappings()]
 
 
 def visible(records: Iterable[SegmentRecord]) -> list[SegmentRecord]:
