@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -28,16 +31,22 @@ def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
     return raw
 
 
-def events_spec(datasource: str, topic: str, **tuning: Any) -> SupervisorSpec:
-    """The example ``events`` spec as a model, with tuningConfig overrides."""
+def events_spec(datasource: str, topic: str = "unused", *, rollup: bool = True, **tuning: Any) -> SupervisorSpec:
+    """The example ``events`` spec as a model, with rollup on or off and tuningConfig overrides."""
     raw = spec_json(datasource, topic)
+    raw["spec"]["dataSchema"]["granularitySpec"]["rollup"] = rollup
     raw["spec"]["tuningConfig"].update(tuning)
     return load_supervisor_spec(raw)
 
 
 def settings_for(stack: DevStack, deep_storage: str) -> Settings:
-    return Settings(database_url=stack.database_url, deep_storage=deep_storage,
-                    kafka_bootstrap_servers=stack.bootstrap_servers)
+    return stack.settings(deep_storage)
+
+
+def overlord_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``overlord ARGS`` in a fresh interpreter, the environment plus ``env``."""
+    return subprocess.run([sys.executable, "-m", "overlord.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from segment_store import DeepStorage, cleanup, visible_segments
 from segment_store.schema import segments as segments_t
-from tests.test_cli import overlord
+from tests.helpers import overlord_cli
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
 
 
@@ -87,7 +87,7 @@ def test_cleanup_command_line(stack, engine, datasource, tmp_path):
     _setup(engine, deep, datasource)
     env = {**stack.as_env(), "OVERLORD_DEEP_STORAGE": deep}
 
-    result = overlord("cleanup", "--retention", "PT0S", "--orphan-grace", "PT0S", env=env)
+    result = overlord_cli("cleanup", "--retention", "PT0S", "--orphan-grace", "PT0S", env=env)
 
     assert result.returncode == 0, result.stderr
     assert "deleted 3 unused segment(s) and 2 orphan file(s)" in result.stdout

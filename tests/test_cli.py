@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from overlord.sample_data import make_sample_events, produce
 from specs import load_example
-
-
-def overlord(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "overlord.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300)
+from tests.helpers import overlord_cli
 
 
 def test_index_once_prints_what_it_published(stack, engine, make_topic, datasource, tmp_path: Path):
@@ -29,7 +22,7 @@ def test_index_once_prints_what_it_published(stack, engine, make_topic, datasour
     spec_file.write_text(json.dumps(spec))
     env = {**stack.as_env(), "OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"), "OVERLORD_SPARK_MASTER": "local[1]"}
 
-    result = overlord("index", str(spec_file), env=env)
+    result = overlord_cli("index", str(spec_file), env=env)
 
     assert result.returncode == 0, result.stderr
     assert "publish OK" in result.stdout
@@ -37,7 +30,7 @@ def test_index_once_prints_what_it_published(stack, engine, make_topic, datasour
     assert "unparseable               3" in result.stdout
     assert "spec.tuningConfig.intermediatePersistPeriod is accepted but not used" in result.stderr
 
-    listing = overlord("segments", datasource, env=env)
+    listing = overlord_cli("segments", datasource, env=env)
     assert listing.returncode == 0 and "committed offsets:" in listing.stdout
     assert listing.stdout.count(".parquet") >= 2
 
@@ -48,7 +41,7 @@ def test_invalid_spec_names_the_field(stack, tmp_path: Path):
     spec_file = tmp_path / "bad.json"
     spec_file.write_text(json.dumps(spec))
 
-    result = overlord("index", str(spec_file), env=stack.as_env())
+    result = overlord_cli("index", str(spec_file), env=stack.as_env())
 
     assert result.returncode == 2
     assert "spec.ioConfig.taskCount" in result.stderr and "Traceback" not in result.stderr

@@ -25,9 +25,7 @@ from overlord.query import execute_sql
 from overlord.sample_data import make_sample_events, produce
 from segment_store import CompactionSwap, swap_compacted, visible_segments
 from segment_store.schema import segment_status
-from specs import load_example, load_supervisor_spec
-from tests.helpers import assert_exact, merged, settings_for
-from tests.test_cli import overlord
+from tests.helpers import assert_exact, events_spec, merged, overlord_cli, published_table, settings_for
 from tests.test_timeline import (
     HOUR,
     SCHEMA,
@@ -38,19 +36,6 @@ from tests.test_timeline import (
     random_rows,
     write_segment,
 )
-
-
-def events_spec(datasource: str, topic: str = "unused", rollup: bool = True) -> Any:
-    raw = load_example("events").to_druid_json()
-    raw["spec"]["dataSchema"]["dataSource"] = datasource
-    raw["spec"]["dataSchema"]["granularitySpec"]["rollup"] = rollup
-    raw["spec"]["ioConfig"]["topic"] = topic
-    return load_supervisor_spec(raw)
-
-
-def visible_table(engine: sa.Engine, datasource: str) -> pa.Table:
-    """Everything a query may read: the timeline's visible files, concatenated."""
-    return pa.concat_tables([pq.read_table(s.path) for s in visible_segments(engine, datasource)])
 
 
 def swap(engine, datasource, read, new, job="job"):
@@ -143,7 +128,7 @@ def test_swaps_racing_publishes_never_lose_or_double_count(engine, datasource, d
         outcomes.append(fake_compact(engine, deep_storage, datasource, T0).status)
     thread.join()
 
-    shown, expected = visible_table(engine, datasource), pa.concat_tables(published)
+    shown, expected = published_table(engine, datasource), pa.concat_tables(published)
     assert "ok" in outcomes and set(outcomes) <= {"ok", "retryable"}, outcomes
     for column in ("count", "value_sum"):
         assert pc.sum(shown[column]).as_py() == pc.sum(expected[column]).as_py()
@@ -170,14 +155,14 @@ def test_compaction_keeps_query_results_identical_on_random_data(spark, engine, 
             publish_random(engine, deep_storage, datasource, rng, T0 + hour * HOUR, 120, end=T0 + (hour + 1) * HOUR)
     publish_random(engine, deep_storage, datasource, rng, T0 + 5 * HOUR, 50)  # one segment: left alone
     before = _queries(spark, engine, datasource)
-    rows_before = visible_table(engine, datasource).num_rows
+    rows_before = published_table(engine, datasource).num_rows
 
     reports = compact(spark, engine, events_spec(datasource), deep_storage, max_rows_per_segment=250)
 
-    assert [r.outcome.status for r in reports if r.outcome] == ["ok"] * 3
+    assert [r.outcome.status for r in reports] == ["ok"] * 3
     assert [r.interval_start for r in reports] == [T0, T0 + HOUR, T0 + 2 * HOUR]
     assert _queries(spark, engine, datasource) == before
-    after = visible_table(engine, datasource)
+    after = published_table(engine, datasource)
     assert after.schema == SCHEMA and after.num_rows < rows_before
     for report in reports:
         assert report.input_segments == 5 and report.input_rows == 600
@@ -197,7 +182,7 @@ def test_compaction_without_rollup_keeps_every_row(spark, engine, datasource, de
     [report] = compact(spark, engine, events_spec(datasource, rollup=False), deep_storage)
 
     assert report.outcome is not None and report.outcome.ok
-    after = visible_table(engine, datasource)
+    after = published_table(engine, datasource)
     assert after.num_rows == report.output_rows == 120 and len(report.output_segments) == 1
     assert sorted(after.to_pylist(), key=str) == sorted(pa.concat_tables(tables).to_pylist(), key=str)
 
@@ -239,28 +224,31 @@ def test_compaction_racing_repeated_indexing_is_exact(stack, spark, engine, make
             indexing_done.set()
 
     def compacting() -> None:
-        first_indexed.wait(120)
-        while not indexing_done.is_set():
-            for r in compact(spark, engine, spec, deep_storage):
-                assert r.outcome is not None
-                statuses.append("compaction " + r.outcome.status)
-                carried.append(len(r.outcome.carried_over))
-            time.sleep(0.05)
+        try:
+            first_indexed.wait(120)
+            while not indexing_done.is_set():
+                for r in compact(spark, engine, spec, deep_storage):
+                    statuses.append("compaction " + r.outcome.status)
+                    carried.append(len(r.outcome.carried_over))
+                time.sleep(0.05)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
 
     threads = [threading.Thread(target=indexing), threading.Thread(target=compacting)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
     final = compact(spark, engine, spec, deep_storage)
 
     assert not errors, errors
     assert statuses.count("ok") == len(samples), statuses
     assert statuses.count("compaction ok") >= 1 and all(s.endswith("ok") for s in statuses), statuses
-    assert all(r.outcome is not None and r.outcome.ok for r in final)
+    assert all(r.outcome.ok for r in final)
     segments = visible_segments(engine, datasource)
     assert len({s.id for s in segments}) == len(segments) and len(segments) == 2  # one per hour after the last run
-    assert_exact(visible_table(engine, datasource), merged(*samples))
+    assert_exact(published_table(engine, datasource), merged(*samples))
     print(f"compactions: {statuses.count('compaction ok')}, appended segments carried over: {sum(carried)}")
 
 
@@ -282,5 +270,5 @@ def test_compact_command_line(stack, spark, engine, datasource, tmp_path, monkey
     out = capsys.readouterr().out
     assert "3 segments (90 rows) -> 1 segment" in out and "version 2" in out and out.rstrip().endswith("OK")
     assert [s.version for s in visible_segments(engine, datasource)] == [2]
-    wrong = overlord("compact", "other-datasource", "--spec", str(spec_file), env=env)
+    wrong = overlord_cli("compact", "other-datasource", "--spec", str(spec_file), env=env)
     assert wrong.returncode == 2 and "other-datasource" in wrong.stderr

@@ -10,7 +10,6 @@ the workers.) The ``AWS_*`` variables below only keep the driver off real creden
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,6 +22,7 @@ import s3fs
 from moto.server import ThreadedMotoServer
 
 from indexing_task.task import run_index_task
+from overlord.devstack import free_port
 from overlord.index_once import next_task_request
 from overlord.query import execute_sql
 from overlord.sample_data import make_sample_events, produce
@@ -30,16 +30,10 @@ from segment_store import DeepStorage, used_segments
 from tests.helpers import assert_exact, events_spec, settings_for
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[tuple[dict[str, Any], s3fs.S3FileSystem]]:
     """A moto S3 server on loopback: ``(storage_options, filesystem)``."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     try:
         with pytest.MonkeyPatch.context() as mp:
