@@ -33,7 +33,7 @@ from benchmarks.ingest import spec_for
 from benchmarks.runs import Bench, new_topic, scratch_stack
 from benchmarks.shapes import shape_by_name
 from benchmarks.topics import delete_topics
-from overlord.index_once import next_task_request
+from overlord.supervisor.ranges import next_task_request
 from segment_store import create_schema
 
 ALIAS = "indexing_task_ref"

@@ -25,9 +25,9 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from indexing_task.spark import get_spark
-from overlord.devstack import dev_stack
-from overlord.manager import Overlord
-from overlord.sample_data import create_topic
+from overlord.dev.sample_data import create_topic
+from overlord.dev.stack import dev_stack
+from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
 from specs import load_example
 

@@ -27,9 +27,9 @@ from indexing_task.reader import consumer_config, read_range
 from indexing_task.spark import get_spark
 from indexing_task.task import run_index_task
 from overlord.config import Settings
-from overlord.devstack import dev_stack
-from overlord.index_once import next_task_request
-from overlord.sample_data import create_topic, produce
+from overlord.dev.sample_data import create_topic, produce
+from overlord.dev.stack import dev_stack
+from overlord.supervisor.ranges import next_task_request
 from segment_store import create_schema
 from specs import load_supervisor_spec
 

@@ -30,8 +30,8 @@ import sqlalchemy as sa
 from benchmarks import machine
 from indexing_task.compaction import compact
 from indexing_task.spark import get_spark
-from overlord.devstack import dev_stack
-from overlord.query import execute_sql
+from overlord.dev.stack import dev_stack
+from overlord.query.engine import execute_sql
 from segment_store import PublishRequest, SegmentDescriptor, create_schema, publish, visible_segments
 from segment_store.deep_storage import DeepStorage
 from specs import load_supervisor_spec

@@ -31,8 +31,8 @@ from benchmarks.topics import create_topic, delete_topics, end_offsets, produce
 from indexing_task.spark import get_spark
 from indexing_task.task import run_index_task
 from overlord.config import Settings
-from overlord.devstack import DevStack, dev_stack
-from overlord.index_once import next_task_request
+from overlord.dev.stack import DevStack, dev_stack
+from overlord.supervisor.ranges import next_task_request
 
 __all__ = ["Bench", "fixed_cost", "index_topic", "measure_shape", "new_topic", "scratch_stack"]
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from confluent_kafka.admin import AdminClient
 
 from indexing_task.watermarks import topic_watermarks
-from overlord import sample_data
-from overlord.sample_data import produce
+from overlord.dev import sample_data
+from overlord.dev.sample_data import produce
 
 __all__ = ["create_topic", "delete_topics", "end_offsets", "produce"]
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from overlord.devstack import DevStack, dev_stack
+from overlord.dev.stack import DevStack, dev_stack
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from overlord.config import Settings
-from overlord.devstack import DevStack
-from overlord.sample_data import SampleEvents, make_sample_events
+from overlord.dev.sample_data import SampleEvents, make_sample_events
+from overlord.dev.stack import DevStack
 from segment_store import committed_offsets
 from segment_store.timeline import visible_segments
 from specs import SupervisorSpec, load_example, load_supervisor_spec

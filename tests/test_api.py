@@ -26,12 +26,12 @@ import pytest
 import sqlalchemy as sa
 import uvicorn
 
-from overlord.api import create_app
 from overlord.config import Settings
-from overlord.devstack import DevStack, free_port
-from overlord.manager import Overlord
-from overlord.redact import SecretLogFilter, SecretRegistry
-from overlord.sample_data import make_sample_events, produce
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.dev.stack import DevStack, free_port
+from overlord.http.app import create_app
+from overlord.http.redact import SecretLogFilter, SecretRegistry
+from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
 from tests.helpers import committed_total, overlord_cli, spec_json, wait_until
 
@@ -290,7 +290,7 @@ def test_unexpected_errors_are_500_with_a_logged_traceback(api: Api, monkeypatch
         raise RuntimeError("metadata store on fire")
 
     monkeypatch.setattr(api.overlord.store, "tasks", broken)
-    with caplog.at_level(logging.ERROR, logger="overlord.api"):
+    with caplog.at_level(logging.ERROR, logger="overlord.http.app"):
         response = api.http.get(f"{V1}/tasks")
     assert response.status_code == 500 and "error" in response.json()
     assert any(r.exc_info and "metadata store on fire" in str(r.exc_info[1]) for r in caplog.records)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from overlord.sample_data import make_sample_events, produce
+from overlord.dev.sample_data import make_sample_events, produce
 from specs import load_example
 from tests.helpers import overlord_cli
 

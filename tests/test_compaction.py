@@ -19,10 +19,10 @@ import pytest
 import sqlalchemy as sa
 
 from indexing_task.compaction import CompactionError, compact
-from overlord.cli import _parser
-from overlord.index_once import index_once
-from overlord.query import execute_sql
-from overlord.sample_data import make_sample_events, produce
+from overlord.cli.main import _parser
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.query.engine import execute_sql
+from overlord.supervisor.ranges import index_once
 from segment_store import CompactionSwap, swap_compacted, visible_segments
 from segment_store.schema import segment_status
 from tests.helpers import assert_exact, events_spec, merged, overlord_cli, published_table, settings_for

@@ -14,8 +14,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from overlord.devstack import DevStack, free_port
-from overlord.sample_data import make_sample_events, produce
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.dev.stack import DevStack, free_port
 from segment_store import used_segments
 from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
 

@@ -11,8 +11,8 @@ import pytest
 
 from indexing_task.errors import TooManyParseErrors
 from indexing_task.task import IndexTaskRequest, run_index_task
-from overlord.index_once import index_once, next_task_request
-from overlord.sample_data import make_sample_events, produce
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.supervisor.ranges import index_once, next_task_request
 from segment_store import committed_offsets, reset_offsets, used_segments
 from specs import load_supervisor_spec
 from tests.helpers import assert_exact, events_spec, merged, published_table, settings_for

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from overlord.devstack import free_port
+from overlord.dev.stack import free_port
 from segment_store import (
     PublishOutcome,
     PublishRequest,

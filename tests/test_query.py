@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from overlord.cli import _parser
+from overlord.cli.main import _parser
 from overlord.config import Settings
-from overlord.query import QueryError, SqlQuery, execute_sql, run_sql
+from overlord.query.engine import QueryError, SqlQuery, execute_sql, run_sql
 from segment_store.schema import segment_status
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
 
@@ -176,7 +176,7 @@ def test_the_row_cap_comes_from_the_environment():
 def test_the_fsspec_segment_source_reads_every_file_and_fills_missing_columns(spark, tmp_path):
     """The reader used for object stores, here on file:// URLs: all rows, in as many partitions as
     Spark has cores, and nulls for a column the first file has and a later one lacks."""
-    from overlord.segment_source import read_segments
+    from overlord.query.segment_source import read_segments
 
     paths = []
     for i in range(5):

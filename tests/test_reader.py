@@ -9,7 +9,7 @@ from confluent_kafka import Consumer
 
 from indexing_task.errors import RangeNotReadableError
 from indexing_task.reader import consumer_config, read_range
-from overlord.sample_data import produce
+from overlord.dev.sample_data import produce
 
 
 def read(bootstrap: str, topic: str, start: int, end: int, stall_timeout_s: float = 10.0) -> list[tuple[int, int]]:

@@ -22,10 +22,10 @@ import s3fs
 from moto.server import ThreadedMotoServer
 
 from indexing_task.task import run_index_task
-from overlord.devstack import free_port
-from overlord.index_once import next_task_request
-from overlord.query import execute_sql
-from overlord.sample_data import make_sample_events, produce
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.dev.stack import free_port
+from overlord.query.engine import execute_sql
+from overlord.supervisor.ranges import next_task_request
 from segment_store import DeepStorage, used_segments
 from tests.helpers import assert_exact, events_spec, settings_for
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from overlord.config import Settings
-from overlord.devstack import DevStack, TansuBroker, free_port
-from overlord.manager import Overlord
-from overlord.sample_data import create_topic, make_sample_events, produce
+from overlord.dev.sample_data import create_topic, make_sample_events, produce
+from overlord.dev.stack import DevStack, TansuBroker, free_port
+from overlord.supervisor.manager import Overlord
 from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
 
 
@@ -157,7 +157,7 @@ def test_postgres_outage_is_unhealthy_then_recovers(stack, spark, make_topic, da
     """A PostgreSQL of its own, stopped and started again under a running overlord."""
     import sqlalchemy as sa
 
-    from overlord.devstack import EmbeddedPostgres
+    from overlord.dev.stack import EmbeddedPostgres
 
     pg_dir = Path(tempfile.mkdtemp(prefix="outage-"))  # under /tmp: PostgreSQL runs as nobody when we are root
     pg_dir.chmod(0o755)

@@ -27,8 +27,8 @@ import sqlalchemy as sa
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import topic_watermarks
 from overlord.config import Settings
-from overlord.metadata import MetadataStore
-from overlord.task_runner import TaskRunner
+from overlord.supervisor.metadata_store import MetadataStore
+from overlord.supervisor.task_runner import TaskRunner
 from segment_store import committed_offsets, reset_offsets
 from specs import SupervisorSpec
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from overlord.metadata import SupervisorRecord, TaskRecord
-from overlord.supervisor import Supervisor
+from overlord.supervisor.loop import Supervisor
+from overlord.supervisor.metadata_store import SupervisorRecord, TaskRecord
 
 __all__ = ["history_entry", "list_entry", "snapshot", "spec_view", "task_view"]
 

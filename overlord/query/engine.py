@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from overlord.config import Settings
 from overlord.errors import OverlordError
-from overlord.segment_source import read_segments
+from overlord.query.segment_source import read_segments
 from segment_store.timeline import datasources, visible_segments
 
 __all__ = ["CONTENT_TYPES", "QueryError", "QueryResult", "SqlQuery", "execute_sql", "format_result", "format_table",

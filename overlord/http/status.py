@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from overlord.supervisor import Supervisor
+from overlord.supervisor.loop import Supervisor
 
 __all__ = ["mask_secrets", "stats_payload", "status_payload"]
 

@@ -2,7 +2,7 @@
 ``/metrics`` and ``/health``.
 
 Every JSON body leaves through :func:`create_app`'s ``view``: secret-looking keys are masked
-(:func:`overlord.status.mask_secrets`) and known secret values scrubbed from every string.
+(:func:`overlord.http.status.mask_secrets`) and known secret values scrubbed from every string.
 Errors are ``{"error": message}``; invalid input adds ``"errors": [{"path", "message"}]``.
 """
 
@@ -19,15 +19,15 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from overlord.api_query import add_query_routes
-from overlord.dashboard import render_dashboard, render_metrics
 from overlord.errors import NotFound
-from overlord.manager import Overlord
-from overlord.metadata import TaskRecord
-from overlord.redact import SecretRegistry
-from overlord.status import mask_secrets, stats_payload, status_payload
-from overlord.supervisor import Supervisor
-from overlord.views import history_entry, list_entry, snapshot, spec_view, task_view
+from overlord.http.dashboard import render_dashboard, render_metrics
+from overlord.http.query_routes import add_query_routes
+from overlord.http.redact import SecretRegistry
+from overlord.http.status import mask_secrets, stats_payload, status_payload
+from overlord.http.views import history_entry, list_entry, snapshot, spec_view, task_view
+from overlord.supervisor.loop import Supervisor
+from overlord.supervisor.manager import Overlord
+from overlord.supervisor.metadata_store import TaskRecord
 from specs import SpecError, SupervisorSpec
 from specs.errors import key_path
 from specs.loader import loc_path

@@ -14,9 +14,9 @@ import logging
 import sqlalchemy as sa
 import uvicorn
 
-from overlord.api import create_app
 from overlord.config import Settings
-from overlord.redact import SecretLogFilter, SecretRegistry
+from overlord.http.app import create_app
+from overlord.http.redact import SecretLogFilter, SecretRegistry
 
 __all__ = ["HTTP_DRAIN_S", "install_log_filter", "serve"]
 
@@ -39,7 +39,7 @@ def install_log_filter(secrets: SecretRegistry) -> None:
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdown_grace: float = 30.0) -> int:
     """Run the overlord until SIGINT/SIGTERM; returns the process exit code (0 after a clean stop)."""
     from indexing_task.spark import get_spark
-    from overlord.manager import Overlord
+    from overlord.supervisor.manager import Overlord
 
     secrets = SecretRegistry()
     install_log_filter(secrets)

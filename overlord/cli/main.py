@@ -27,7 +27,7 @@ def _exit_on_sigterm() -> None:
 
 
 def _cmd_dev_up(args: argparse.Namespace) -> int:
-    from overlord.devstack import dev_stack
+    from overlord.dev.stack import dev_stack
 
     with dev_stack(Path(args.workdir) if args.workdir else None) as stack:
         print("Embedded stack is up. Use these settings in another shell:")
@@ -46,9 +46,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
 
     from indexing_task.spark import get_spark
+    from overlord.cli.report import format_report
     from overlord.config import Settings
-    from overlord.index_once import index_once
-    from overlord.report import format_report
+    from overlord.supervisor.ranges import index_once
     from segment_store import create_schema
     from specs import load_supervisor_spec
 
@@ -79,7 +79,7 @@ def _cmd_segments(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from overlord.demo import run_demo
+    from overlord.dev.demo import run_demo
 
     return run_demo(events=args.events, partitions=args.partitions)
 
@@ -89,7 +89,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
     from indexing_task.spark import get_spark
     from overlord.config import Settings
-    from overlord.query import QueryError, execute_sql, format_table
+    from overlord.query.engine import QueryError, execute_sql, format_table
 
     settings = Settings.from_env()
     try:
@@ -216,7 +216,7 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("--dry-run", action="store_true", help="only report what would be deleted")
     clean.set_defaults(func=_cmd_cleanup)
 
-    from overlord.client import add_commands  # serve, supervisor ...
+    from overlord.cli.client import add_commands  # serve, supervisor ...
     add_commands(sub)
     return parser
 

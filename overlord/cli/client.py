@@ -146,7 +146,7 @@ def _action(action: str, done: str) -> Command:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from overlord.config import Settings
-    from overlord.server import serve
+    from overlord.http.server import serve
 
     return serve(Settings.from_env(), args.host, args.port, args.shutdown_grace)
 

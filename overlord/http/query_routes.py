@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexing_task.compaction import CompactionReport, compact
-from overlord.manager import Overlord
-from overlord.query import CONTENT_TYPES, QueryError, SqlQuery
+from overlord.query.engine import CONTENT_TYPES, QueryError, SqlQuery
+from overlord.supervisor.manager import Overlord
 from specs import load_supervisor_spec
 from specs.durations import parse_utc_interval
 

@@ -21,9 +21,9 @@ from pyspark.sql import SparkSession
 
 from overlord.config import Settings
 from overlord.errors import NotFound
-from overlord.metadata import MetadataStore, SupervisorRecord
-from overlord.supervisor import Supervisor, SupervisorContext
-from overlord.task_runner import TaskRunner
+from overlord.supervisor.loop import Supervisor, SupervisorContext
+from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
+from overlord.supervisor.task_runner import TaskRunner
 from segment_store import create_schema, reset_offsets
 from specs import SupervisorSpec, load_supervisor_spec
 

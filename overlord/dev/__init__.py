@@ -1,0 +1,1 @@
+"""The embedded development stack (Tansu broker, PostgreSQL), sample data and the demo."""
