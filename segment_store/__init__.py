@@ -6,16 +6,9 @@ from segment_store.compaction import CompactionSwap, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage, segment_file_path
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.errors import SegmentStoreError
-from segment_store.publish import (
-    CommittedOffsets,
-    PublishOutcome,
-    PublishRequest,
-    SegmentRecord,
-    committed_offsets,
-    publish,
-    reset_offsets,
-    used_segments,
-)
+from segment_store.offsets import OffsetRange, Offsets
+from segment_store.publish import PublishOutcome, PublishRequest, publish
+from segment_store.records import CommittedOffsets, SegmentRecord, committed_offsets, reset_offsets, used_segments
 from segment_store.schema import create_schema
 from segment_store.timeline import Interval, datasources, visible, visible_by_interval, visible_segments
 
@@ -25,6 +18,8 @@ __all__ = [
     "CompactionSwap",
     "DeepStorage",
     "Interval",
+    "OffsetRange",
+    "Offsets",
     "PublishOutcome",
     "PublishRequest",
     "SegmentDescriptor",

@@ -30,7 +30,6 @@ import sqlalchemy as sa
 
 from segment_store.deep_storage import DeepStorage
 from segment_store.schema import datasource_offsets as offsets_t
-from segment_store.schema import segment_status
 from segment_store.schema import segments as segments_t
 
 __all__ = ["CleanupReport", "cleanup"]
@@ -100,8 +99,8 @@ def _delete_files(storage: DeepStorage, paths: Iterable[str]) -> None:
 def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
                   dry_run: bool) -> tuple[list[str], int]:
     """Delete unused rows older than ``cutoff`` whose file no used row shares, then their files."""
-    st = segment_status.c
-    other = segment_status.alias("other")
+    st = segments_t.c
+    other = segments_t.alias("other")
     shared = sa.select(sa.literal(1)).where((other.c.path == st.path) & other.c.used)
     where = ((st.datasource == datasource) & sa.not_(st.used) & (st.used_status_updated_at < cutoff)
              & st.path.startswith(f"{storage.root}/{datasource}/", autoescape=True) & ~shared.exists())
@@ -109,7 +108,7 @@ def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cuto
         if dry_run:
             rows = conn.execute(sa.select(st.id, st.path, st.size_bytes).where(where)).all()
         else:
-            rows = conn.execute(segment_status.delete().where(where)
+            rows = conn.execute(segments_t.delete().where(where)
                                 .returning(st.id, st.path, st.size_bytes)).all()
     if not dry_run:
         _delete_files(storage, [r.path for r in rows])

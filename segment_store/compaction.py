@@ -24,17 +24,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import psycopg.errors
 import sqlalchemy as sa
 
 from segment_store.descriptors import SegmentDescriptor
-from segment_store.publish import Status, lock_offsets_row
-from segment_store.schema import segment_status
+from segment_store.records import lock_offsets_row
 from segment_store.schema import segments as segments_t
 
 __all__ = ["CompactionSwap", "SwapOutcome", "swap_compacted"]
+
+SwapStatus = Literal["ok", "retryable", "fatal"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class CompactionSwap:
 class SwapOutcome:
     """``version`` is the interval's new version (ok) or None; ids are what the swap changed."""
 
-    status: Status
+    status: SwapStatus
     message: str
     version: int | None = None
     replaced: tuple[str, ...] = ()
@@ -124,8 +125,7 @@ def _swap_in(conn: sa.Connection, swap: CompactionSwap) -> SwapOutcome:
              "size_bytes": seg.size_bytes, "num_rows": seg.num_rows, "used": True,
              "descriptor": {**seg.details, "compacted_by": compacted_by}}
             for n, seg in enumerate(swap.segments)])
-    st = segment_status.c
-    conn.execute(segment_status.update().where(st.id.in_(sorted(swap.input_ids)))
+    conn.execute(segments_t.update().where(s.id.in_(sorted(swap.input_ids)))
                  .values(used=False, used_status_updated_at=sa.func.now()))
     if appended:
         conn.execute(segments_t.update().where(s.id == sa.bindparam("seg_id"))

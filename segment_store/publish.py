@@ -1,42 +1,44 @@
 """The publish transaction: the only writer of committed offsets and ingested segment rows.
 
-An offset is the next record to read; a task covers ``[start_offsets, end_offsets)``. Outcomes
-are values (ok | retryable | fatal); only infrastructure faults and bugs raise.
+A finished task asks to commit its segments and its end offsets. In one transaction:
+
+1. lock the datasource's offsets row (``SELECT ... FOR UPDATE``; created empty if missing);
+2. validate the preconditions (:class:`AssertTopic`, :class:`AssertStartOffsets`), each an
+   "expected X, found Y" check;
+3. write the merged end offsets and bump the row's version;
+4. insert the segment rows at their intervals' current versions, used.
+
+The row lock is the one concurrency mechanism: every writer of a datasource's offsets or
+segments (publish, compaction swap, reset) takes it first, so the offsets read in step 1 are
+the ones step 3 replaces. ``version`` counts those writes; tasks are planned against it, so a
+range read again after a reset gets new segment ids.
+
+Outcomes are values; only infrastructure faults and bugs raise.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import psycopg.errors
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.descriptors import SegmentDescriptor
+from segment_store.offsets import OffsetRange, Offsets
+from segment_store.records import CommittedOffsets, lock_offsets_row
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 
-__all__ = ["CommittedOffsets", "PublishOutcome", "PublishRequest", "SegmentRecord", "committed_offsets",
-           "publish", "reset_offsets", "used_segments"]
+__all__ = ["AssertStartOffsets", "AssertTopic", "PublishOutcome", "PublishRequest", "Status", "publish"]
 
 logger = logging.getLogger(__name__)
 
-Status = Literal["ok", "retryable", "fatal"]
-_UTC_FIELDS = ("interval_start", "interval_end", "created_at")
-_Locked = tuple[str | None, dict[int, int], int]
-"""An offsets row as read under its lock: topic, offsets, version."""
-
-
-def _frozen(offsets: Mapping[int, int], what: str) -> Mapping[int, int]:
-    for partition, offset in offsets.items():
-        if offset < 0:
-            raise ValueError(f"{what}: offset of partition {partition} must be >= 0, got {offset}")
-    return MappingProxyType({int(p): int(o) for p, o in sorted(offsets.items())})
+Status = Literal["ok", "already_published", "retryable", "fatal"]
+"""``ok``: committed. ``already_published``: a replica or retry committed exactly this range
+first (nothing written, not an error). ``retryable``: an earlier range is still publishing.
+``fatal``: this range can never be published (its files are orphans)."""
 
 
 @dataclass(frozen=True)
@@ -50,23 +52,22 @@ class PublishRequest:
     datasource: str
     topic: str
     task_id: str
-    start_offsets: Mapping[int, int]
-    end_offsets: Mapping[int, int]
-    initial_offsets: Mapping[int, int] = field(default_factory=dict)
+    start_offsets: Offsets
+    end_offsets: Offsets
+    initial_offsets: Offsets = field(default_factory=Offsets)
     segments: tuple[SegmentDescriptor, ...] = ()
 
     def __post_init__(self) -> None:
         who = f"task {self.task_id} of datasource {self.datasource!r}"
-        for name in ("start_offsets", "end_offsets", "initial_offsets"):
-            object.__setattr__(self, name, _frozen(getattr(self, name), f"{who}: {name}"))
+        try:
+            offset_range = OffsetRange(Offsets(self.start_offsets), Offsets(self.end_offsets))
+            initial = Offsets(self.initial_offsets)
+        except ValueError as exc:
+            raise ValueError(f"{who}: {exc}") from None
+        object.__setattr__(self, "start_offsets", offset_range.start)
+        object.__setattr__(self, "end_offsets", offset_range.end)
+        object.__setattr__(self, "initial_offsets", initial)
         object.__setattr__(self, "segments", tuple(self.segments))
-        if set(self.start_offsets) != set(self.end_offsets):
-            raise ValueError(f"{who}: expected the same partitions in start and end offsets, "
-                             f"found {sorted(self.start_offsets)} and {sorted(self.end_offsets)}")
-        for p, start in self.start_offsets.items():
-            if self.end_offsets[p] < start:
-                raise ValueError(f"{who}: partition {p}: expected end >= start {start}, "
-                                 f"found {self.end_offsets[p]}")
         for seg in self.segments:
             if seg.datasource != self.datasource:
                 raise ValueError(f"{who}: segment {seg.id} belongs to datasource {seg.datasource!r}")
@@ -80,102 +81,95 @@ class PublishOutcome:
 
     status: Status
     message: str
-    committed: Mapping[int, int]
+    committed: Offsets
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
 
-@dataclass(frozen=True)
-class CommittedOffsets:
-    """A datasource's committed offsets; ``topic`` is None only after a reset before any publish."""
+class Requirement(Protocol):
+    """A precondition of the publish, checked against the offsets row as locked."""
 
-    topic: str | None
-    offsets: Mapping[int, int]
-    version: int
+    def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
+        """None if it holds; otherwise the outcome that refuses the publish."""
 
 
 @dataclass(frozen=True)
-class SegmentRecord:
-    """One row of the ``segments`` table."""
+class AssertTopic:
+    """The committed offsets belong to the task's topic (or to none yet)."""
 
-    id: str
     datasource: str
-    interval_start: datetime
-    interval_end: datetime
-    version: int
-    partition_num: int
-    path: str
-    size_bytes: int
-    num_rows: int
-    used: bool
-    created_at: datetime
-    descriptor: Mapping[str, Any]
+    topic: str
+
+    def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
+        if found.topic in (None, self.topic):
+            return None
+        return PublishOutcome("fatal", f"datasource {self.datasource!r}: expected topic {self.topic!r}, "
+                              f"found {found.topic!r}", found.offsets)
 
 
-def _decode(stored: Mapping[str, int]) -> dict[int, int]:
-    return {int(p): int(o) for p, o in sorted(stored.items(), key=lambda kv: int(kv[0]))}
+@dataclass(frozen=True)
+class AssertStartOffsets:
+    """Every partition's committed offset is where the task started (Druid's three-way check).
 
-
-def _encode(offsets: Mapping[int, int]) -> dict[str, int]:
-    return {str(p): o for p, o in sorted(offsets.items())}
-
-
-def _check_offsets(request: PublishRequest, stored: Mapping[int, int]) -> PublishOutcome | None:
-    """The three-way start-offset check; None when every covered partition matches."""
-    fatal: list[str] = []
-    retry: list[str] = []
-    for p, start in request.start_offsets.items():
-        found, where = stored.get(p), f"datasource {request.datasource!r} partition {p}"
-        if found is None:
-            initial = request.initial_offsets.get(p)
-            if initial is None:
-                fatal.append(f"{where}: no committed offset and no initial offset (task starts at {start})")
-            elif initial != start:
-                fatal.append(f"{where}: no committed offset: expected start {initial} (initial offset), "
-                             f"found {start}")
-        elif found < start:
-            retry.append(f"{where}: expected committed offset {start}, found {found} "
-                         "(an earlier task is still publishing)")
-        elif found > start:
-            fatal.append(f"{where}: expected committed offset {start}, found {found} "
-                         "(this range was already published)")
-    if fatal or retry:
-        return PublishOutcome("fatal" if fatal else "retryable", "; ".join(fatal or retry), stored)
-    return None
-
-
-def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) -> _Locked | None:
-    """Make sure the datasource has an offsets row, lock it until the transaction ends, read it.
-
-    Every transaction that changes a datasource's segments takes this lock first (publish and
-    the compaction swap), so they run one after another.
+    Per partition: equal -> fine; committed *behind* start -> an earlier task is still
+    publishing (retryable); committed *at or past end* (start < end) -> a replica or retry
+    published this range (already published); committed strictly *inside* the range, or
+    *ahead* of an empty range's start -> overlap (fatal). A partition with no committed
+    offset must start at its initial offset. The outcome is the worst partition's, with
+    already-published only when every partition with records says so.
     """
-    conn.execute(pg_insert(offsets_t)
-                 .values(datasource=datasource, topic=topic, offsets={}, version=0)
-                 .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]))
-    query = (sa.select(offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version)
-             .where(offsets_t.c.datasource == datasource).with_for_update())
-    row = conn.execute(query).one_or_none()
-    return None if row is None else (row.topic, _decode(row.offsets), int(row.version))
 
+    datasource: str
+    start: Offsets
+    end: Offsets
+    initial: Offsets
 
-def _last_slot(conn: sa.Connection, datasource: str, start: datetime, end: datetime) -> tuple[int, int]:
-    """The interval's current version (1 if new) and its highest partition number (-1 if none)."""
-    s = segments_t.c
-    same = (s.datasource == datasource) & (s.interval_start == start) & (s.interval_end == end)
-    version = conn.execute(sa.select(sa.func.coalesce(sa.func.max(s.version), 1)).where(same)).scalar_one()
-    last = conn.execute(sa.select(sa.func.max(s.partition_num)).where(same & (s.version == version))).scalar()
-    return int(version), -1 if last is None else int(last)
+    def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
+        fatal: list[str] = []
+        retry: list[str] = []
+        done: list[str] = []
+        pending = 0
+        for p, start in self.start.items():
+            committed, where = found.offsets.get(p), f"datasource {self.datasource!r} partition {p}"
+            end = self.end[p]
+            if committed is None:
+                initial = self.initial.get(p)
+                if initial is None:
+                    fatal.append(f"{where}: no committed offset and no initial offset (task starts at {start})")
+                elif initial != start:
+                    fatal.append(f"{where}: no committed offset: expected start {initial} (initial offset), "
+                                 f"found {start}")
+                else:
+                    pending += 1
+            elif committed == start:
+                pending += start < end
+            elif committed < start:
+                retry.append(f"{where}: expected committed offset {start}, found {committed} "
+                             "(an earlier task is still publishing)")
+            elif committed >= end:
+                done.append(f"{where}: expected committed offset {start}, found {committed} "
+                            f"(this range, up to {end}, was already published)")
+            else:
+                fatal.append(f"{where}: expected committed offset {start}, found {committed} "
+                             "(part of this range was published by another task)")
+        if done and pending:
+            fatal.extend(done)  # some partitions published, others not: never write a partition twice
+        verdicts: tuple[tuple[Status, list[str]], ...] = (
+            ("fatal", fatal), ("retryable", retry), ("already_published", done))
+        for status, messages in verdicts:
+            if messages:
+                return PublishOutcome(status, "; ".join(messages), found.offsets)
+        return None
 
 
 def _insert_segments(conn: sa.Connection, request: PublishRequest) -> None:
     """Append the segments at their interval's current version, after its last partition."""
-    slots: dict[tuple[datetime, datetime], tuple[int, int]] = {}
+    slots: dict[tuple[Any, Any], tuple[int, int]] = {}
     published_by = {"task_id": request.task_id, "topic": request.topic,
-                    "start_offsets": _encode(request.start_offsets),
-                    "end_offsets": _encode(request.end_offsets)}
+                    "start_offsets": request.start_offsets.to_json(),
+                    "end_offsets": request.end_offsets.to_json()}
     rows: list[dict[str, Any]] = []
     for seg in request.segments:
         key = (seg.interval_start, seg.interval_end)
@@ -189,36 +183,37 @@ def _insert_segments(conn: sa.Connection, request: PublishRequest) -> None:
         conn.execute(segments_t.insert(), rows)
 
 
+def _last_slot(conn: sa.Connection, datasource: str, start: Any, end: Any) -> tuple[int, int]:
+    """The interval's current version (1 if new) and its highest partition number (-1 if none)."""
+    s = segments_t.c
+    same = (s.datasource == datasource) & (s.interval_start == start) & (s.interval_end == end)
+    version = conn.execute(sa.select(sa.func.coalesce(sa.func.max(s.version), 1)).where(same)).scalar_one()
+    last = conn.execute(sa.select(sa.func.max(s.partition_num)).where(same & (s.version == version))).scalar()
+    return int(version), -1 if last is None else int(last)
+
+
 def _publish_in(conn: sa.Connection, request: PublishRequest) -> PublishOutcome:
-    locked = lock_offsets_row(conn, request.datasource, request.topic)
-    if locked is None:
-        return PublishOutcome("retryable", f"datasource {request.datasource!r}: offsets row was deleted "
-                              "(reset) while publishing", {})
-    topic, stored, read_version = locked
-    if topic is not None and topic != request.topic:
-        return PublishOutcome("fatal", f"datasource {request.datasource!r}: expected topic "
-                              f"{request.topic!r}, found {topic!r}", stored)
-    rejected = _check_offsets(request, stored)
-    if rejected is not None:
-        return rejected
-    merged = {**stored, **request.end_offsets}
-    swapped = conn.execute(
-        offsets_t.update()
-        .where((offsets_t.c.datasource == request.datasource) & (offsets_t.c.version == read_version))
-        .values(topic=request.topic, offsets=_encode(merged), version=offsets_t.c.version + 1,
-                updated_at=sa.func.now()))
-    if swapped.rowcount != 1:
-        return PublishOutcome("retryable", f"datasource {request.datasource!r}: expected offsets version "
-                              f"{read_version}, found another (concurrent write)", stored)
+    found = lock_offsets_row(conn, request.datasource, request.topic)
+    requirements: tuple[Requirement, ...] = (
+        AssertTopic(request.datasource, request.topic),
+        AssertStartOffsets(request.datasource, request.start_offsets, request.end_offsets,
+                           request.initial_offsets))
+    for requirement in requirements:
+        refused = requirement.validate(found)
+        if refused is not None:
+            return refused
+    merged = found.offsets.merged(request.end_offsets)
+    conn.execute(offsets_t.update().where(offsets_t.c.datasource == request.datasource).values(
+        topic=request.topic, offsets=merged.to_json(), version=offsets_t.c.version + 1, updated_at=sa.func.now()))
     try:
         _insert_segments(conn, request)
     except sa.exc.IntegrityError as exc:
         if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
             raise
         return PublishOutcome("fatal", f"datasource {request.datasource!r}: segment already published "
-                              f"({exc.orig.diag.message_detail or exc.orig})", stored)
+                              f"({exc.orig.diag.message_detail or exc.orig})", found.offsets)
     return PublishOutcome("ok", f"datasource {request.datasource!r}: published {len(request.segments)} "
-                          "segment(s)", MappingProxyType(merged))
+                          "segment(s)", merged)
 
 
 def publish(engine: sa.Engine, request: PublishRequest) -> PublishOutcome:
@@ -232,59 +227,9 @@ def publish(engine: sa.Engine, request: PublishRequest) -> PublishOutcome:
             outcome = _publish_in(conn, request)
             if not outcome.ok:
                 tx.rollback()
-    log = logger.info if outcome.status != "fatal" else logger.warning
+    log = logger.warning if outcome.status == "fatal" else logger.info
     log("publish %s: datasource=%s task=%s start=%s end=%s segments=%d committed=%s: %s",
         outcome.status, request.datasource, request.task_id, dict(request.start_offsets),
         dict(request.end_offsets), len(request.segments), dict(outcome.committed), outcome.message)
     return outcome
 
-
-def committed_offsets(engine: sa.Engine, datasource: str) -> CommittedOffsets | None:
-    """The datasource's committed offsets, or None if it has none."""
-    query = sa.select(offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version).where(
-        offsets_t.c.datasource == datasource)
-    with engine.connect() as conn:
-        row = conn.execute(query).one_or_none()
-    if row is None:
-        return None
-    return CommittedOffsets(row.topic, MappingProxyType(_decode(row.offsets)), int(row.version))
-
-
-def used_segments(engine: sa.Engine, datasource: str) -> list[SegmentRecord]:
-    """The datasource's used segment rows, ordered by interval start, version, partition number."""
-    s = segments_t.c
-    query = (sa.select(segments_t).where((s.datasource == datasource) & s.used)
-             .order_by(s.interval_start, s.version, s.partition_num))
-    with engine.connect() as conn:
-        return [segment_record(row) for row in conn.execute(query).mappings()]
-
-
-def segment_record(row: sa.RowMapping) -> SegmentRecord:
-    """A ``segments`` row (as a mapping) as a record, its times in UTC."""
-    return SegmentRecord(**{k: (v.astimezone(UTC) if k in _UTC_FIELDS else v) for k, v in row.items()})
-
-
-def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int] | None) -> None:
-    """Reset committed offsets, like Druid's supervisor reset (None) or resetOffsets (a map).
-
-    None empties the offsets (and forgets the topic): every partition then starts from its
-    initial offset. A map overwrites the given partitions and leaves the others. Both bump
-    the version, which never goes back, so tasks planned before the reset get new segment
-    ids; both wait for an in-flight publish, whose successors then fail the offset check.
-    """
-    with engine.begin() as conn:
-        if offsets is None:
-            stmt = pg_insert(offsets_t).values(datasource=datasource, topic=None, offsets={}, version=1)
-            conn.execute(stmt.on_conflict_do_update(
-                index_elements=[offsets_t.c.datasource],
-                set_={"offsets": {}, "topic": None, "version": offsets_t.c.version + 1,
-                      "updated_at": sa.func.now()}))
-            logger.info("reset offsets: datasource=%s emptied", datasource)
-            return
-        encoded = _encode(_frozen(offsets, f"reset of datasource {datasource!r}"))
-        stmt = pg_insert(offsets_t).values(datasource=datasource, topic=None, offsets=encoded, version=1)
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=[offsets_t.c.datasource],
-            set_={"offsets": offsets_t.c.offsets.op("||")(stmt.excluded.offsets),
-                  "version": offsets_t.c.version + 1, "updated_at": sa.func.now()}))
-        logger.info("reset offsets: datasource=%s partitions=%s", datasource, dict(offsets))

@@ -21,7 +21,7 @@ from itertools import groupby
 
 import sqlalchemy as sa
 
-from segment_store.publish import SegmentRecord, segment_record
+from segment_store.records import SegmentRecord, segment_record
 from segment_store.schema import segments as segments_t
 
 __all__ = ["Interval", "datasources", "read_segments", "visible", "visible_by_interval", "visible_segments"]

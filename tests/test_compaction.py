@@ -24,7 +24,7 @@ from overlord.dev.sample_data import make_sample_events, produce
 from overlord.query.engine import execute_sql
 from overlord.supervisor.ranges import index_once
 from segment_store import CompactionSwap, swap_compacted, visible_segments
-from segment_store.schema import segment_status
+from segment_store.schema import segments as segment_status
 from tests.helpers import assert_exact, events_spec, merged, overlord_cli, published_table, settings_for
 from tests.test_timeline import (
     HOUR,

@@ -110,14 +110,40 @@ def test_committed_behind_start_is_retryable_and_writes_nothing(engine: sa.Engin
     assert all_segment_rows(engine, datasource) == []
 
 
-def test_committed_ahead_of_start_is_fatal_and_writes_nothing(engine: sa.Engine, datasource: str) -> None:
+def test_committed_at_end_is_already_published_and_writes_nothing(engine: sa.Engine, datasource: str) -> None:
+    """A replica or retry of a published range: its own outcome, so nobody has to infer it."""
     assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("a",))).ok
     outcome = publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("b",)))
-    assert outcome.status == "fatal" and not outcome.ok
+    assert outcome.status == "already_published" and not outcome.ok
     assert f"datasource {datasource!r} partition 0: expected committed offset 0, found 10" in outcome.message
     found = committed_offsets(engine, datasource)
     assert found is not None and dict(found.offsets) == {0: 10} and found.version == 1
     assert [row[0] for row in all_segment_rows(engine, datasource)] == ["a"]
+
+
+def test_committed_past_end_is_already_published(engine: sa.Engine, datasource: str) -> None:
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    assert publish(engine, req(datasource, {0: 10}, {0: 20})).ok
+    outcome = publish(engine, req(datasource, {0: 0}, {0: 10}, names=("late-replica",)))
+    assert outcome.status == "already_published"
+    assert stored_offsets(engine, datasource) == {0: 20} and all_segment_rows(engine, datasource) == []
+
+
+def test_committed_inside_the_range_is_fatal(engine: sa.Engine, datasource: str) -> None:
+    """Part of the range was published by another task (e.g. after resetOffsets): never write it twice."""
+    assert publish(engine, req(datasource, {0: 0}, {0: 5}, initial={0: 0})).ok
+    outcome = publish(engine, req(datasource, {0: 0}, {0: 10}, names=("overlap",)))
+    assert outcome.status == "fatal" and "part of this range was published by another task" in outcome.message
+    assert stored_offsets(engine, datasource) == {0: 5} and all_segment_rows(engine, datasource) == []
+
+
+def test_some_partitions_published_others_not_is_fatal(engine: sa.Engine, datasource: str) -> None:
+    """Publishing would write partition 1 again and move its offset back."""
+    assert publish(engine, req(datasource, {0: 0, 1: 0}, {0: 0, 1: 0}, initial={0: 0, 1: 0})).ok
+    assert publish(engine, req(datasource, {1: 0}, {1: 10})).ok
+    outcome = publish(engine, req(datasource, {0: 0, 1: 0}, {0: 10, 1: 10}, names=("mixed",)))
+    assert outcome.status == "fatal" and "partition 1" in outcome.message
+    assert stored_offsets(engine, datasource) == {0: 0, 1: 10} and all_segment_rows(engine, datasource) == []
 
 
 def test_any_fatal_partition_makes_the_outcome_fatal(engine: sa.Engine, datasource: str) -> None:
@@ -184,10 +210,14 @@ def test_every_outcome_is_logged_with_datasource_task_and_offsets(
         engine: sa.Engine, datasource: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="segment_store.publish"):
         publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, task="t-ok"))
-        publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, task="t-fatal"))
-    ok, fatal = (r.getMessage() for r in caplog.records if datasource in r.getMessage())
-    assert "publish ok" in ok and "task=t-ok" in ok and "start={0: 0} end={0: 10}" in ok
-    assert "publish fatal" in fatal and "task=t-fatal" in fatal and "committed={0: 10}" in fatal
+        publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, task="t-replica"))
+        publish(engine, req(datasource, {0: 10}, {0: 20}, topic="other", task="t-fatal"))
+    ok, replica, fatal = (r for r in caplog.records if datasource in r.getMessage())
+    assert "publish ok" in ok.getMessage() and "task=t-ok" in ok.getMessage()
+    assert "start={0: 0} end={0: 10}" in ok.getMessage()
+    assert "publish already_published" in replica.getMessage() and "task=t-replica" in replica.getMessage()
+    assert "publish fatal" in fatal.getMessage() and "committed={0: 10}" in fatal.getMessage()
+    assert [r.levelno for r in (ok, replica, fatal)] == [logging.INFO, logging.INFO, logging.WARNING]
 
 
 def test_unreachable_database_raises(datasource: str) -> None:
@@ -256,25 +286,6 @@ def test_republishing_an_existing_segment_id_is_fatal_not_an_exception(
 
 
 # --- compare-and-swap and resets ---------------------------------------------------------------
-
-def test_version_changed_between_read_and_write_is_retryable(
-        engine: sa.Engine, datasource: str, hooked_engine: Callable[..., sa.Engine]) -> None:
-    """The row lock makes this impossible for other writers; the hook bumps the version inside the
-    publishing transaction itself, right before the compare-and-swap, to exercise that guard."""
-    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
-
-    def bump(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("UPDATE datasource_offsets"):
-            cursor.connection.execute(
-                "UPDATE datasource_offsets SET version = version + 1 WHERE datasource = %s", (datasource,))
-
-    eng = hooked_engine("before_cursor_execute", bump)
-    outcome = publish(eng, req(datasource, {0: 10}, {0: 20}, names=("a",)))
-    assert outcome.status == "retryable" and "expected offsets version 1" in outcome.message
-    found = committed_offsets(engine, datasource)
-    assert found is not None and dict(found.offsets) == {0: 10} and found.version == 1
-    assert all_segment_rows(engine, datasource) == []
-
 
 def test_reset_between_upsert_and_lock_fails_the_stale_task(
         engine: sa.Engine, datasource: str, hooked_engine: Callable[..., sa.Engine]) -> None:
@@ -405,7 +416,7 @@ def test_two_replicas_racing_exactly_one_wins(
 
             tasks = [f"r{r}-replica{i}" for i in range(2)]
             outcomes = dict(zip(tasks, pool.map(replica, tasks), strict=True))
-            assert sorted(o.status for o in outcomes.values()) == ["fatal", "ok"], outcomes
+            assert sorted(o.status for o in outcomes.values()) == ["already_published", "ok"], outcomes
             loser = next(o for o in outcomes.values() if not o.ok)
             assert f"expected committed offset {10 * r}, found {10 * r + 10}" in loser.message
             winners.append(next(task for task, o in outcomes.items() if o.ok))

@@ -14,7 +14,7 @@ import pytest
 from overlord.cli.main import _parser
 from overlord.config import Settings
 from overlord.query.engine import QueryError, SqlQuery, execute_sql, run_sql
-from segment_store.schema import segment_status
+from segment_store.schema import segments as segment_status
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
 
 

@@ -1,0 +1,116 @@
+"""Reading the metadata store, resetting offsets, and the per-datasource lock every writer takes.
+
+The publish transaction (:mod:`segment_store.publish`) and the compaction swap
+(:mod:`segment_store.compaction`) are the only writers of segment rows; they and
+:func:`reset_offsets` serialise on :func:`lock_offsets_row`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from segment_store.offsets import Offsets
+from segment_store.schema import datasource_offsets as offsets_t
+from segment_store.schema import segments as segments_t
+
+__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "reset_offsets",
+           "segment_record", "used_segments"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommittedOffsets:
+    """A datasource's offsets row: ``topic`` is None only after a reset before any publish;
+    ``version`` counts the row's writes (publishes and resets) and never goes back."""
+
+    topic: str | None
+    offsets: Offsets
+    version: int
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """One row of the ``segments`` table."""
+
+    id: str
+    datasource: str
+    interval_start: datetime
+    interval_end: datetime
+    version: int
+    partition_num: int
+    path: str
+    size_bytes: int
+    num_rows: int
+    used: bool
+    created_at: datetime
+    descriptor: Mapping[str, Any]
+    used_status_updated_at: datetime | None = None
+
+
+def _committed(row: Any) -> CommittedOffsets:
+    return CommittedOffsets(row.topic, Offsets.from_json(row.offsets), int(row.version))
+
+
+def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) -> CommittedOffsets:
+    """Make sure the datasource has an offsets row, lock it until the transaction ends, read it.
+
+    Every transaction that changes a datasource's offsets or segments takes this lock first,
+    so they run one after another.
+    """
+    conn.execute(pg_insert(offsets_t)
+                 .values(datasource=datasource, topic=topic, offsets={}, version=0)
+                 .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]))
+    query = (sa.select(offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version)
+             .where(offsets_t.c.datasource == datasource).with_for_update())
+    return _committed(conn.execute(query).one())
+
+
+def committed_offsets(engine: sa.Engine, datasource: str) -> CommittedOffsets | None:
+    """The datasource's committed offsets, or None if it has none."""
+    query = sa.select(offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version).where(
+        offsets_t.c.datasource == datasource)
+    with engine.connect() as conn:
+        row = conn.execute(query).one_or_none()
+    return None if row is None else _committed(row)
+
+
+def used_segments(engine: sa.Engine, datasource: str) -> list[SegmentRecord]:
+    """The datasource's used segment rows, ordered by interval start, version, partition number."""
+    s = segments_t.c
+    query = (sa.select(segments_t).where((s.datasource == datasource) & s.used)
+             .order_by(s.interval_start, s.version, s.partition_num))
+    with engine.connect() as conn:
+        return [segment_record(row) for row in conn.execute(query).mappings()]
+
+
+def segment_record(row: sa.RowMapping) -> SegmentRecord:
+    """A ``segments`` row (as a mapping) as a record, its times in UTC."""
+    return SegmentRecord(**{k: (v.astimezone(UTC) if isinstance(v, datetime) else v) for k, v in row.items()})
+
+
+def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int] | None) -> None:
+    """Reset committed offsets, like Druid's supervisor reset (None) or resetOffsets (a map).
+
+    None empties the offsets (and forgets the topic): every partition then starts from its
+    initial offset. A map overwrites the given partitions and leaves the others. Both bump
+    the version, so tasks planned before the reset get new segment ids; both wait for an
+    in-flight publish (they take its lock), whose successors then fail the offset check.
+    """
+    with engine.begin() as conn:
+        found = lock_offsets_row(conn, datasource, None)
+        new = Offsets() if offsets is None else found.offsets.merged(Offsets(offsets))
+        values: dict[str, Any] = {"offsets": new.to_json(), "version": offsets_t.c.version + 1,
+                                  "updated_at": sa.func.now()}
+        if offsets is None:
+            values["topic"] = None
+        conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(**values))
+    logger.info("reset offsets: datasource=%s %s", datasource,
+                "emptied" if offsets is None else f"partitions={dict(offsets)}")
