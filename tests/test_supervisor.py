@@ -52,9 +52,9 @@ def test_supervisor_keeps_ingesting_exactly(stack, engine, make_topic, datasourc
     wait_until(lambda: committed_total(engine, datasource) == produced, "all records committed")
     assert_exact(published_table(engine, datasource), merged(*batches))
     sup = overlord.get(datasource)
-    wait_until(lambda: sum(sup.lag().values()) == 0 and not sup.active, "lag 0")
-    assert sup.state == "RUNNING" and sup.counters.processed == sum(len(b.records) - b.bad for b in batches)
-    assert all(t["status"] == "SUCCESS" for t in sup.recent_tasks)
+    wait_until(lambda: sum(sup.status.lag.values()) == 0 and not sup.status.active_tasks, "lag 0")
+    assert sup.status.state == "RUNNING" and sup.status.counters.processed == sum(len(b.records) - b.bad for b in batches)
+    assert all(t.status == "SUCCESS" for t in sup.status.recent_tasks)
 
 
 def test_replicas_both_run_one_publishes(stack, engine, make_topic, datasource, make_overlord):
@@ -65,12 +65,12 @@ def test_replicas_both_run_one_publishes(stack, engine, make_topic, datasource, 
     overlord.submit(spec_json(datasource, topic, replicas=2))
 
     sup = overlord.get(datasource)
-    wait_until(lambda: sup.counters.lost_publish_races >= 1, "a replica to lose the publish race")
+    wait_until(lambda: sup.status.counters.lost_publish_races >= 1, "a replica to lose the publish race")
     wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "all committed")
     assert_exact(published_table(engine, datasource), sample)
-    details = [t["statusDetail"] for t in sup.recent_tasks]
+    details = [t.detail for t in sup.status.recent_tasks]
     assert "published" in details and "another replica published this range first" in details
-    assert sup.healthy and not any("FAILED" == t["status"] for t in sup.recent_tasks)
+    assert sup.status.healthy and not any(t.status == "FAILED" for t in sup.status.recent_tasks)
 
 
 def test_restart_resumes_from_committed_offsets(stack, engine, make_topic, datasource, make_overlord):
@@ -101,7 +101,7 @@ def test_suspend_resume_and_reset(stack, engine, make_topic, datasource, make_ov
     sup = overlord.set_suspended(datasource, True)
     produce(stack.bootstrap_servers, topic, second.records, 1)
     time.sleep(3)
-    assert sup.state == "SUSPENDED" and committed_total(engine, datasource) == len(first.records)
+    assert sup.status.state == "SUSPENDED" and committed_total(engine, datasource) == len(first.records)
 
     overlord.set_suspended(datasource, False)
     wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
@@ -137,7 +137,7 @@ def test_unreachable_broker_is_unhealthy_then_recovers(engine, datasource, make_
     overlord = make_overlord()
     overlord.submit(raw)
     sup = overlord.get(datasource)
-    wait_until(lambda: sup.state == "UNHEALTHY_SUPERVISOR", "the supervisor to report the broker", 60)
+    wait_until(lambda: sup.status.state == "UNHEALTHY_SUPERVISOR", "the supervisor to report the broker", 60)
     assert any("late-topic" in e["message"] or "Kafka" in e["message"] for e in sup.recent_errors)
 
     broker = TansuBroker(port)
@@ -147,7 +147,7 @@ def test_unreachable_broker_is_unhealthy_then_recovers(engine, datasource, make_
         sample = make_sample_events(1_000)
         produce(broker.bootstrap_servers, "late-topic", sample.records, 1)
         wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "recovery", 90)
-        assert sup.state == "RUNNING"
+        assert sup.status.state == "RUNNING"
         assert_exact(published_table(engine, datasource), sample)
     finally:
         broker.stop()
@@ -178,13 +178,13 @@ def test_postgres_outage_is_unhealthy_then_recovers(stack, spark, make_topic, da
 
         postgres.stop()
         produce(stack.bootstrap_servers, topic, second.records, 1)
-        wait_until(lambda: sup.state in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS"), "unhealthy", 60)
+        wait_until(lambda: sup.status.state in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS"), "unhealthy", 60)
         assert any("OperationalError" in e["message"] for e in sup.recent_errors)
 
         postgres.start()
         wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
                    "catch-up after PostgreSQL returned", 120)
-        wait_until(lambda: sup.healthy, "healthy again")
+        wait_until(lambda: sup.status.healthy, "healthy again")
         assert_exact(published_table(engine, datasource), merged(first, second))
     finally:
         overlord.stop(grace_s=5)

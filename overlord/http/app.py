@@ -24,10 +24,10 @@ from overlord.http.dashboard import render_dashboard, render_metrics
 from overlord.http.query_routes import add_query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.status import mask_secrets, stats_payload, status_payload
-from overlord.http.views import history_entry, list_entry, snapshot, spec_view, task_view
-from overlord.supervisor.loop import Supervisor
+from overlord.http.views import history_entry, list_entry, spec_view, task_view
 from overlord.supervisor.manager import Overlord
 from overlord.supervisor.metadata_store import TaskRecord
+from overlord.supervisor.status import SupervisorStatus
 from specs import SpecError, SupervisorSpec
 from specs.errors import key_path
 from specs.loader import loc_path
@@ -92,11 +92,12 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     def reply(content: Any, status: int = 200) -> Response:
         return Response(json.dumps(view(content)), status, media_type="application/json")
 
-    def supervisors() -> list[Supervisor]:
-        return sorted(list(overlord.supervisors.values()), key=lambda s: s.id)
+    def supervisors() -> list[SupervisorStatus]:
+        """The latest status snapshot of every supervisor, by id."""
+        return sorted((sup.status for sup in list(overlord.supervisors.values())), key=lambda s: s.id)
 
     def statuses() -> list[dict[str, Any]]:
-        return [view(snapshot(sup, status_payload)) for sup in supervisors()]
+        return [view(status_payload(status)) for status in supervisors()]
 
     # --- errors ----------------------------------------------------------------------------
 
@@ -150,9 +151,9 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     @app.get(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Supervisor ids, or their state and specs")
     def list_supervisors(full: str | None = None, state: bool = False) -> Response:
         if full is not None and full.lower() != "false":
-            return reply([{**snapshot(s, list_entry), "spec": spec_view(s)} for s in supervisors()])
+            return reply([{**list_entry(s), "spec": spec_view(s)} for s in supervisors()])
         if state:
-            return reply([snapshot(s, list_entry) for s in supervisors()])
+            return reply([list_entry(s) for s in supervisors()])
         return reply([s.id for s in supervisors()])
 
     @app.get(f"{PREFIX}/supervisor/history", tags=["supervisors"], summary="Spec history of every supervisor")
@@ -164,26 +165,26 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
 
     @app.get(f"{PREFIX}/supervisor/{{supervisor_id}}", tags=["supervisors"], summary="Current spec")
     def get_spec(supervisor_id: str) -> Response:
-        return reply(spec_view(overlord.get(supervisor_id)))
+        return reply(spec_view(overlord.get(supervisor_id).status))
 
     @app.get(f"{PREFIX}/supervisor/{{supervisor_id}}/status", tags=["supervisors"], summary="Offsets, lag, tasks")
     def get_status(supervisor_id: str) -> Response:
-        return reply(snapshot(overlord.get(supervisor_id), status_payload))
+        return reply(status_payload(overlord.get(supervisor_id).status))
 
     @app.get(f"{PREFIX}/supervisor/{{supervisor_id}}/health", tags=["supervisors"], summary="200 healthy, 503 not")
     def get_health(supervisor_id: str) -> Response:
-        sup = overlord.get(supervisor_id)
-        return reply({"healthy": sup.healthy, "state": sup.state}, 200 if sup.healthy else 503)
+        status = overlord.get(supervisor_id).status
+        return reply({"healthy": status.healthy, "state": status.state}, 200 if status.healthy else 503)
 
     @app.get(f"{PREFIX}/supervisor/{{supervisor_id}}/stats", tags=["supervisors"], summary="Row counters, rates")
     def get_stats(supervisor_id: str) -> Response:
-        return reply(snapshot(overlord.get(supervisor_id), stats_payload))
+        return reply(stats_payload(overlord.get(supervisor_id).status))
 
     def suspend_or_resume(supervisor_id: str, suspend: bool) -> Response:
         sup = overlord.get(supervisor_id)
         if sup.suspended == suspend:
             raise ApiError(400, f"[{supervisor_id}] is already {'suspended' if suspend else 'running'}")
-        return reply(spec_view(overlord.set_suspended(supervisor_id, suspend)))
+        return reply(spec_view(overlord.set_suspended(supervisor_id, suspend).status))
 
     @app.post(f"{PREFIX}/supervisor/{{supervisor_id}}/suspend", tags=["supervisors"], summary="Stop launching tasks")
     def suspend(supervisor_id: str) -> Response:
@@ -207,7 +208,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
         if wanted.stream != topic:
             raise ApiError(400, f"stream {wanted.stream!r} is not the supervisor's topic {topic!r}",
                            [("partitions.stream", f"expected {topic!r}, got {wanted.stream!r}")])
-        known = set(sup.latest)
+        known = set(sup.status.latest)
         unknown = [p for p in wanted.partition_offset_map if known and p not in known]
         if unknown:
             raise ApiError(400, f"topic {topic!r} has no partitions {unknown}; it has {sorted(known)}",
@@ -227,7 +228,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     # --- tasks -----------------------------------------------------------------------------
 
     def active_ids() -> set[str]:
-        return {task_id for sup in supervisors() for task_id in list(sup.active)}
+        return {task.id for status in supervisors() for task in status.active_tasks}
 
     @app.get(f"{PREFIX}/tasks", tags=["tasks"], summary="Tasks, newest first")
     def list_tasks(state: Literal["running", "complete", "success", "failed", "waiting", "pending"] | None = None,
@@ -254,8 +255,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
         t = task_record(task_id)
         return reply({"task": task_id, "payload": {
             "id": t.id, "type": "index_kafka", "dataSource": t.datasource, "supervisorId": t.supervisor_id,
-            "startOffsets": {str(p): o for p, o in t.start_offsets.items()},
-            "endOffsets": {str(p): o for p, o in t.end_offsets.items()}, "report": t.report}})
+            "startOffsets": t.start_offsets.to_json(), "endOffsets": t.end_offsets.to_json(), "report": t.report}})
 
     @app.get(f"{PREFIX}/task/{{task_id}}/status", tags=["tasks"], summary="A task's status")
     def get_task_status(task_id: str) -> Response:

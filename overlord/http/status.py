@@ -1,14 +1,13 @@
-"""Druid-shaped status, stats and spec views of a supervisor, with secrets masked."""
+"""Druid-shaped status and stats views of a supervisor's status snapshot, and secret masking."""
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any
 
-from overlord.supervisor.loop import Supervisor
+from overlord.supervisor.status import SupervisorStatus
 
-__all__ = ["mask_secrets", "stats_payload", "status_payload"]
+__all__ = ["MASK", "mask_secrets", "stats_payload", "status_payload"]
 
 _SECRET_KEY = re.compile(r"password|secret|jaas|credential|token|ssl\.key|sasl\.oauthbearer", re.IGNORECASE)
 MASK = "<masked>"
@@ -25,43 +24,42 @@ def mask_secrets(value: Any) -> Any:
     return value
 
 
-def _str_keys(offsets: dict[int, int]) -> dict[str, int]:
-    return {str(p): o for p, o in sorted(offsets.items())}
-
-
-def status_payload(sup: Supervisor) -> dict[str, Any]:
-    io = sup.spec.spec.io_config
-    now = sup.clock()
-    lag = sup.lag()
-    return {"id": sup.id, "generationTime": datetime.now(UTC).isoformat(), "payload": {
-        "dataSource": sup.spec.datasource, "stream": io.topic, "partitions": len(sup.latest),
+def status_payload(status: SupervisorStatus) -> dict[str, Any]:
+    """Druid's ``GET /supervisor/{id}/status`` body."""
+    io = status.spec.spec.io_config
+    now = status.generated_at
+    return {"id": status.id, "generationTime": now.isoformat(), "payload": {
+        "dataSource": status.spec.datasource, "stream": io.topic, "partitions": len(status.latest),
         "replicas": io.replicas, "taskCount": io.task_count,
         "durationSeconds": int(io.task_duration.total_seconds()),
         "activeTasks": [{
-            "id": task_id, "startingOffsets": _str_keys(dict(t.request.start_offsets)),
-            "endOffsets": _str_keys(dict(t.request.end_offsets)), "startTime": t.started_at.isoformat(),
-            "runningSeconds": round(now - t.started, 3)} for task_id, t in sup.active.items()],
-        "recentTasks": list(sup.recent_tasks),
-        "latestOffsets": _str_keys(sup.latest), "committedOffsets": _str_keys(sup.committed),
-        "minimumLag": _str_keys(lag), "aggregateLag": sum(lag.values()),
-        "offsetsLastUpdated": sup.offsets_updated.isoformat() if sup.offsets_updated else None,
-        "suspended": sup.suspended, "healthy": sup.healthy, "state": sup.state,
-        "detailedState": sup.detailed_state, "recentErrors": list(sup.recent_errors),
-        "counters": counters(sup)}}
+            "id": t.id, "startingOffsets": t.start_offsets.to_json(), "endOffsets": t.end_offsets.to_json(),
+            "startTime": t.started_at.isoformat(),
+            "runningSeconds": round(max(0.0, (now - t.started_at).total_seconds()), 3)}
+            for t in status.active_tasks],
+        "recentTasks": [{
+            "id": t.id, "status": t.status, "statusDetail": t.detail, "startOffsets": t.start_offsets.to_json(),
+            "endOffsets": t.end_offsets.to_json(), "startTime": t.started_at.isoformat(),
+            "durationSeconds": t.duration_s} for t in status.recent_tasks],
+        "latestOffsets": status.latest.to_json(), "committedOffsets": status.committed.to_json(),
+        "minimumLag": status.lag.to_json(), "aggregateLag": sum(status.lag.values()),
+        "offsetsLastUpdated": status.offsets_updated.isoformat() if status.offsets_updated else None,
+        "suspended": status.suspended, "healthy": status.healthy, "state": status.state,
+        "detailedState": status.detailed_state,
+        "recentErrors": [{"timestamp": at.isoformat(), "message": message} for at, message in status.recent_errors],
+        "counters": counters(status)}}
 
 
-def counters(sup: Supervisor) -> dict[str, Any]:
-    c, now = sup.counters, sup.clock()
+def counters(status: SupervisorStatus) -> dict[str, Any]:
+    c = status.counters
     return {"processed": c.processed, "unparseable": c.unparseable, "thrownAway": c.thrown_away,
-            "lostPublishRaces": c.lost_publish_races,
-            "processedPerSecond": {"1m": round(c.rate(now, 60), 1), "5m": round(c.rate(now, 300), 1),
-                                   "15m": round(c.rate(now, 900), 1)}}
+            "lostPublishRaces": c.lost_publish_races, "processedPerSecond": dict(c.processed_per_second)}
 
 
-def stats_payload(sup: Supervisor) -> dict[str, Any]:
+def stats_payload(status: SupervisorStatus) -> dict[str, Any]:
     """Druid's ``/stats`` shape: per task group, totals and moving averages."""
-    c = counters(sup)
-    return {"0": {sup.id: {
+    c = counters(status)
+    return {"0": {status.id: {
         "totals": {"buildSegments": {"processed": c["processed"], "unparseable": c["unparseable"],
                                      "thrownAway": c["thrownAway"]}},
         "movingAverages": {"buildSegments": {

@@ -2,43 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from overlord.supervisor.loop import Supervisor
 from overlord.supervisor.metadata_store import SupervisorRecord, TaskRecord
+from overlord.supervisor.status import SupervisorStatus
 
-__all__ = ["history_entry", "list_entry", "snapshot", "spec_view", "task_view"]
-
-LOCK_WAIT_S = 2.0
-"""How long a status read waits for a supervisor's run to release its lock before reading without it."""
-_T = TypeVar("_T")
+__all__ = ["history_entry", "list_entry", "spec_view", "task_view"]
 
 
-def snapshot(sup: Supervisor, build: Callable[[Supervisor], _T]) -> _T:
-    """``build(sup)`` under the supervisor's lock; if a run holds it past ``LOCK_WAIT_S``, read without it."""
-    if sup.lock.acquire(timeout=LOCK_WAIT_S):
-        try:
-            return build(sup)
-        finally:
-            sup.lock.release()
-    for _ in range(5):
-        try:
-            return build(sup)
-        except RuntimeError:  # a dict changed size while the run loop updated it; read again
-            continue
-    return build(sup)
-
-
-def list_entry(sup: Supervisor) -> dict[str, Any]:
+def list_entry(status: SupervisorStatus) -> dict[str, Any]:
     """An entry of ``GET /supervisor?state=true`` (``?full`` adds ``spec``)."""
-    return {"id": sup.id, "state": sup.state, "detailedState": sup.detailed_state, "healthy": sup.healthy,
-            "suspended": sup.suspended}
+    return {"id": status.id, "state": status.state, "detailedState": status.detailed_state,
+            "healthy": status.healthy, "suspended": status.suspended}
 
 
-def spec_view(sup: Supervisor) -> dict[str, Any]:
+def spec_view(status: SupervisorStatus) -> dict[str, Any]:
     """The current spec as Druid JSON, with ``suspended`` as Druid returns it."""
-    return {**sup.spec.to_druid_json(), "suspended": sup.suspended}
+    return {**status.spec.to_druid_json(), "suspended": status.suspended}
 
 
 def history_entry(record: SupervisorRecord) -> dict[str, Any]:
@@ -58,5 +38,4 @@ def task_view(record: TaskRecord, active: set[str]) -> dict[str, Any]:
         "location": {"host": None, "port": -1, "tlsPort": -1}, "dataSource": record.datasource,
         "errorMsg": record.status_detail if record.status == "FAILED" else None,
         "supervisorId": record.supervisor_id, "statusDetail": record.status_detail,
-        "startOffsets": {str(p): o for p, o in record.start_offsets.items()},
-        "endOffsets": {str(p): o for p, o in record.end_offsets.items()}}
+        "startOffsets": record.start_offsets.to_json(), "endOffsets": record.end_offsets.to_json()}

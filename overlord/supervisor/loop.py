@@ -1,12 +1,15 @@
 """One supervisor: keeps a datasource ingesting from its topic, one fixed-range task at a time per group.
 
 The run loop (:meth:`Supervisor.run_once`) is a flat list of named steps, after Druid's
-``runInternal``: refresh partitions and latest offsets -> update task status -> compute
-lag -> create new tasks. Task groups are ``partition % taskCount``; each group has at most
-one task range in flight, run by ``replicas`` identical tasks of which the first to publish
-wins and the others lose the start-offset check (counted, not an error). A task covers
-``[committed, latest at launch)`` of its group's partitions: its end offsets are fixed when
-it is launched, and a new one is cut every ``period`` while there is lag.
+``runInternal``: refresh partitions -> update task status -> read committed offsets -> pin
+initial offsets -> create new tasks -> publish the status snapshot. Task groups are
+``partition % taskCount``; each group has at most one task range in flight, run by
+``replicas`` identical tasks of which the first to publish wins and the others find the range
+already published (counted, not an error). A task covers ``[committed, latest at launch)`` of
+its group's partitions (:mod:`overlord.supervisor.ranges`).
+
+The clock, the source of partition watermarks and the policy come from the
+:class:`SupervisorContext`, so the loop runs the same against fakes and real components.
 """
 
 from __future__ import annotations
@@ -28,29 +31,48 @@ from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import topic_watermarks
 from overlord.config import Settings
 from overlord.supervisor.metadata_store import MetadataStore
+from overlord.supervisor.policy import SupervisorPolicy
+from overlord.supervisor.ranges import (
+    WatermarkSource,
+    committed_for,
+    consumer_properties,
+    next_range,
+    pin_initial_offsets,
+)
+from overlord.supervisor.status import (
+    ActiveTaskStatus,
+    CounterStatus,
+    FinishedTaskStatus,
+    SupervisorStatus,
+)
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import committed_offsets, reset_offsets
+from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets
 from specs import SupervisorSpec
 
 __all__ = ["Supervisor", "SupervisorContext"]
 
 logger = logging.getLogger(__name__)
 
-UNHEALTHY_AFTER = 3
-"""Consecutive failed runs (or failed tasks) before the supervisor reports itself unhealthy."""
-BACKOFF_BASE_S = 2.0
-BACKOFF_CAP_S = 300.0
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
 class SupervisorContext:
-    """What every supervisor shares: the stores, the task runner and how to wake a supervisor."""
+    """What every supervisor shares: stores, task runner, policy, clocks and the watermark source."""
 
     engine: sa.Engine
     store: MetadataStore
     runner: TaskRunner
     settings: Settings
     wake: Callable[[str], None]
+    policy: SupervisorPolicy = SupervisorPolicy()
+    clock: Callable[[], float] = time.monotonic
+    """Monotonic seconds: task timeouts, backoff, rates."""
+    now: Callable[[], datetime] = _utc_now
+    """Wall-clock time (UTC) for what is shown."""
+    watermarks: WatermarkSource = topic_watermarks
 
 
 @dataclass
@@ -83,27 +105,28 @@ class Counters:
 
 
 class Supervisor:
-    def __init__(self, supervisor_id: str, spec: SupervisorSpec, suspended: bool, ctx: SupervisorContext,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    """A datasource's supervisor. ``run_once`` and every change of its fields hold ``lock``;
+    readers use :attr:`status`, the snapshot published at the end of each run."""
+
+    def __init__(self, supervisor_id: str, spec: SupervisorSpec, suspended: bool, ctx: SupervisorContext) -> None:
         self.id = supervisor_id
         self.spec = spec
         self.suspended = suspended
         self.stopping = False
         self.ctx = ctx
-        self.clock = clock
         self.lock = threading.RLock()
         self.active: dict[str, ActiveTask] = {}
         self.groups: dict[int, GroupState] = {}
         self.counters = Counters()
-        self.recent_errors: deque[dict[str, str]] = deque(maxlen=10)
-        self.recent_tasks: deque[dict[str, Any]] = deque(maxlen=20)
-        self.latest: dict[int, int] = {}
-        self.earliest: dict[int, int] = {}
-        self.committed: dict[int, int] = {}
-        self.stored_topic: str | None = None
+        self.recent_errors: deque[tuple[datetime, str]] = deque(maxlen=10)
+        self.recent_tasks: deque[FinishedTaskStatus] = deque(maxlen=20)
+        self.watermarks: dict[int, tuple[int, int]] = {}
+        self.stored: CommittedOffsets | None = None
         self.offsets_updated: datetime | None = None
         self.failed_runs = 0
+        self.runs = 0
         self.detailed_state = "PENDING"
+        self.status = self.snapshot()
 
     # --- the run loop ----------------------------------------------------------------------
 
@@ -113,160 +136,168 @@ class Supervisor:
             try:
                 self.refresh_partitions()
                 self.update_task_status()
-                self.compute_lag()
-                self.create_new_tasks()
+                self.read_committed_offsets()
+                if self.launching:
+                    self.pin_initial_offsets()
+                    self.create_new_tasks()
+                else:
+                    self.detailed_state = "SUSPENDED" if self.suspended else "STOPPING"
                 self.failed_runs = 0
-            except Exception as exc:  # broker or PostgreSQL unreachable, and the like
+            except Exception as exc:  # broker or PostgreSQL unreachable, topic changed, and the like
                 self.failed_runs += 1
                 self.detailed_state = "UNABLE_TO_CONNECT"
-                self._record_error(f"{type(exc).__name__}: {exc}")
+                self.record_error(f"{type(exc).__name__}: {exc}")
                 logger.warning("supervisor %s: run failed (%d in a row): %s", self.id, self.failed_runs, exc)
+            finally:
+                self.runs += 1
+                self.publish_status()
 
     def refresh_partitions(self) -> None:
-        io = self.spec.spec.io_config
-        marks = topic_watermarks(self._consumer_properties(), io.topic)
-        self.earliest = {p: low for p, (low, _) in marks.items()}
-        self.latest = {p: high for p, (_, high) in marks.items()}
-        self.offsets_updated = datetime.now(UTC)
+        """Read every partition's earliest and latest offset from the broker."""
+        topic = self.spec.spec.io_config.topic
+        self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings), topic))
+        self.offsets_updated = self.ctx.now()
 
     def update_task_status(self) -> None:
+        """Book finished tasks; stop those past ``completionTimeout``."""
         timeout = self.spec.spec.io_config.completion_timeout.total_seconds()
         for task_id, task in list(self.active.items()):
             if task.future.done():
                 del self.active[task_id]
                 self._handle_finished(task)
-            elif self.clock() - task.started > timeout:
+            elif self.ctx.clock() - task.started > timeout:
                 self.ctx.runner.stop(task_id)
-                self._record_error(f"task {task_id} exceeded completionTimeout ({timeout:.0f}s); stopped")
+                self.record_error(f"task {task_id} exceeded completionTimeout ({timeout:.0f}s); stopped")
 
-    def compute_lag(self) -> None:
-        stored = committed_offsets(self.ctx.engine, self.spec.datasource)
-        topic = self.spec.spec.io_config.topic
-        self.stored_topic = stored.topic if stored is not None else None
-        self.committed = dict(stored.offsets) if stored is not None else {}
-        if self.stored_topic not in (None, topic):
-            raise RuntimeError(f"datasource {self.spec.datasource!r}: expected committed offsets of topic {topic!r}, "
-                               f"found offsets of {self.stored_topic!r}; reset the supervisor to read the new topic")
+    def read_committed_offsets(self) -> None:
+        """Read the committed offsets; refuse offsets of another topic (a reset is needed)."""
+        self.stored = committed_offsets(self.ctx.engine, self.spec.datasource)
+        committed_for(self.spec, self.stored)
+
+    def pin_initial_offsets(self) -> None:
+        """Commit where partitions seen for the first time start, before their first task."""
+        before = self.committed
+        self.stored = pin_initial_offsets(self.ctx.engine, self.spec, self.watermarks, self.stored)
+        new = {p: o for p, o in self.committed.items() if p not in before}
+        if new:
+            logger.info("supervisor %s: partitions %s start at %s offsets %s", self.id, sorted(new),
+                        "earliest" if self.spec.spec.io_config.use_earliest_offset else "latest", new)
 
     def create_new_tasks(self) -> None:
-        if self.suspended or self.stopping:
-            self.detailed_state = "SUSPENDED" if self.suspended else "STOPPING"
-            return
+        """Launch a task for every free group with records to read."""
         io = self.spec.spec.io_config
         busy = {p for task in self.active.values() for p in task.request.start_offsets}
-        self._pin_initial_offsets()
-        launched = 0
         for group in range(io.task_count):
-            partitions = [p for p in sorted(self.latest) if p % io.task_count == group]
+            partitions = [p for p in self.latest if p % io.task_count == group]
             state = self.groups.setdefault(group, GroupState())
-            if not partitions or busy.intersection(partitions) or self.clock() < state.retry_after:
+            if not partitions or busy.intersection(partitions) or self.ctx.clock() < state.retry_after:
                 continue
-            start = {p: self.committed[p] for p in partitions}
-            end = {p: max(start[p], self.latest[p]) for p in partitions}
-            if end != start:
-                self._launch(group, start, end)
-                launched += 1
+            todo = next_range(self.committed, self.latest, partitions)
+            if not todo.empty:
+                self._launch(group, todo)
         self.detailed_state = "RUNNING" if self.active else "IDLE"
+
+    def publish_status(self) -> None:
+        """Replace :attr:`status` with a snapshot of now (callers hold ``lock``)."""
+        self.status = self.snapshot()
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _pin_initial_offsets(self) -> None:
-        """Commit where new partitions start (earliest or latest, per the spec) before the first task.
+    @property
+    def latest(self) -> Offsets:
+        return Offsets({p: high for p, (_, high) in self.watermarks.items()})
 
-        Pinning makes "latest" mean the latest offset when the partition was first seen, not
-        whenever a failed first task happens to be retried.
-        """
-        io = self.spec.spec.io_config
-        source = self.earliest if io.use_earliest_offset else self.latest
-        new = {p: source[p] for p in self.latest if p not in self.committed}
-        if new:
-            reset_offsets(self.ctx.engine, self.spec.datasource, new)
-            self.committed.update(new)
-            logger.info("supervisor %s: partitions %s start at %s offsets %s", self.id, sorted(new),
-                        "earliest" if io.use_earliest_offset else "latest", new)
+    @property
+    def committed(self) -> Offsets:
+        return self.stored.offsets if self.stored is not None else Offsets()
 
-    def _launch(self, group: int, start: dict[int, int], end: dict[int, int]) -> None:
-        stored = committed_offsets(self.ctx.engine, self.spec.datasource)
+    @property
+    def launching(self) -> bool:
+        return not (self.suspended or self.stopping)
+
+    def _launch(self, group: int, todo: OffsetRange) -> None:
         base = f"index_kafka_{self.spec.datasource}_{group}_{uuid.uuid4().hex[:8]}"
         for replica in range(self.spec.spec.io_config.replicas):
             request = IndexTaskRequest(
-                task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=start, end_offsets=end,
-                initial_offsets=start, deep_storage=self.ctx.settings.deep_storage,
-                generation=stored.version if stored is not None else 0,
+                task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=todo.start, end_offsets=todo.end,
+                initial_offsets=Offsets(), deep_storage=self.ctx.settings.deep_storage,
+                generation=self.stored.version if self.stored is not None else 0,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers)
-            self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, start, end)
+            self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id))
-            self.active[request.task_id] = ActiveTask(request, future, group, self.clock(), datetime.now(UTC))
-            logger.info("supervisor %s: launched task %s for partitions %s: %s -> %s", self.id,
-                        request.task_id, sorted(start), start, end)
+            self.active[request.task_id] = ActiveTask(request, future, group, self.ctx.clock(), self.ctx.now())
+            logger.info("supervisor %s: launched task %s: %s", self.id, request.task_id, todo)
 
     def _handle_finished(self, task: ActiveTask) -> None:
         task_id, state = task.request.task_id, self.groups.setdefault(task.group, GroupState())
         error = task.future.exception()
         report = None if error is not None else task.future.result()
-        if report is not None and report.outcome.ok:
+        outcome = report.outcome.status if report is not None else None
+        if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
             state.failures = 0
             self.counters.processed += report.processed
             self.counters.unparseable += report.unparseable
             self.counters.thrown_away += report.thrown_away
-            self.counters.samples.append((self.clock(), report.processed))
-        elif report is not None and all(report.outcome.committed.get(p, -1) >= o
-                                        for p, o in task.request.end_offsets.items()):
+            self.counters.samples.append((self.ctx.clock(), report.processed))
+        elif outcome == "already_published":
             status, detail = "SUCCESS", "another replica published this range first"
             self.counters.lost_publish_races += 1
         else:
             status = "FAILED"
-            detail = (f"publish {report.outcome.status}: {report.outcome.message}" if report is not None
+            detail = (f"publish {outcome}: {report.outcome.message}" if report is not None
                       else f"{type(error).__name__}: {error}")
             state.failures += 1
-            delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (state.failures - 1))
-            state.retry_after = self.clock() + delay
-            self._record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)")
+            delay = self.ctx.policy.backoff_s(state.failures)
+            state.retry_after = self.ctx.clock() + delay
+            self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)")
         self.ctx.store.finish_task(task_id, status, detail, _report_json(report))
-        self.recent_tasks.appendleft({
-            "id": task_id, "status": status, "statusDetail": detail,
-            "startOffsets": {str(p): o for p, o in task.request.start_offsets.items()},
-            "endOffsets": {str(p): o for p, o in task.request.end_offsets.items()},
-            "startTime": task.started_at.isoformat(),
-            "durationSeconds": round(self.clock() - task.started, 3)})
+        self.recent_tasks.appendleft(FinishedTaskStatus(
+            task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.started_at,
+            round(self.ctx.clock() - task.started, 3)))
         log = logger.info if status == "SUCCESS" else logger.warning
         log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail)
 
-    def _record_error(self, message: str) -> None:
-        self.recent_errors.appendleft({"timestamp": datetime.now(UTC).isoformat(), "message": message})
+    def record_error(self, message: str) -> None:
+        self.recent_errors.appendleft((self.ctx.now(), message))
 
-    def _consumer_properties(self) -> dict[str, Any]:
-        properties = dict(self.spec.spec.io_config.consumer_properties)
-        if self.ctx.settings.kafka_bootstrap_servers and "bootstrap.servers" not in properties:
-            properties["bootstrap.servers"] = self.ctx.settings.kafka_bootstrap_servers
-        return properties
-
-    # --- what the API shows ----------------------------------------------------------------
+    # --- what is shown ---------------------------------------------------------------------
 
     @property
     def state(self) -> str:
+        unhealthy_after = self.ctx.policy.unhealthy_after
         if self.stopping:
             return "STOPPING"
         if self.suspended:
             return "SUSPENDED"
-        if self.failed_runs >= UNHEALTHY_AFTER:
+        if self.failed_runs >= unhealthy_after:
             return "UNHEALTHY_SUPERVISOR"
-        if any(g.failures >= UNHEALTHY_AFTER for g in self.groups.values()):
+        if any(g.failures >= unhealthy_after for g in self.groups.values()):
             return "UNHEALTHY_TASKS"
         return "PENDING" if self.offsets_updated is None else "RUNNING"
 
     @property
     def idle(self) -> bool:
         """No task in flight and free to launch one: worth checking the topic again soon."""
-        return not self.active and not self.suspended and not self.stopping
+        return not self.active and self.launching
 
-    @property
-    def healthy(self) -> bool:
-        return self.state not in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS")
-
-    def lag(self) -> dict[int, int]:
-        return {p: max(0, self.latest[p] - self.committed.get(p, self.latest[p])) for p in self.latest}
+    def snapshot(self) -> SupervisorStatus:
+        """The current status as an immutable value (callers hold ``lock``)."""
+        latest, committed = self.latest, self.committed
+        lag = Offsets({p: max(0, o - committed.get(p, o)) for p, o in latest.items()})
+        now, c = self.ctx.clock(), self.counters
+        state = self.state
+        return SupervisorStatus(
+            id=self.id, spec=self.spec, state=state, detailed_state=self.detailed_state,
+            suspended=self.suspended, healthy=state not in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS"),
+            latest=latest, committed=committed, lag=lag, offsets_updated=self.offsets_updated,
+            active_tasks=tuple(ActiveTaskStatus(task_id, t.request.start_offsets, t.request.end_offsets,
+                                                t.started_at) for task_id, t in self.active.items()),
+            recent_tasks=tuple(self.recent_tasks), recent_errors=tuple(self.recent_errors),
+            counters=CounterStatus(c.processed, c.unparseable, c.thrown_away, c.lost_publish_races,
+                                   {"1m": round(c.rate(now, 60), 1), "5m": round(c.rate(now, 300), 1),
+                                    "15m": round(c.rate(now, 900), 1)}),
+            generated_at=self.ctx.now())
 
 
 def _report_json(report: TaskReport | None) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """The overlord's core: persistent supervisors, their schedule, and the operations the API exposes.
 
 Every supervisor runs :meth:`Supervisor.run_once` on an APScheduler job every ``period``,
-again as soon as one of its tasks finishes, and every ``IDLE_POLL_S`` while it has no task
+again as soon as one of its tasks finishes, and every ``policy.idle_poll_s`` while it has no task
 running, so a record that arrives at an idle supervisor waits about a second, not a period.
 Wake-ups that arrive while a run is in progress are coalesced into one more run right after it.
 """
@@ -23,6 +23,7 @@ from overlord.config import Settings
 from overlord.errors import NotFound
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
+from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import create_schema, reset_offsets
 from specs import SupervisorSpec, load_supervisor_spec
@@ -31,18 +32,18 @@ __all__ = ["Overlord"]
 
 logger = logging.getLogger(__name__)
 
-IDLE_POLL_S = 1.0
-
 
 class Overlord:
     """Owns the supervisors. Thread-safe: the HTTP API calls into it from its own threads."""
 
-    def __init__(self, settings: Settings, engine: sa.Engine, spark: SparkSession) -> None:
+    def __init__(self, settings: Settings, engine: sa.Engine, spark: SparkSession,
+                 policy: SupervisorPolicy | None = None) -> None:
         self.settings = settings
         self.engine = engine
         self.store = MetadataStore(engine)
         self.runner = TaskRunner(spark, engine)
-        self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake)
+        self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
+                                         policy or SupervisorPolicy())
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()
@@ -117,7 +118,7 @@ class Overlord:
         if again:
             self.wake(supervisor_id)
         elif sup.idle:
-            self._run_at(supervisor_id, datetime.now(UTC) + timedelta(seconds=IDLE_POLL_S))
+            self._run_at(supervisor_id, datetime.now(UTC) + timedelta(seconds=self.context.policy.idle_poll_s))
 
     def wake(self, supervisor_id: str) -> None:
         """Run a supervisor as soon as possible (now, or right after its current run)."""
@@ -148,6 +149,7 @@ class Overlord:
                 with existing.lock:
                     existing.spec = spec
                     existing.suspended = suspended
+                    existing.publish_status()
                 self.scheduler.reschedule_job(spec.id, trigger="interval",
                                               seconds=spec.spec.io_config.period.total_seconds())
                 self.wake(spec.id)
@@ -165,6 +167,7 @@ class Overlord:
         with sup.lock:
             sup.suspended = suspended
             self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), suspended=suspended)
+            sup.publish_status()
         logger.info("supervisor %s %s", supervisor_id, "suspended" if suspended else "resumed")
         self.wake(supervisor_id)
         return sup
@@ -184,7 +187,9 @@ class Overlord:
         """Stop the supervisor for good (a tombstone in its history); running tasks may still publish."""
         sup = self.get(supervisor_id)
         with self._lock:
-            sup.stopping = True
+            with sup.lock:
+                sup.stopping = True
+                sup.publish_status()
             self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), terminated=True)
             try:
                 self.scheduler.remove_job(supervisor_id)

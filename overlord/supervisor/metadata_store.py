@@ -15,6 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from segment_store import Offsets
+
 __all__ = ["SupervisorRecord", "TaskRecord", "MetadataStore"]
 
 metadata = sa.MetaData()
@@ -63,21 +65,17 @@ class TaskRecord:
     datasource: str
     status: str
     status_detail: str | None
-    start_offsets: Mapping[int, int]
-    end_offsets: Mapping[int, int]
+    start_offsets: Offsets
+    end_offsets: Offsets
     report: Mapping[str, Any] | None
     created_at: datetime
     finished_at: datetime | None
 
 
-def _offsets(raw: Mapping[str, int]) -> dict[int, int]:
-    return {int(p): int(o) for p, o in raw.items()}
-
-
 def _task(row: Any) -> TaskRecord:
     return TaskRecord(row.id, row.supervisor_id, row.datasource, row.status, row.status_detail,
-                      _offsets(row.start_offsets), _offsets(row.end_offsets), row.report, row.created_at,
-                      row.finished_at)
+                      Offsets.from_json(row.start_offsets), Offsets.from_json(row.end_offsets), row.report,
+                      row.created_at, row.finished_at)
 
 
 class MetadataStore:
@@ -118,8 +116,7 @@ class MetadataStore:
         with self.engine.begin() as conn:
             conn.execute(tasks.insert().values(
                 id=task_id, supervisor_id=supervisor_id, datasource=datasource, status="RUNNING",
-                start_offsets={str(p): o for p, o in start_offsets.items()},
-                end_offsets={str(p): o for p, o in end_offsets.items()}))
+                start_offsets=Offsets(start_offsets).to_json(), end_offsets=Offsets(end_offsets).to_json()))
 
     def finish_task(self, task_id: str, status: str, detail: str | None, report: Mapping[str, Any] | None) -> None:
         with self.engine.begin() as conn:

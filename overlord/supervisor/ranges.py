@@ -1,8 +1,18 @@
-"""Run one indexing task by hand: from the committed offsets to the current end of the topic."""
+"""What to index next: where partitions start, and the next range of a set of partitions.
+
+One rule for the supervisor and for ``overlord index`` (one task by hand):
+
+* committed offsets of another topic are refused (a reset is needed to switch topics);
+* a partition without a committed offset starts at its earliest offset if the spec says
+  ``useEarliestOffset``, else at its latest; that start is committed ("pinned") before the
+  first task, so a retried first task cannot skip what arrived meanwhile;
+* the next range of a partition is ``[committed, latest)``.
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,35 +21,81 @@ from pyspark.sql import SparkSession
 from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
 from indexing_task.watermarks import topic_watermarks
 from overlord.config import Settings
-from segment_store import committed_offsets
+from overlord.errors import OverlordError
+from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, reset_offsets
+from specs import SupervisorSpec
 
-__all__ = ["next_task_request", "index_once"]
+__all__ = ["TopicChanged", "WatermarkSource", "consumer_properties", "index_once", "next_range",
+           "next_task_request", "pin_initial_offsets", "starting_offsets", "committed_for"]
+
+WatermarkSource = Callable[[Mapping[str, Any], str], Mapping[int, tuple[int, int]]]
+"""``(consumer properties, topic) -> {partition: (low, high)}``: the first and next offset of each partition."""
 
 
-def next_task_request(engine: sa.Engine, settings: Settings, spec: Any, task_id: str | None = None
-                      ) -> IndexTaskRequest:
-    """The task that would index everything from the committed offsets to the latest offsets.
+class TopicChanged(OverlordError):
+    """The datasource's committed offsets belong to another topic."""
 
-    A partition without a committed offset starts at its earliest offset if the spec says
-    ``useEarliestOffset``, else at its latest (Druid's rule).
-    """
-    io = spec.spec.io_config
-    properties = dict(io.consumer_properties)
+
+def consumer_properties(spec: SupervisorSpec, settings: Settings) -> dict[str, Any]:
+    """The spec's consumerProperties, with the overlord's bootstrap servers if the spec names none."""
+    properties = dict(spec.spec.io_config.consumer_properties)
     if settings.kafka_bootstrap_servers and "bootstrap.servers" not in properties:
         properties["bootstrap.servers"] = settings.kafka_bootstrap_servers
-    marks = topic_watermarks(properties, io.topic)
-    initial = {p: (low if io.use_earliest_offset else high) for p, (low, high) in marks.items()}
-    stored = committed_offsets(engine, spec.datasource)
-    known = stored.offsets if stored is not None and stored.topic == io.topic else {}
-    start = {p: known.get(p, initial[p]) for p in marks}
-    end = {p: max(start[p], marks[p][1]) for p in marks}
+    return properties
+
+
+def committed_for(spec: SupervisorSpec, stored: CommittedOffsets | None) -> Offsets:
+    """The committed offsets of the spec's topic; :class:`TopicChanged` if they are another topic's."""
+    topic = spec.spec.io_config.topic
+    if stored is None or stored.topic in (None, topic):
+        return stored.offsets if stored is not None else Offsets()
+    raise TopicChanged(f"datasource {spec.datasource!r}: expected committed offsets of topic {topic!r}, "
+                       f"found offsets of {stored.topic!r}; reset the supervisor to read the new topic")
+
+
+def starting_offsets(spec: SupervisorSpec, watermarks: Mapping[int, tuple[int, int]],
+                     committed: Mapping[int, int]) -> Offsets:
+    """Where the partitions without a committed offset start (earliest or latest, per the spec)."""
+    earliest = spec.spec.io_config.use_earliest_offset
+    return Offsets({p: low if earliest else high for p, (low, high) in watermarks.items() if p not in committed})
+
+
+def pin_initial_offsets(engine: sa.Engine, spec: SupervisorSpec, watermarks: Mapping[int, tuple[int, int]],
+                        stored: CommittedOffsets | None) -> CommittedOffsets:
+    """Commit where new partitions start; return the datasource's committed offsets after that.
+
+    ``stored`` is the offsets row as last read. Every partition a task covers then has a
+    committed offset, so a publish never relies on an initial offset: one that finds none (a
+    reset emptied them meanwhile) is refused.
+    """
+    new = starting_offsets(spec, watermarks, committed_for(spec, stored))
+    if not new:
+        return stored or CommittedOffsets(None, Offsets(), 0)
+    reset_offsets(engine, spec.datasource, new)
+    pinned = committed_offsets(engine, spec.datasource)
+    assert pinned is not None  # reset_offsets creates the row
+    return pinned
+
+
+def next_range(committed: Mapping[int, int], latest: Mapping[int, int], partitions: Iterable[int]) -> OffsetRange:
+    """``[committed, latest)`` of each partition (empty where latest is not past committed)."""
+    start = Offsets({p: committed[p] for p in partitions})
+    return OffsetRange(start, Offsets({p: max(o, latest[p]) for p, o in start.items()}))
+
+
+def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpec, task_id: str | None = None,
+                      watermarks: WatermarkSource = topic_watermarks) -> IndexTaskRequest:
+    """The task that indexes every partition from its committed offset to its latest offset now."""
+    marks = watermarks(consumer_properties(spec, settings), spec.spec.io_config.topic)
+    committed = pin_initial_offsets(engine, spec, marks, committed_offsets(engine, spec.datasource))
+    todo = next_range(committed.offsets, {p: high for p, (_, high) in marks.items()}, marks)
     return IndexTaskRequest(
         task_id=task_id or f"index_{spec.datasource}_{uuid.uuid4().hex[:8]}", spec=spec,
-        start_offsets=start, end_offsets=end, initial_offsets=initial,
-        deep_storage=settings.deep_storage, generation=stored.version if stored is not None else 0,
+        start_offsets=todo.start, end_offsets=todo.end, initial_offsets=Offsets(),
+        deep_storage=settings.deep_storage, generation=committed.version,
         bootstrap_servers=settings.kafka_bootstrap_servers)
 
 
-def index_once(spark: SparkSession, engine: sa.Engine, settings: Settings, spec: Any) -> TaskReport:
+def index_once(spark: SparkSession, engine: sa.Engine, settings: Settings, spec: SupervisorSpec) -> TaskReport:
     """Index a datasource once, up to the end of its topic as it is now, and publish."""
     return run_index_task(spark, engine, next_task_request(engine, settings, spec))

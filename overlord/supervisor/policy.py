@@ -1,0 +1,25 @@
+"""How supervisors behave, as data: health thresholds, retry backoff, idle polling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SupervisorPolicy"]
+
+
+@dataclass(frozen=True)
+class SupervisorPolicy:
+    """The knobs of every supervisor's run loop (one policy per overlord)."""
+
+    unhealthy_after: int = 3
+    """Consecutive failed runs (or failed tasks of a group) before the state turns unhealthy."""
+    backoff_base_s: float = 2.0
+    """A group's first retry waits this long; every further failure doubles it ..."""
+    backoff_cap_s: float = 300.0
+    """... up to this cap."""
+    idle_poll_s: float = 1.0
+    """How often a supervisor with no task in flight looks at its topic again (besides ``period``)."""
+
+    def backoff_s(self, failures: int) -> float:
+        """The wait before retrying a group that has failed ``failures`` times in a row (>= 1)."""
+        return float(min(self.backoff_cap_s, self.backoff_base_s * 2 ** (failures - 1)))

@@ -1,0 +1,71 @@
+"""A supervisor's status as an immutable snapshot, published at the end of every run of its loop.
+
+Readers (the HTTP API, the status page, metrics) take the latest snapshot: one attribute read,
+no lock, never a half-updated view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from segment_store import Offsets
+from specs import SupervisorSpec
+
+__all__ = ["ActiveTaskStatus", "CounterStatus", "FinishedTaskStatus", "SupervisorStatus"]
+
+
+@dataclass(frozen=True)
+class ActiveTaskStatus:
+    """A task in flight."""
+
+    id: str
+    start_offsets: Offsets
+    end_offsets: Offsets
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class FinishedTaskStatus:
+    """A task that finished (successfully, as a replica that lost the race, or not)."""
+
+    id: str
+    status: str
+    detail: str
+    start_offsets: Offsets
+    end_offsets: Offsets
+    started_at: datetime
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class CounterStatus:
+    """Records counted since the overlord started, and processed records per second by window."""
+
+    processed: int
+    unparseable: int
+    thrown_away: int
+    lost_publish_races: int
+    processed_per_second: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class SupervisorStatus:
+    """Everything shown about a supervisor, as of ``generated_at``."""
+
+    id: str
+    spec: SupervisorSpec
+    state: str
+    detailed_state: str
+    suspended: bool
+    healthy: bool
+    latest: Offsets
+    committed: Offsets
+    lag: Offsets
+    offsets_updated: datetime | None
+    active_tasks: tuple[ActiveTaskStatus, ...]
+    recent_tasks: tuple[FinishedTaskStatus, ...]
+    recent_errors: tuple[tuple[datetime, str], ...]
+    counters: CounterStatus
+    generated_at: datetime

@@ -1,0 +1,222 @@
+"""The supervisor's run loop, one ``run_once`` at a time, with a fake clock, fake watermarks and a
+fake task runner (tasks are futures the test completes), against the real metadata store.
+
+The end-to-end behaviour on the real broker and Spark is in test_supervisor.py; here every
+step's decision is checked deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from indexing_task.task import IndexTaskRequest, TaskReport
+from overlord.dev.stack import DevStack
+from overlord.supervisor.loop import Supervisor, SupervisorContext
+from overlord.supervisor.metadata_store import MetadataStore
+from overlord.supervisor.policy import SupervisorPolicy
+from segment_store import Offsets, PublishOutcome, committed_offsets, publish, reset_offsets
+from segment_store.publish import PublishRequest, Status
+from specs import load_supervisor_spec
+from tests.helpers import spec_json
+
+
+class FakeRunner:
+    """Tasks are futures the test resolves; ``stopped`` lists what the loop asked to stop."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, tuple[IndexTaskRequest, Future[TaskReport]]] = {}
+        self.stopped: list[str] = []
+
+    def submit(self, request: IndexTaskRequest, on_done: Any) -> Future[TaskReport]:
+        future: Future[TaskReport] = Future()
+        self.tasks[request.task_id] = (request, future)
+        return future
+
+    def stop(self, task_id: str) -> bool:
+        self.stopped.append(task_id)
+        return True
+
+    def running(self) -> list[IndexTaskRequest]:
+        return [request for request, future in self.tasks.values() if not future.done()]
+
+
+class World:
+    """The clock and the broker's watermarks, as the test sets them."""
+
+    def __init__(self) -> None:
+        self.time = 1000.0
+        self.marks: dict[int, tuple[int, int]] = {}
+        self.broker_down = False
+
+    def clock(self) -> float:
+        return self.time
+
+    def watermarks(self, _properties: Mapping[str, Any], _topic: str) -> dict[int, tuple[int, int]]:
+        if self.broker_down:
+            raise ConnectionError("broker unreachable")
+        return dict(self.marks)
+
+
+POLICY = SupervisorPolicy(unhealthy_after=2, backoff_base_s=10.0, backoff_cap_s=25.0)
+
+
+@pytest.fixture()
+def world() -> World:
+    return World()
+
+
+@pytest.fixture()
+def runner() -> FakeRunner:
+    return FakeRunner()
+
+
+def make_supervisor(stack: DevStack, engine: sa.Engine, world: World, runner: FakeRunner, datasource: str,
+                    *, suspended: bool = False, **io: Any) -> Supervisor:
+    store = MetadataStore(engine)
+    store.create_schema()
+    ctx = SupervisorContext(engine, store, runner, stack.settings("/unused"), lambda _id: None,  # type: ignore[arg-type]
+                            POLICY, clock=world.clock, watermarks=world.watermarks)
+    return Supervisor(datasource, load_supervisor_spec(spec_json(datasource, "topic-a", **io)), suspended, ctx)
+
+
+def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok", *, really_publish: bool = False,
+           engine: sa.Engine | None = None) -> None:
+    """Resolve a fake task; with ``really_publish`` its range goes through the real publish transaction."""
+    if really_publish:
+        assert engine is not None
+        outcome = publish(engine, PublishRequest(request.spec.datasource, request.spec.spec.io_config.topic,
+                                                 request.task_id, request.start_offsets, request.end_offsets))
+    else:
+        outcome = PublishOutcome(status, f"fake {status}", Offsets())
+    records = sum(request.end_offsets[p] - request.start_offsets[p] for p in request.start_offsets)
+    runner.tasks[request.task_id][1].set_result(TaskReport(
+        request.task_id, request.spec.datasource, request.start_offsets, request.end_offsets, records, 1, 0, 0,
+        (), (), outcome, 0.1, 0.01))
+
+
+def test_first_run_pins_earliest_offsets_and_launches_one_task_per_group(stack, engine, world, runner, datasource):
+    world.marks = {0: (5, 20), 1: (0, 0), 2: (3, 9)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, taskCount=2, useEarliestOffset=True)
+    sup.run_once()
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {0: 5, 1: 0, 2: 3}  # pinned before any task
+    launched = {tuple(r.start_offsets): (dict(r.start_offsets), dict(r.end_offsets)) for r in runner.running()}
+    assert launched == {(0, 2): ({0: 5, 2: 3}, {0: 20, 2: 9})}  # group 1 (partition 1) has nothing to read
+    assert sup.status.detailed_state == "RUNNING" and sup.status.lag == {0: 15, 1: 0, 2: 6}
+
+    world.marks[1] = (0, 4)
+    sup.run_once()  # group 0 is busy; group 1 now has records
+    assert sorted(dict(r.start_offsets) == {1: 0} for r in runner.running()) == [False, True]
+
+
+def test_latest_offset_start_and_no_task_while_suspended(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 50)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, suspended=True, useEarliestOffset=False)
+    sup.run_once()
+    assert runner.tasks == {} and committed_offsets(engine, datasource) is None  # nothing pinned while suspended
+    assert sup.status.state == "SUSPENDED"
+    sup.suspended = False
+    sup.run_once()
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {0: 50} and runner.tasks == {}  # latest: nothing to do
+
+
+def test_a_published_task_frees_its_group_and_the_next_range_starts_at_its_end(
+        stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    (first,) = runner.running()
+    world.marks = {0: (0, 25)}
+    finish(runner, first, really_publish=True, engine=engine)
+    sup.run_once()
+    (second,) = runner.running()
+    assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
+    assert [(t.id, t.status, t.detail) for t in sup.status.recent_tasks] == [(first.task_id, "SUCCESS", "published")]
+    assert sup.status.counters.processed == 10
+
+
+def test_a_replica_that_finds_its_range_published_is_a_success_not_a_failure(
+        stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True, replicas=2)
+    sup.run_once()
+    winner, loser = runner.running()
+    finish(runner, winner, really_publish=True, engine=engine)
+    finish(runner, loser, really_publish=True, engine=engine)
+    sup.run_once()
+    statuses = {t.id: (t.status, t.detail) for t in sup.status.recent_tasks}
+    assert statuses[loser.task_id] == ("SUCCESS", "another replica published this range first")
+    assert sup.status.counters.lost_publish_races == 1 and sup.status.healthy
+
+
+def test_failed_tasks_back_off_per_policy_and_turn_unhealthy(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    (first,) = runner.running()
+    finish(runner, first, "retryable")
+    sup.run_once()
+    assert runner.running() == [] and sup.status.state == "RUNNING"  # waits backoff_base_s = 10 s
+    world.time += 9.9
+    sup.run_once()
+    assert runner.running() == []
+    world.time += 0.2
+    sup.run_once()
+    (second,) = runner.running()
+    assert second.start_offsets == first.start_offsets
+    runner.tasks[second.task_id][1].set_exception(RuntimeError("executor lost"))
+    sup.run_once()
+    assert sup.status.state == "UNHEALTHY_TASKS" and not sup.status.healthy  # unhealthy_after = 2
+    assert "executor lost" in sup.status.recent_errors[0][1] and "retrying in 20s" in sup.status.recent_errors[0][1]
+    world.time += 20.1
+    sup.run_once()
+    (third,) = runner.running()
+    finish(runner, third, really_publish=True, engine=engine)
+    sup.run_once()
+    assert sup.status.state == "RUNNING" and sup.status.healthy
+
+
+def test_a_task_past_completion_timeout_is_stopped(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True, completionTimeout="PT60S")
+    sup.run_once()
+    (task,) = runner.running()
+    world.time += 59
+    sup.run_once()
+    assert runner.stopped == []
+    world.time += 2
+    sup.run_once()
+    assert runner.stopped == [task.task_id] and "exceeded completionTimeout" in sup.status.recent_errors[0][1]
+
+
+def test_an_unreachable_broker_makes_the_supervisor_unhealthy_until_it_is_back(
+        stack, engine, world, runner, datasource):
+    world.marks, world.broker_down = {0: (0, 10)}, True
+    sup = make_supervisor(stack, engine, world, runner, datasource)
+    sup.run_once()
+    before = sup.status
+    sup.run_once()
+    assert sup.status.state == "UNHEALTHY_SUPERVISOR" and "broker unreachable" in sup.status.recent_errors[0][1]
+    assert before.state == "PENDING" and before is not sup.status  # snapshots are values: never updated in place
+    world.broker_down = False
+    sup.run_once()
+    assert sup.status.state == "RUNNING"
+
+
+def test_offsets_of_another_topic_are_refused_until_a_reset(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    publish(engine, PublishRequest(datasource, "topic-old", "t0", {0: 0}, {0: 7}, initial_offsets={0: 0}))
+    sup = make_supervisor(stack, engine, world, runner, datasource)
+    sup.run_once()
+    assert runner.tasks == {} and "found offsets of 'topic-old'" in sup.status.recent_errors[0][1]
+    reset_offsets(engine, datasource, None)
+    sup.run_once()
+    (task,) = runner.running()  # the reset forgot topic-old: earliest offsets of topic-a are pinned and read
+    assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 0}, {0: 10})
+    assert sup.status.committed == {0: 0} and sup.status.state == "RUNNING"
