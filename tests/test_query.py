@@ -13,7 +13,8 @@ import pytest
 
 from overlord.cli.main import _parser
 from overlord.config import Settings
-from overlord.query.engine import QueryError, SqlQuery, execute_sql, run_sql
+from overlord.query.engine import SqlQuery, execute_sql, run_sql
+from overlord.query.errors import QueryError
 from segment_store.schema import segments as segment_status
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
 

@@ -89,7 +89,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
     from indexing_task.spark import get_spark
     from overlord.config import Settings
-    from overlord.query.engine import QueryError, execute_sql, format_table
+    from overlord.query.engine import execute_sql
+    from overlord.query.errors import QueryError
+    from overlord.query.formats import format_table
 
     settings = Settings.from_env()
     try:

@@ -16,7 +16,8 @@ from indexing_task.spark import get_spark
 from overlord.cli.report import format_report
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.dev.stack import dev_stack
-from overlord.query.engine import execute_sql, format_table
+from overlord.query.engine import execute_sql
+from overlord.query.formats import format_table
 from overlord.supervisor.ranges import index_once
 from segment_store import create_schema
 from specs import load_example

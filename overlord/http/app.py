@@ -254,7 +254,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     def get_task(task_id: str) -> Response:
         t = task_record(task_id)
         return reply({"task": task_id, "payload": {
-            "id": t.id, "type": "index_kafka", "dataSource": t.datasource, "supervisorId": t.supervisor_id,
+            "id": t.id, "type": t.type, "dataSource": t.datasource, "supervisorId": t.supervisor_id,
             "startOffsets": t.start_offsets.to_json(), "endOffsets": t.end_offsets.to_json(), "report": t.report}})
 
     @app.get(f"{PREFIX}/task/{{task_id}}/status", tags=["tasks"], summary="A task's status")

@@ -10,10 +10,11 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexing_task.compaction import CompactionReport, compact
-from overlord.query.engine import CONTENT_TYPES, QueryError, SqlQuery
+from indexing_task.compaction import CompactionReport
+from overlord.query.engine import SqlQuery
+from overlord.query.errors import QueryError
+from overlord.query.formats import CONTENT_TYPES
 from overlord.supervisor.manager import Overlord
-from specs import load_supervisor_spec
 from specs.durations import parse_utc_interval
 
 __all__ = ["add_query_routes"]
@@ -57,12 +58,10 @@ def add_query_routes(app: FastAPI, overlord: Overlord) -> None:
         return Response(content, media_type=CONTENT_TYPES[body.result_format])
 
     @app.post("/druid/indexer/v1/compact/{datasource}", tags=["query"],
-              summary="Compact a datasource's intervals now (runs to completion)")
+              summary="Compact a datasource's intervals now, as a task (answers when it has finished)")
     def compact_datasource(datasource: str, body: CompactRequest | None = None) -> Response:
         body = body or CompactRequest()
-        sup = overlord.supervisors.get(datasource)  # a supervisor's id is its datasource
-        spec = sup.spec if sup is not None else load_supervisor_spec(overlord.history(datasource)[0].spec)
-        reports = compact(spark, engine, spec, overlord.settings.deep_storage,
-                          _interval(body.interval) if body.interval else None,
-                          max_rows_per_segment=body.max_rows_per_segment)
-        return JSONResponse({"dataSource": datasource, "intervals": [_report(r) for r in reports]})
+        task_id, done = overlord.compact(datasource, _interval(body.interval) if body.interval else None,
+                                         body.max_rows_per_segment)
+        reports = done.result()
+        return JSONResponse({"task": task_id, "dataSource": datasource, "intervals": [_report(r) for r in reports]})

@@ -31,7 +31,7 @@ def task_view(record: TaskRecord, active: set[str]) -> dict[str, Any]:
     """Druid's task status object (``duration`` in ms, -1 while running) plus our offsets and detail."""
     finished = record.finished_at
     return {
-        "id": record.id, "type": "index_kafka", "createdTime": record.created_at.isoformat(),
+        "id": record.id, "type": record.type, "createdTime": record.created_at.isoformat(),
         "queueInsertionTime": record.created_at.isoformat(), "statusCode": record.status, "status": record.status,
         "runnerStatusCode": "RUNNING" if record.id in active else "NONE",
         "duration": -1 if finished is None else int((finished - record.created_at).total_seconds() * 1000),

@@ -4,13 +4,8 @@ Each referenced datasource becomes a temporary view over its visible files (``__
 dimensions, the metrics), so a query never reads an unpublished, unused or overshadowed file.
 The dialect is Spark SQL with Druid's quoting: ``"name"`` is an identifier, ``'text'`` a string.
 Queries run on a child session of the shared SparkSession (same cluster, own views, own
-configuration) and must be read-only:
-
-* the text must parse (Spark's own parser) as one statement whose plan consists only of query
-  operators (an allow-list: no commands, inserts, ``EXECUTE IMMEDIATE``, ``TRANSFORM ... USING``);
-* ``reflect``, ``java_method`` and ``try_reflect`` (calls into the JVM) are rejected, and are
-  also dropped from the child session's function registry;
-* reading files by path (``parquet.`/path```) is switched off (``spark.sql.runSQLOnFiles``).
+configuration) and must be read-only (:mod:`overlord.query.sandbox`); reading files by path
+(``parquet.`/path```) is switched off (``spark.sql.runSQLOnFiles``).
 
 User errors (syntax, unknown datasource or column, not read-only, division by zero) raise
 :class:`QueryError`, an HTTP 400 carrying Spark's message; anything else is a server fault.
@@ -21,67 +16,31 @@ result to its first rows (as the cap allows).
 
 from __future__ import annotations
 
-import base64
-import csv
-import io
 import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, date, datetime
-from decimal import Decimal
 from typing import Any, Literal
 from weakref import WeakKeyDictionary
 
-import pyarrow as pa
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from overlord.config import Settings
-from overlord.errors import OverlordError
+from overlord.query.errors import QueryError
+from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
+from overlord.query.sandbox import JVM_FUNCTIONS, check_read_only, plan_nodes, relations
 from overlord.query.segment_source import read_segments
 from segment_store.timeline import datasources, visible_segments
 
-__all__ = ["CONTENT_TYPES", "QueryError", "QueryResult", "SqlQuery", "execute_sql", "format_result", "format_table",
-           "run_sql"]
-
-ResultFormat = Literal["object", "array", "objectLines", "arrayLines", "csv"]
-CONTENT_TYPES: dict[str, str] = {"object": "application/json", "array": "application/json",
-                                 "objectLines": "text/plain", "arrayLines": "text/plain", "csv": "text/csv"}
-"""Druid's result formats and the Content-Type of each response."""
+__all__ = ["SqlQuery", "execute_sql", "run_sql"]
 
 logger = logging.getLogger(__name__)
 
 MAX_ROWS = Settings.query_max_rows
 """Default cap on a result's rows (``OVERLORD_QUERY_MAX_ROWS``)."""
-
-_JVM_FUNCTIONS = ("reflect", "java_method", "try_reflect")
-_QUERY_OPERATORS = frozenset({
-    "Aggregate", "Distinct", "Except", "Filter", "Generate", "GlobalLimit", "Intersect", "Join", "LateralJoin",
-    "LocalLimit", "LocalRelation", "Offset", "OneRowRelation", "Pivot", "Project", "RepartitionByExpression",
-    "Sample", "Sort", "SubqueryAlias", "Union", "Unpivot", "UnresolvedHaving", "UnresolvedHint",
-    "UnresolvedInlineTable", "UnresolvedRelation", "UnresolvedSubqueryColumnAliases",
-    "UnresolvedTableValuedFunction", "UnresolvedTVFAliases", "UnresolvedWith", "WithWindowDefinition",
-})
-"""Logical plan nodes Spark's parser produces for read-only queries; every other plan node is refused."""
-
-
-class QueryError(OverlordError):
-    """A user error in a query (HTTP 400), with the engine's message and error class."""
-
-    def __init__(self, message: str, error_class: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.error_class = error_class
-
-    def to_druid(self) -> dict[str, Any]:
-        """The body Druid returns with a 400 for an invalid query."""
-        context = {"errorClass": self.error_class} if self.error_class else {}
-        return {"error": "druidException", "errorCode": "invalidInput", "persona": "USER",
-                "category": "INVALID_INPUT", "errorMessage": self.message, "context": context}
 
 
 class SqlParameter(BaseModel):
@@ -114,22 +73,6 @@ class SqlQuery(BaseModel):
                        [p.value for p in self.parameters], max_rows, outer)
 
 
-@dataclass(frozen=True)
-class QueryResult:
-    """A query's result as an Arrow table (timestamps in UTC)."""
-
-    table: pa.Table
-
-    @property
-    def columns(self) -> list[str]:
-        return list(self.table.column_names)
-
-    def rows(self) -> list[list[Any]]:
-        """Rows as JSON-ready lists: timestamps as ISO-8601 with ``Z`` (milliseconds), as Druid writes them."""
-        columns = [[_json_value(v) for v in column.to_pylist()] for column in self.table.columns]
-        return [list(row) for row in zip(*columns, strict=True)] if columns else []
-
-
 class _QuerySession:
     """The child session queries run on, its views' file lists, and what the read-only check learnt."""
 
@@ -144,7 +87,7 @@ class _QuerySession:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         registry = self.session._jsparkSession.sessionState().functionRegistry()
-        for name in _JVM_FUNCTIONS:
+        for name in JVM_FUNCTIONS:
             registry.dropFunction(jvm.org.apache.spark.sql.catalyst.FunctionIdentifier(
                 name, jvm.scala.Some("builtin"), jvm.scala.Some("system")))
         self._jvm = jvm
@@ -192,39 +135,6 @@ def _query_session(spark: SparkSession) -> _QuerySession:
         if spark not in _sessions:
             _sessions[spark] = _QuerySession(spark)
         return _sessions[spark]
-
-
-def _nodes(tree: Any) -> list[dict[str, Any]]:
-    """Every serialised tree node (plans and expressions, including subqueries and CTEs)."""
-    if isinstance(tree, list):
-        return [node for item in tree for node in _nodes(item)]
-    if isinstance(tree, dict):
-        return ([tree] if "class" in tree else []) + [node for value in tree.values() for node in _nodes(value)]
-    return []
-
-
-def _check_read_only(qs: _QuerySession, nodes: list[dict[str, Any]]) -> None:
-    for node in nodes:
-        full = str(node["class"])
-        name = full.rsplit(".", 1)[-1]
-        if name == "UnresolvedFunction":
-            called = str(node.get("nameParts", "")).strip("[]").rsplit(",", 1)[-1].strip().lower()
-            if called in _JVM_FUNCTIONS:
-                raise QueryError(f"function {called}() is not allowed: it calls into the JVM", "FUNCTION_NOT_ALLOWED")
-        elif name not in _QUERY_OPERATORS and not qs.expression_class(full):
-            raise QueryError(f"only read-only queries (SELECT, WITH, VALUES) are allowed; found {name}",
-                             "NOT_READ_ONLY")
-
-
-def _relations(nodes: list[dict[str, Any]]) -> set[str]:
-    """Single-part table names the query refers to (datasources, or CTE names)."""
-    names = set()
-    for node in nodes:
-        if str(node["class"]).endswith(".UnresolvedRelation"):
-            parts = str(node.get("multipartIdentifier", "")).strip("[]").split(", ")
-            if len(parts) == 1 and parts[0]:
-                names.add(parts[0])
-    return names
 
 
 def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mapping[str, Any] | None) -> DataFrame:
@@ -278,11 +188,11 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     (otherwise s3fs takes credentials and endpoint from the environment).
     """
     qs = _query_session(spark)
-    nodes = _nodes(qs.parse(query))
-    _check_read_only(qs, nodes)
+    nodes = plan_nodes(qs.parse(query))
+    check_read_only(nodes, qs.expression_class)
     try:
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
-            _register_views(qs, engine, _relations(nodes), storage_options)
+            _register_views(qs, engine, relations(nodes), storage_options)
             frame = qs.session.sql(query, args=list(parameters) or None)
         table = frame.limit(max_rows + 1 if outer_limit is None else min(outer_limit, max_rows + 1)).toArrow()
     except PySparkException as exc:
@@ -305,63 +215,3 @@ def run_sql(spark: SparkSession, engine: sa.Engine, query: str, result_format: R
     return format_result(execute_sql(spark, engine, query, parameters, max_rows, outer_limit), result_format, header)
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        value = value.astimezone(UTC) if value.tzinfo else value
-        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        exponent = value.as_tuple().exponent
-        return float(value) if isinstance(exponent, int) and exponent < 0 else int(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, dict):
-        return {k: _json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        if value and all(isinstance(v, tuple) for v in value):  # Arrow gives a map as (key, value) pairs
-            return {str(k): _json_value(v) for k, v in value}
-        return [_json_value(v) for v in value]
-    return value
-
-
-def _text(value: Any) -> str:
-    """A JSON-ready value as CSV or table text: empty for null, JSON for nested values."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, dict | list) else str(value)
-
-
-def format_result(result: QueryResult, result_format: ResultFormat, header: bool = False
-                  ) -> list[dict[str, Any]] | list[list[Any]] | str:
-    """Druid's formats: a list of objects or arrays, or text (one row a line, then a blank line)."""
-    columns, rows = result.columns, result.rows()
-    if result_format in ("object", "objectLines"):
-        objects = [dict(zip(columns, row, strict=True)) for row in rows]
-        objects = [dict.fromkeys(columns), *objects] if header else objects
-        return objects if result_format == "object" else "".join(json.dumps(o) + "\n" for o in objects) + "\n"
-    if result_format in ("array", "arrayLines"):
-        arrays = [list(columns), *rows] if header else rows
-        return arrays if result_format == "array" else "".join(json.dumps(a) + "\n" for a in arrays) + "\n"
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    if header:
-        writer.writerow(columns)
-    writer.writerows([_text(v) for v in row] for row in rows)
-    return out.getvalue() + "\n"
-
-
-def format_table(result: QueryResult) -> str:
-    """A plain-text table for the command line, numbers right-aligned, then the row count."""
-    columns, rows = result.columns, [[_text(v) for v in row] for row in result.rows()]
-    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-               for t in result.table.schema.types]
-    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=True))
-
-    body = [line(columns), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
-    return "\n".join(x.rstrip() for x in body) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +21,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
+from indexing_task.compaction import CompactionReport, compact
 from overlord.config import Settings
 from overlord.errors import NotFound
 from overlord.supervisor.loop import Supervisor, SupervisorContext
@@ -26,6 +29,7 @@ from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import create_schema, reset_offsets
+from segment_store.timeline import Interval
 from specs import SupervisorSpec, load_supervisor_spec
 
 __all__ = ["Overlord"]
@@ -209,3 +213,34 @@ class Overlord:
             raise NotFound(f"no task {task_id!r}")
         self.runner.stop(task_id)
 
+    def compact(self, datasource: str, interval: Interval | None = None, max_rows_per_segment: int | None = None
+                ) -> tuple[str, Future[list[CompactionReport]]]:
+        """Compact a datasource's intervals as a task: listed under /tasks, stoppable, stopped at shutdown.
+
+        Uses the datasource's current (or last, if terminated) supervisor spec to merge rows.
+        """
+        sup = self.supervisors.get(datasource)  # a supervisor's id is its datasource
+        spec = sup.spec if sup is not None else load_supervisor_spec(self.history(datasource)[0].spec)
+        task_id = f"compact_{datasource}_{uuid.uuid4().hex[:8]}"
+        self.store.insert_task(task_id, datasource, datasource, {}, {}, task_type="compact")
+        future = self.runner.submit_work(
+            task_id, f"compaction of {datasource}",
+            lambda _stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
+                                  max_rows_per_segment=max_rows_per_segment))
+        future.add_done_callback(lambda done: self._finish_compaction(task_id, done))
+        logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all")
+        return task_id, future
+
+    def _finish_compaction(self, task_id: str, done: Future[list[CompactionReport]]) -> None:
+        error = done.exception()
+        if error is None:
+            reports = done.result()
+            ok = all(r.outcome.ok for r in reports)
+            detail = f"{len(reports)} interval(s) compacted" if ok else "; ".join(
+                r.outcome.message for r in reports if not r.outcome.ok)
+            report = {"intervals": len(reports), "inputSegments": sum(r.input_segments for r in reports),
+                      "outputSegments": sum(len(r.output_segments) for r in reports)}
+        else:
+            ok, detail, report = False, f"{type(error).__name__}: {error}", None
+        self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report)
+        (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail)

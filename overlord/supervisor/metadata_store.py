@@ -34,6 +34,7 @@ supervisor_specs = sa.Table(
 tasks = sa.Table(
     "tasks", metadata,
     sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("type", sa.Text, nullable=False, server_default="index_kafka"),  # index_kafka | compact
     sa.Column("supervisor_id", sa.Text, nullable=False),
     sa.Column("datasource", sa.Text, nullable=False, index=True),
     sa.Column("status", sa.Text, nullable=False),  # RUNNING | SUCCESS | FAILED
@@ -60,7 +61,10 @@ class SupervisorRecord:
 
 @dataclass(frozen=True)
 class TaskRecord:
+    """One task row: an indexing task (with its offset range) or a compaction (empty offsets)."""
+
     id: str
+    type: str
     supervisor_id: str
     datasource: str
     status: str
@@ -73,7 +77,7 @@ class TaskRecord:
 
 
 def _task(row: Any) -> TaskRecord:
-    return TaskRecord(row.id, row.supervisor_id, row.datasource, row.status, row.status_detail,
+    return TaskRecord(row.id, row.type, row.supervisor_id, row.datasource, row.status, row.status_detail,
                       Offsets.from_json(row.start_offsets), Offsets.from_json(row.end_offsets), row.report,
                       row.created_at, row.finished_at)
 
@@ -112,10 +116,10 @@ class MetadataStore:
             return [SupervisorRecord(**row._mapping) for row in conn.execute(query)]
 
     def insert_task(self, task_id: str, supervisor_id: str, datasource: str, start_offsets: Mapping[int, int],
-                    end_offsets: Mapping[int, int]) -> None:
+                    end_offsets: Mapping[int, int], task_type: str = "index_kafka") -> None:
         with self.engine.begin() as conn:
             conn.execute(tasks.insert().values(
-                id=task_id, supervisor_id=supervisor_id, datasource=datasource, status="RUNNING",
+                id=task_id, type=task_type, supervisor_id=supervisor_id, datasource=datasource, status="RUNNING",
                 start_offsets=Offsets(start_offsets).to_json(), end_offsets=Offsets(end_offsets).to_json()))
 
     def finish_task(self, task_id: str, status: str, detail: str | None, report: Mapping[str, Any] | None) -> None:

@@ -1,4 +1,4 @@
-"""Runs indexing tasks on the shared SparkSession, each in a driver thread of its own."""
+"""Runs tasks (indexing, compaction) on the shared SparkSession, each in a driver thread of its own."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
@@ -16,12 +17,14 @@ __all__ = ["TaskRunner"]
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class TaskRunner:
     """Submits tasks as Spark jobs (one job group per task id) and stops them on request.
 
-    A stopped task's Spark job is cancelled and the task never publishes: its stop event is
-    checked between writing its files and the publish transaction.
+    A stopped task's Spark job is cancelled and the task never publishes (or swaps): its stop
+    event is checked between writing its files and its metadata transaction.
     """
 
     def __init__(self, spark: SparkSession, engine: sa.Engine, max_concurrent: int = 8) -> None:
@@ -32,17 +35,23 @@ class TaskRunner:
         self._lock = threading.Lock()
 
     def submit(self, request: IndexTaskRequest, on_done: Callable[[str], None]) -> Future[TaskReport]:
+        """Run an indexing task; ``on_done(task_id)`` is called when it has finished, however."""
+        return self.submit_work(request.task_id, f"indexing task {request.task_id}",
+                                lambda stop: run_index_task(self.spark, self.engine, request, stop), on_done)
+
+    def submit_work(self, task_id: str, description: str, work: Callable[[threading.Event], T],
+                    on_done: Callable[[str], None] = lambda _task_id: None) -> Future[T]:
+        """Run ``work(stop_event)`` as task ``task_id``: its Spark jobs form the task's job group."""
         stop = threading.Event()
         with self._lock:
-            self._stops[request.task_id] = stop
+            self._stops[task_id] = stop
 
-        def run() -> TaskReport:
-            self.spark.sparkContext.setJobGroup(request.task_id, f"indexing task {request.task_id}",
-                                                interruptOnCancel=True)
-            return run_index_task(self.spark, self.engine, request, stop)
+        def run() -> T:
+            self.spark.sparkContext.setJobGroup(task_id, description, interruptOnCancel=True)
+            return work(stop)
 
         future = self._pool.submit(run)
-        future.add_done_callback(lambda _f: self._finished(request.task_id, on_done))
+        future.add_done_callback(lambda _f: self._finished(task_id, on_done))
         return future
 
     def _finished(self, task_id: str, on_done: Callable[[str], None]) -> None:
