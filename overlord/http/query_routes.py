@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,7 +17,7 @@ from overlord.query.formats import CONTENT_TYPES
 from overlord.supervisor.manager import Overlord
 from specs.durations import parse_utc_interval
 
-__all__ = ["add_query_routes"]
+__all__ = ["query_routes"]
 
 
 class CompactRequest(BaseModel):
@@ -44,20 +44,18 @@ def _report(r: CompactionReport) -> dict[str, Any]:
             "carriedOver": len(outcome.carried_over), "seconds": round(r.seconds, 3)}
 
 
-def add_query_routes(app: FastAPI, overlord: Overlord) -> None:
+def query_routes(overlord: Overlord) -> APIRouter:
+    """``POST /druid/v2/sql`` and ``POST /druid/indexer/v1/compact/{datasource}``."""
     spark, engine = overlord.runner.spark, overlord.engine
+    router = APIRouter()
 
-    @app.exception_handler(QueryError)
-    async def _bad_query(_request: Any, exc: QueryError) -> Response:
-        return JSONResponse(exc.to_druid(), status_code=400)
-
-    @app.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
+    @router.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
     def sql(body: SqlQuery) -> Response:
         result = body.run(spark, engine, overlord.settings.query_max_rows)
         content = result if isinstance(result, str) else json.dumps(result)
         return Response(content, media_type=CONTENT_TYPES[body.result_format])
 
-    @app.post("/druid/indexer/v1/compact/{datasource}", tags=["query"],
+    @router.post("/druid/indexer/v1/compact/{datasource}", tags=["query"],
               summary="Compact a datasource's intervals now, as a task (answers when it has finished)")
     def compact_datasource(datasource: str, body: CompactRequest | None = None) -> Response:
         body = body or CompactRequest()
@@ -65,3 +63,5 @@ def add_query_routes(app: FastAPI, overlord: Overlord) -> None:
                                          body.max_rows_per_segment)
         reports = done.result()
         return JSONResponse({"task": task_id, "dataSource": datasource, "intervals": [_report(r) for r in reports]})
+
+    return router

@@ -1,0 +1,135 @@
+"""Druid's supervisor calls under ``/druid/indexer/v1/supervisor``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from overlord.http.replies import ApiError, Replies
+from overlord.http.status import stats_payload, status_payload
+from overlord.http.views import history_entry, list_entry, spec_view
+from specs.errors import key_path
+
+__all__ = ["PREFIX", "ResetOffsetsRequest", "supervisor_routes"]
+
+PREFIX = "/druid/indexer/v1"
+
+
+class PartitionOffsets(BaseModel):
+    """Druid's ``partitions`` object: the offsets (next record to read) to set, per partition."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    type: Literal["end"] = "end"
+    stream: str = Field(min_length=1)
+    partition_offset_map: dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] = Field(
+        alias="partitionOffsetMap", min_length=1)
+
+
+class ResetOffsetsRequest(BaseModel):
+    """Body of ``POST /supervisor/{id}/resetOffsets``, as Druid's."""
+
+    type: Literal["kafka"] = "kafka"
+    partitions: PartitionOffsets
+
+
+def supervisor_routes(out: Replies) -> APIRouter:
+    """Create/update, list, status, health, stats, suspend/resume, resets, terminate, history."""
+    overlord, reply, supervisors, secrets = out.overlord, out.reply, out.supervisors, out.secrets
+    router = APIRouter()
+
+    @router.post(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Create or update a supervisor",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"$ref": "#/components/schemas/SupervisorSpec"}}}}})
+    async def submit(request: Request) -> Response:
+        body: Any = await request.body()
+        try:
+            body = json.loads(body)
+            secrets.learn([body])  # before validation, so even an error message cannot echo one
+        except (ValueError, UnicodeDecodeError):
+            pass  # not JSON: submit reports it
+        supervisor_id = await run_in_threadpool(overlord.submit, body)
+        return reply({"id": supervisor_id})
+
+    @router.get(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Supervisor ids, or their state and specs")
+    def list_supervisors(full: str | None = None, state: bool = False) -> Response:
+        if full is not None and full.lower() != "false":
+            return reply([{**list_entry(s), "spec": spec_view(s)} for s in supervisors()])
+        if state:
+            return reply([list_entry(s) for s in supervisors()])
+        return reply([s.id for s in supervisors()])
+
+    @router.get(f"{PREFIX}/supervisor/history", tags=["supervisors"], summary="Spec history of every supervisor")
+    def all_history() -> Response:
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for record in overlord.history():
+            grouped.setdefault(record.id, []).append(history_entry(record))
+        return reply(grouped)
+
+    @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}", tags=["supervisors"], summary="Current spec")
+    def get_spec(supervisor_id: str) -> Response:
+        return reply(spec_view(overlord.get(supervisor_id).status))
+
+    @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}/status", tags=["supervisors"], summary="Offsets, lag, tasks")
+    def get_status(supervisor_id: str) -> Response:
+        return reply(status_payload(overlord.get(supervisor_id).status))
+
+    @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}/health", tags=["supervisors"], summary="200 healthy, 503 not")
+    def get_health(supervisor_id: str) -> Response:
+        status = overlord.get(supervisor_id).status
+        return reply({"healthy": status.healthy, "state": status.state}, 200 if status.healthy else 503)
+
+    @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}/stats", tags=["supervisors"], summary="Row counters, rates")
+    def get_stats(supervisor_id: str) -> Response:
+        return reply(stats_payload(overlord.get(supervisor_id).status))
+
+    def suspend_or_resume(supervisor_id: str, suspend: bool) -> Response:
+        sup = overlord.get(supervisor_id)
+        if sup.suspended == suspend:
+            raise ApiError(400, f"[{supervisor_id}] is already {'suspended' if suspend else 'running'}")
+        return reply(spec_view(overlord.set_suspended(supervisor_id, suspend).status))
+
+    @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/suspend", tags=["supervisors"], summary="Stop launching tasks")
+    def suspend(supervisor_id: str) -> Response:
+        return suspend_or_resume(supervisor_id, True)
+
+    @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/resume", tags=["supervisors"], summary="Launch tasks again")
+    def resume(supervisor_id: str) -> Response:
+        return suspend_or_resume(supervisor_id, False)
+
+    @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/reset", tags=["supervisors"],
+              summary="Forget committed offsets; restart from earliest/latest (per useEarliestOffset)")
+    def reset(supervisor_id: str) -> Response:
+        overlord.reset(supervisor_id)
+        return reply({"id": supervisor_id})
+
+    @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/resetOffsets", tags=["supervisors"],
+              summary="Set the committed offsets of some partitions")
+    def reset_offsets(supervisor_id: str, body: ResetOffsetsRequest) -> Response:
+        sup = overlord.get(supervisor_id)
+        topic, wanted = sup.spec.spec.io_config.topic, body.partitions
+        if wanted.stream != topic:
+            raise ApiError(400, f"stream {wanted.stream!r} is not the supervisor's topic {topic!r}",
+                           [("partitions.stream", f"expected {topic!r}, got {wanted.stream!r}")])
+        known = set(sup.status.latest)
+        unknown = [p for p in wanted.partition_offset_map if known and p not in known]
+        if unknown:
+            raise ApiError(400, f"topic {topic!r} has no partitions {unknown}; it has {sorted(known)}",
+                           [(f"partitions.partitionOffsetMap{key_path(str(p))}", "no such partition") for p in unknown])
+        overlord.reset(supervisor_id, wanted.partition_offset_map)
+        return reply({"id": supervisor_id})
+
+    @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/terminate", tags=["supervisors"], summary="Stop for good")
+    def terminate(supervisor_id: str) -> Response:
+        overlord.terminate(supervisor_id)
+        return reply({"id": supervisor_id})
+
+    @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}/history", tags=["supervisors"], summary="Spec history")
+    def history(supervisor_id: str) -> Response:
+        return reply([history_entry(r) for r in overlord.history(supervisor_id)])
+
+    return router
