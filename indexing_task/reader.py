@@ -24,7 +24,7 @@ _POLL_TIMEOUT_S = 0.5
 
 
 def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> dict[str, Any]:
-    """librdkafka settings for an exact range read, on top of the spec's consumerProperties."""
+    """The librdkafka settings for an exact range read, on top of the spec's consumerProperties."""
     config: dict[str, Any] = {
         "group.id": group_id,  # required by the client; never joined or committed to
         "enable.auto.commit": False,

@@ -1,5 +1,7 @@
-"""Segment metadata store: the publish transaction, committed offsets, segment rows, the timeline,
-the compaction swap, cleanup and deep storage."""
+"""Segment metadata store: offsets, the publish transaction, the timeline, compaction swap, cleanup.
+
+Also committed offsets and segment rows as records, and deep storage (fsspec).
+"""
 
 from segment_store.cleanup import CleanupReport, cleanup
 from segment_store.compaction import CompactionSwap, SwapOutcome, swap_compacted

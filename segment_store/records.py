@@ -28,8 +28,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CommittedOffsets:
-    """A datasource's offsets row: ``topic`` is None only after a reset before any publish;
-    ``version`` counts the row's writes (publishes and resets) and never goes back."""
+    """A datasource's offsets row.
+
+    ``topic`` is None only after a reset before any publish; ``version`` counts the row's
+    writes (publishes and resets) and never goes back.
+    """
 
     topic: str | None
     offsets: Offsets
@@ -93,7 +96,8 @@ def used_segments(engine: sa.Engine, datasource: str) -> list[SegmentRecord]:
 
 def segment_record(row: sa.RowMapping) -> SegmentRecord:
     """A ``segments`` row (as a mapping) as a record, its times in UTC."""
-    return SegmentRecord(**{k: (v.astimezone(UTC) if isinstance(v, datetime) else v) for k, v in row.items()})
+    values: dict[str, Any] = {k: (v.astimezone(UTC) if isinstance(v, datetime) else v) for k, v in row.items()}
+    return SegmentRecord(**values)
 
 
 def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int] | None) -> None:

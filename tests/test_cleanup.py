@@ -1,5 +1,6 @@
 """Cleanup on real PostgreSQL and real files: unused segments past retention and old orphans go,
-a file of a used segment never does, even with zero retention and zero grace."""
+a file of a used segment never does, even with zero retention and zero grace.
+"""
 
 from __future__ import annotations
 

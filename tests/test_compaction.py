@@ -1,5 +1,6 @@
 """Compaction on real PostgreSQL, Spark and Parquet: the swap's truth table, equal query results
-before and after on random data, and compaction racing real indexing runs that append."""
+before and after on random data, and compaction racing real indexing runs that append.
+"""
 
 from __future__ import annotations
 

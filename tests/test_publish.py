@@ -1,5 +1,6 @@
 """The publish transaction against real PostgreSQL: the start-offset truth table, segment
-numbering, resets, and races between connections. Every test reads back what is stored."""
+numbering, resets, and races between connections. Every test reads back what is stored.
+"""
 
 from __future__ import annotations
 
@@ -380,7 +381,8 @@ def _slow_lock(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
 
 def _lock_timed_engine(hooked_engine: Callable[..., sa.Engine]) -> tuple[sa.Engine, list[float]]:
     """An engine that times every row-lock statement (> 5 ms: it blocked behind the other
-    transaction), then holds the lock for 10 ms."""
+    transaction), then holds the lock for 10 ms.
+    """
     waits: list[float] = []
     started: dict[int, float] = {}
 
@@ -435,7 +437,8 @@ def test_eight_tasks_publishing_consecutive_ranges_out_of_order(
     """Successors that finish first get retryable until their predecessor has published.
 
     The datasource already has committed offsets (an empty publish at the initial offsets): with
-    no row at all, a successor is fatal instead (see the test below)."""
+    no row at all, a successor is fatal instead (see the test below).
+    """
     eng, n = hooked_engine("after_cursor_execute", _slow_lock), 8
     assert publish(engine, req(datasource, {0: 0, 1: 0}, {0: 0, 1: 0}, initial={0: 0, 1: 0})).ok
     barrier, failed = threading.Barrier(n), threading.Event()
@@ -466,7 +469,8 @@ def test_eight_tasks_publishing_consecutive_ranges_out_of_order(
 
 def test_successor_finishing_before_the_first_publish_is_fatal(engine: sa.Engine, datasource: str) -> None:
     """No committed offset yet: a start other than the initial offset is fatal, even if it is the
-    end of a first task that has not published yet (that range is then planned again)."""
+    end of a first task that has not published yet (that range is then planned again).
+    """
     second = publish(engine, req(datasource, {0: 10}, {0: 20}, initial={0: 0}, names=("b",)))
     assert second.status == "fatal" and "expected start 0 (initial offset), found 10" in second.message
     assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("a",))).ok

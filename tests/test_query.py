@@ -1,5 +1,6 @@
 """SQL over published segments on real Spark, PostgreSQL and Parquet: reference results, only the
-visible files, Druid's result formats, and bad or non-read-only queries rejected as user errors."""
+visible files, Druid's result formats, and bad or non-read-only queries rejected as user errors.
+"""
 
 from __future__ import annotations
 
@@ -176,7 +177,8 @@ def test_the_row_cap_comes_from_the_environment():
 
 def test_the_fsspec_segment_source_reads_every_file_and_fills_missing_columns(spark, tmp_path):
     """The reader used for object stores, here on file:// URLs: all rows, in as many partitions as
-    Spark has cores, and nulls for a column the first file has and a later one lacks."""
+    Spark has cores, and nulls for a column the first file has and a later one lacks.
+    """
     from overlord.query.segment_source import read_segments
 
     paths = []

@@ -8,6 +8,7 @@ __all__ = ["format_report"]
 
 
 def format_report(report: TaskReport) -> str:
+    """What a task read, kept, threw away and published, with a few bad records, as lines of text."""
     seconds = report.index_seconds or 1e-9
     lines = [
         f"task {report.task_id} ({report.datasource}): publish {report.outcome.status.upper()}"

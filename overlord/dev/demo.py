@@ -30,6 +30,7 @@ def _step(text: str) -> None:
 
 
 def run_demo(events: int = 200_000, partitions: int = 4) -> int:
+    """Start the embedded stack, produce sample events, index, query and check them; the exit code."""
     spec = load_example("events")
     with dev_stack() as stack:
         _step(f"embedded stack up: Kafka {stack.bootstrap_servers}, PostgreSQL {stack.database_url}")

@@ -56,6 +56,7 @@ def make_sample_events(n: int, bad_every: int = 5_000, seed: int = 7,
 
 
 def create_topic(bootstrap_servers: str, topic: str, partitions: int, config: Mapping[str, str] | None = None) -> None:
+    """Create ``topic`` with ``partitions`` partitions (and topic ``config``) on the broker."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     for future in admin.create_topics([NewTopic(topic, partitions, 1, config=dict(config or {}))]).values():
         future.result(timeout=10)

@@ -105,8 +105,11 @@ class Counters:
 
 
 class Supervisor:
-    """A datasource's supervisor. ``run_once`` and every change of its fields hold ``lock``;
-    readers use :attr:`status`, the snapshot published at the end of each run."""
+    """A datasource's supervisor, driven by :meth:`run_once`.
+
+    ``run_once`` and every change of its fields hold ``lock``; readers use :attr:`status`, the
+    snapshot published at the end of each run.
+    """
 
     def __init__(self, supervisor_id: str, spec: SupervisorSpec, suspended: bool, ctx: SupervisorContext) -> None:
         self.id = supervisor_id
