@@ -33,6 +33,8 @@ _SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double":
 
 @dataclass(frozen=True)
 class Dimension:
+    """A dimension: a field grouped by, typed as the spec says."""
+
     name: str
     type: Literal["string", "long", "float", "double"] = "string"
 
