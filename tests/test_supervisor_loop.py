@@ -220,3 +220,17 @@ def test_offsets_of_another_topic_are_refused_until_a_reset(stack, engine, world
     (task,) = runner.running()  # the reset forgot topic-old: earliest offsets of topic-a are pinned and read
     assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 0}, {0: 10})
     assert sup.status.committed == {0: 0} and sup.status.state == "RUNNING"
+
+
+def test_a_partition_that_appears_later_starts_at_earliest_whatever_the_spec_says(
+        stack, engine, world, runner, datasource):
+    """Druid's rule: only the first run uses useEarliestOffset=false; records produced to a new
+    partition before the supervisor saw it must not be skipped."""
+    world.marks = {0: (0, 100)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=False)
+    sup.run_once()
+    assert sup.status.committed == {0: 100} and runner.tasks == {}
+    world.marks[1] = (0, 7)  # partition 1 was added, and 7 records went to it before this run
+    sup.run_once()
+    (task,) = runner.running()
+    assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 100, 1: 0}, {0: 100, 1: 7})

@@ -183,8 +183,7 @@ class Supervisor:
         self.stored = pin_initial_offsets(self.ctx.engine, self.spec, self.watermarks, self.stored)
         new = {p: o for p, o in self.committed.items() if p not in before}
         if new:
-            logger.info("supervisor %s: partitions %s start at %s offsets %s", self.id, sorted(new),
-                        "earliest" if self.spec.spec.io_config.use_earliest_offset else "latest", new)
+            logger.info("supervisor %s: new partitions %s start at offsets %s (committed)", self.id, sorted(new), new)
 
     def create_new_tasks(self) -> None:
         """Launch a task for every free group with records to read."""

@@ -3,9 +3,10 @@
 One rule for the supervisor and for ``overlord index`` (one task by hand):
 
 * committed offsets of another topic are refused (a reset is needed to switch topics);
-* a partition without a committed offset starts at its earliest offset if the spec says
-  ``useEarliestOffset``, else at its latest; that start is committed ("pinned") before the
-  first task, so a retried first task cannot skip what arrived meanwhile;
+* on the first run, a partition starts at its earliest offset if the spec says
+  ``useEarliestOffset``, else at its latest; a partition that appears later starts at its
+  earliest; that start is committed ("pinned") before the first task, so a retried first
+  task cannot skip what arrived meanwhile;
 * the next range of a partition is ``[committed, latest)``.
 """
 
@@ -55,8 +56,13 @@ def committed_for(spec: SupervisorSpec, stored: CommittedOffsets | None) -> Offs
 
 def starting_offsets(spec: SupervisorSpec, watermarks: Mapping[int, tuple[int, int]],
                      committed: Mapping[int, int]) -> Offsets:
-    """Where the partitions without a committed offset start (earliest or latest, per the spec)."""
-    earliest = spec.spec.io_config.use_earliest_offset
+    """Where the partitions without a committed offset start.
+
+    On the first run (nothing committed yet) at the earliest or latest offset, per the spec's
+    ``useEarliestOffset``; a partition that appears later always at its earliest offset, so
+    what was produced to it before it was seen is not skipped (Druid's rule).
+    """
+    earliest = spec.spec.io_config.use_earliest_offset or bool(committed)
     return Offsets({p: low if earliest else high for p, (low, high) in watermarks.items() if p not in committed})
 
 
