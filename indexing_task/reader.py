@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from indexing_task.errors import RangeNotReadableError
+from specs import EXACT_READ_CONSUMER_PROPERTIES
 
 __all__ = ["consumer_config", "read_range"]
 
@@ -24,21 +25,20 @@ _POLL_TIMEOUT_S = 0.5
 
 
 def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> dict[str, Any]:
-    """The librdkafka settings for an exact range read, on top of the spec's consumerProperties."""
-    config: dict[str, Any] = {
+    """The librdkafka settings for an exact range read.
+
+    Fetch tuning defaults first, then the spec's consumerProperties, then the settings the exact
+    read depends on (:data:`specs.EXACT_READ_CONSUMER_PROPERTIES`), which nothing can override.
+    """
+    return {
         "group.id": group_id,  # required by the client; never joined or committed to
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "error",  # a range that was deleted by retention must fail, not skip
-        "isolation.level": "read_committed",
         "fetch.wait.max.ms": 50,
         "queued.min.messages": 200_000,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        **consumer_properties,
+        **EXACT_READ_CONSUMER_PROPERTIES,
     }
-    config.update({k: v for k, v in consumer_properties.items()})
-    return config
 
 
 def _first_at_or_after(messages: list[Message], end: int) -> int:

@@ -20,6 +20,7 @@ from specs.errors import SpecError
 from specs.granularity import Granularity
 from specs.loader import EXAMPLES_DIR, load_example, load_supervisor_spec
 from specs.supervisor import (
+    EXACT_READ_CONSUMER_PROPERTIES,
     UNLIMITED_PARSE_EXCEPTIONS,
     InputFormatSpec,
     KafkaIOConfigSpec,
@@ -29,6 +30,7 @@ from specs.supervisor import (
 )
 
 __all__ = [
+    "EXACT_READ_CONSUMER_PROPERTIES",
     "EXAMPLES_DIR",
     "UNLIMITED_PARSE_EXCEPTIONS",
     "DataSchemaSpec",

@@ -13,6 +13,7 @@ from specs.durations import IsoDuration, UtcTimestamp
 from specs.errors import SpecError, join_path, json_type_name, key_path
 
 __all__ = [
+    "EXACT_READ_CONSUMER_PROPERTIES",
     "UNLIMITED_PARSE_EXCEPTIONS",
     "InputFormatSpec",
     "KafkaIOConfigSpec",
@@ -37,6 +38,17 @@ class InputFormatSpec(SpecModel):
 
     type: Literal["json"] = "json"
     """Input format type."""
+
+
+EXACT_READ_CONSUMER_PROPERTIES: dict[str, str | bool] = {
+    "enable.auto.commit": False,  # offsets are committed only by the publish transaction
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,  # a range ending on a transaction marker ends at the EOF watermark
+    "auto.offset.reset": "error",  # a range lost to retention fails loudly instead of being skipped
+    "isolation.level": "read_committed",  # aborted transactions are never indexed
+}
+"""Consumer settings an exact range read depends on: the reader applies them after the spec's
+``consumerProperties``, and a spec that sets one of them to another value is refused."""
 
 
 class KafkaIOConfigSpec(SpecModel):
@@ -80,6 +92,12 @@ class KafkaIOConfigSpec(SpecModel):
             (key_path(str(key)), f"expected a string, integer or boolean, got {json_type_name(item)}")
             for key, item in value.items()
             if not isinstance(item, str | int | bool)
+        ]
+        errors += [
+            (key_path(key), f"the exact range read needs {key}={_property_text(required)}, "
+                            f"got {_property_text(value[key])}; remove it from consumerProperties")
+            for key, required in EXACT_READ_CONSUMER_PROPERTIES.items()
+            if key in value and _property_text(value[key]) != _property_text(required)
         ]
         if errors:
             raise SpecError(errors)
@@ -215,3 +233,8 @@ def ignored_field_paths(model: SpecModel, path: str = "") -> list[str]:
                     found.extend(ignored_field_paths(item, f"{here}[{index}]"))
     found.extend(join_path(path, key_path(key)) for key in (model.model_extra or {}))
     return found
+
+
+def _property_text(value: object) -> str:
+    """A librdkafka property value as librdkafka reads it (``True`` and ``"true"`` alike)."""
+    return str(value).lower()
