@@ -225,7 +225,8 @@ def test_offsets_of_another_topic_are_refused_until_a_reset(stack, engine, world
 def test_a_partition_that_appears_later_starts_at_earliest_whatever_the_spec_says(
         stack, engine, world, runner, datasource):
     """Druid's rule: only the first run uses useEarliestOffset=false; records produced to a new
-    partition before the supervisor saw it must not be skipped."""
+    partition before the supervisor saw it must not be skipped.
+    """
     world.marks = {0: (0, 100)}
     sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=False)
     sup.run_once()
