@@ -49,6 +49,8 @@ class IndexTaskRequest:
     deep_storage: str
     generation: int = 0
     """The committed-offsets version the task was planned against (part of its segment ids)."""
+    epoch: int = 0
+    """The committed offsets' epoch the task was planned under: a reset since then refuses its publish."""
     bootstrap_servers: str | None = None
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     min_time: datetime | None = None
@@ -129,7 +131,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     outcome = publish(engine, PublishRequest(
         datasource=spec.datasource, topic=io.topic, task_id=request.task_id,
         start_offsets=dict(request.start_offsets), end_offsets=dict(request.end_offsets),
-        initial_offsets=dict(request.initial_offsets), segments=segments))
+        initial_offsets=dict(request.initial_offsets), segments=segments, epoch=request.epoch))
     report = TaskReport(
         task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,
         end_offsets=request.end_offsets, records=records, rows_out=sum(r["rows_out"] for r in rows),

@@ -10,7 +10,14 @@ from segment_store.descriptors import SegmentDescriptor
 from segment_store.errors import SegmentStoreError
 from segment_store.offsets import OffsetRange, Offsets
 from segment_store.publish import PublishOutcome, PublishRequest, publish
-from segment_store.records import CommittedOffsets, SegmentRecord, committed_offsets, reset_offsets, used_segments
+from segment_store.records import (
+    CommittedOffsets,
+    SegmentRecord,
+    committed_offsets,
+    pin_offsets,
+    reset_offsets,
+    used_segments,
+)
 from segment_store.schema import create_schema
 from segment_store.timeline import Interval, datasources, visible, visible_by_interval, visible_segments
 
@@ -32,6 +39,7 @@ __all__ = [
     "committed_offsets",
     "create_schema",
     "datasources",
+    "pin_offsets",
     "publish",
     "reset_offsets",
     "segment_file_path",

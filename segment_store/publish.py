@@ -3,8 +3,8 @@
 A finished task asks to commit its segments and its end offsets. In one transaction:
 
 1. lock the datasource's offsets row (``SELECT ... FOR UPDATE``; created empty if missing);
-2. validate the preconditions (:class:`AssertTopic`, :class:`AssertStartOffsets`), each an
-   "expected X, found Y" check;
+2. validate the preconditions (:class:`AssertEpoch`, :class:`AssertTopic`,
+   :class:`AssertStartOffsets`), each an "expected X, found Y" check;
 3. write the merged end offsets and bump the row's version;
 4. insert the segment rows at their intervals' current versions, used.
 
@@ -31,7 +31,7 @@ from segment_store.records import CommittedOffsets, lock_offsets_row
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 
-__all__ = ["AssertStartOffsets", "AssertTopic", "PublishOutcome", "PublishRequest", "Status", "publish"]
+__all__ = ["AssertEpoch", "AssertStartOffsets", "AssertTopic", "PublishOutcome", "PublishRequest", "Status", "publish"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +45,9 @@ first (nothing written, not an error). ``retryable``: an earlier range is still 
 class PublishRequest:
     """What a finished task asks to commit: its offset range and the segments it wrote.
 
-    ``initial_offsets`` is where a partition without a committed offset must start (the
-    earliest or latest offset, per the supervisor spec); it may be empty.
+    ``epoch`` is the offsets row's epoch the task was planned under (0 for a datasource never
+    reset). ``initial_offsets`` is where a partition without a committed offset must start;
+    it may be empty (the overlord commits starting offsets before planning, so it is).
     """
 
     datasource: str
@@ -56,6 +57,7 @@ class PublishRequest:
     end_offsets: Offsets
     initial_offsets: Offsets = field(default_factory=Offsets)
     segments: tuple[SegmentDescriptor, ...] = ()
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         who = f"task {self.task_id} of datasource {self.datasource!r}"
@@ -93,6 +95,21 @@ class Requirement(Protocol):
 
     def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
         """None if it holds; otherwise the outcome that refuses the publish."""
+
+
+@dataclass(frozen=True)
+class AssertEpoch:
+    """No reset happened since the task was planned (a reset bumps the epoch)."""
+
+    datasource: str
+    epoch: int
+
+    def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
+        if found.epoch == self.epoch:
+            return None
+        return PublishOutcome("fatal", f"datasource {self.datasource!r}: expected offsets epoch {self.epoch}, "
+                              f"found {found.epoch} (the offsets were reset after this task was planned)",
+                              found.offsets)
 
 
 @dataclass(frozen=True)
@@ -195,6 +212,7 @@ def _last_slot(conn: sa.Connection, datasource: str, start: Any, end: Any) -> tu
 def _publish_in(conn: sa.Connection, request: PublishRequest) -> PublishOutcome:
     found = lock_offsets_row(conn, request.datasource, request.topic)
     requirements: tuple[Requirement, ...] = (
+        AssertEpoch(request.datasource, request.epoch),
         AssertTopic(request.datasource, request.topic),
         AssertStartOffsets(request.datasource, request.start_offsets, request.end_offsets,
                            request.initial_offsets))
@@ -228,8 +246,8 @@ def publish(engine: sa.Engine, request: PublishRequest) -> PublishOutcome:
             if not outcome.ok:
                 tx.rollback()
     log = logger.warning if outcome.status == "fatal" else logger.info
-    log("publish %s: datasource=%s task=%s start=%s end=%s segments=%d committed=%s: %s",
-        outcome.status, request.datasource, request.task_id, dict(request.start_offsets),
+    log("publish %s: datasource=%s task=%s epoch=%d start=%s end=%s segments=%d committed=%s: %s",
+        outcome.status, request.datasource, request.task_id, request.epoch, dict(request.start_offsets),
         dict(request.end_offsets), len(request.segments), dict(outcome.committed), outcome.message)
     return outcome
 

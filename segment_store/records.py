@@ -20,8 +20,8 @@ from segment_store.offsets import Offsets
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 
-__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "reset_offsets",
-           "segment_record", "used_segments"]
+__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "pin_offsets",
+           "reset_offsets", "segment_record", "used_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,13 +30,14 @@ logger = logging.getLogger(__name__)
 class CommittedOffsets:
     """A datasource's offsets row.
 
-    ``topic`` is None only after a reset before any publish; ``version`` counts the row's
-    writes (publishes and resets) and never goes back.
+    ``topic`` is None only after a reset, before any publish or pin; ``version`` counts the
+    row's writes and ``epoch`` its resets; neither ever goes back.
     """
 
     topic: str | None
     offsets: Offsets
     version: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,10 @@ class SegmentRecord:
 
 
 def _committed(row: Any) -> CommittedOffsets:
-    return CommittedOffsets(row.topic, Offsets.from_json(row.offsets), int(row.version))
+    return CommittedOffsets(row.topic, Offsets.from_json(row.offsets), int(row.version), int(row.epoch))
+
+
+_COLUMNS = (offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version, offsets_t.c.epoch)
 
 
 def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) -> CommittedOffsets:
@@ -71,15 +75,13 @@ def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) ->
     conn.execute(pg_insert(offsets_t)
                  .values(datasource=datasource, topic=topic, offsets={}, version=0)
                  .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]))
-    query = (sa.select(offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version)
-             .where(offsets_t.c.datasource == datasource).with_for_update())
+    query = sa.select(*_COLUMNS).where(offsets_t.c.datasource == datasource).with_for_update()
     return _committed(conn.execute(query).one())
 
 
 def committed_offsets(engine: sa.Engine, datasource: str) -> CommittedOffsets | None:
     """The datasource's committed offsets, or None if it has none."""
-    query = sa.select(offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version).where(
-        offsets_t.c.datasource == datasource)
+    query = sa.select(*_COLUMNS).where(offsets_t.c.datasource == datasource)
     with engine.connect() as conn:
         row = conn.execute(query).one_or_none()
     return None if row is None else _committed(row)
@@ -100,21 +102,39 @@ def segment_record(row: sa.RowMapping) -> SegmentRecord:
     return SegmentRecord(**values)
 
 
-def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int] | None) -> None:
+def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int] | None) -> CommittedOffsets:
     """Reset committed offsets, like Druid's supervisor reset (None) or resetOffsets (a map).
 
     None empties the offsets (and forgets the topic): every partition then starts from its
     initial offset. A map overwrites the given partitions and leaves the others. Both bump
-    the version, so tasks planned before the reset get new segment ids; both wait for an
-    in-flight publish (they take its lock), whose successors then fail the offset check.
+    the epoch, so no task planned before the reset can publish after it, and the version, so
+    a range read again gets new segment ids. Both wait for an in-flight publish (its lock).
     """
     with engine.begin() as conn:
         found = lock_offsets_row(conn, datasource, None)
         new = Offsets() if offsets is None else found.offsets.merged(Offsets(offsets))
         values: dict[str, Any] = {"offsets": new.to_json(), "version": offsets_t.c.version + 1,
-                                  "updated_at": sa.func.now()}
+                                  "epoch": offsets_t.c.epoch + 1, "updated_at": sa.func.now()}
         if offsets is None:
             values["topic"] = None
-        conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(**values))
-    logger.info("reset offsets: datasource=%s %s", datasource,
-                "emptied" if offsets is None else f"partitions={dict(offsets)}")
+        row = conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(**values)
+                           .returning(*_COLUMNS)).one()
+    logger.info("reset offsets: datasource=%s %s, epoch %d", datasource,
+                "emptied" if offsets is None else f"partitions={dict(offsets)}", row.epoch)
+    return _committed(row)
+
+
+def pin_offsets(engine: sa.Engine, datasource: str, topic: str, offsets: Mapping[int, int]) -> CommittedOffsets:
+    """Commit where partitions without a committed offset start, and the topic if the row has none.
+
+    Partitions that have an offset keep it, and the epoch stays: tasks in flight are not
+    affected. Returns the row after the change.
+    """
+    with engine.begin() as conn:
+        found = lock_offsets_row(conn, datasource, topic)
+        new = Offsets({p: o for p, o in offsets.items() if p not in found.offsets})
+        row = conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(
+            offsets=found.offsets.merged(new).to_json(), topic=found.topic or topic,
+            version=offsets_t.c.version + 1, updated_at=sa.func.now()).returning(*_COLUMNS)).one()
+    logger.info("pinned starting offsets: datasource=%s topic=%s partitions=%s", datasource, topic, dict(new))
+    return _committed(row)

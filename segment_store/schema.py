@@ -47,11 +47,13 @@ datasource_offsets = sa.Table(
     sa.Column("topic", sa.Text, nullable=True),
     sa.Column("offsets", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
     sa.Column("version", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("epoch", sa.BigInteger, nullable=False, server_default=sa.text("0")),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 """Committed offsets per datasource: ``offsets`` maps partition (as a string) to the next
 record to read (:class:`segment_store.offsets.Offsets` is its encoding); ``version`` counts
-the row's writes. ``topic`` is NULL only for a row created by a reset before any publish."""
+the row's writes; ``epoch`` counts resets: a task carries the epoch it was planned under and
+cannot publish under another. ``topic`` is NULL only after a reset, before any publish or pin."""
 
 _SCHEMA_LOCK_KEY = zlib.crc32(b"segment_store.schema")
 

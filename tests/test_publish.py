@@ -23,6 +23,7 @@ from segment_store import (
     SegmentDescriptor,
     committed_offsets,
     create_schema,
+    pin_offsets,
     publish,
     reset_offsets,
     used_segments,
@@ -42,12 +43,12 @@ def seg(ds: str, name: str, start: datetime = HOUR, **details: Any) -> SegmentDe
 
 def req(ds: str, start: Mapping[int, int], end: Mapping[int, int], initial: Mapping[int, int] | None = None,
         segments: tuple[SegmentDescriptor, ...] = (), topic: str = TOPIC, task: str = "",
-        names: tuple[str, ...] = ()) -> PublishRequest:
+        names: tuple[str, ...] = (), epoch: int = 0) -> PublishRequest:
     """A task's publish request; ``names`` adds one hour-long segment per name."""
     segments = segments + tuple(seg(ds, n) for n in names)
     return PublishRequest(datasource=ds, topic=topic, task_id=task or f"task-{uuid.uuid4().hex[:6]}",
                           start_offsets=start, end_offsets=end, initial_offsets=initial or {},
-                          segments=segments)
+                          segments=segments, epoch=epoch)
 
 
 def stored_offsets(engine: sa.Engine, ds: str) -> dict[int, int] | None:
@@ -278,7 +279,7 @@ def test_republishing_an_existing_segment_id_is_fatal_not_an_exception(
     segments = (seg(datasource, "same-id"),)
     assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=segments)).ok
     reset_offsets(engine, datasource, None)
-    outcome = publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=segments))
+    outcome = publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=segments, epoch=1))
     assert outcome.status == "fatal"
     assert f"{datasource}/same-id" in outcome.message and "already" in outcome.message
     stored = committed_offsets(engine, datasource)
@@ -299,7 +300,7 @@ def test_reset_between_upsert_and_lock_fails_the_stale_task(
             reset_offsets(engine, datasource, None)  # another connection, between upsert and lock
 
     outcome = publish(hooked_engine("before_cursor_execute", reset_first), req(datasource, {0: 10}, {0: 20}))
-    assert fired and outcome.status == "fatal" and "no committed offset" in outcome.message
+    assert fired and outcome.status == "fatal" and "expected offsets epoch 0, found 1" in outcome.message
     stored = committed_offsets(engine, datasource)
     assert stored is not None and dict(stored.offsets) == {} and stored.version == 2
 
@@ -326,9 +327,10 @@ def test_reset_waits_for_in_flight_publish_and_then_wins(
         assert in_flight.result(10).ok
         resetting.result(10)
     found = committed_offsets(engine, datasource)
-    assert found is not None and dict(found.offsets) == {0: 5} and found.version == 3
-    assert publish(engine, req(datasource, {0: 20}, {0: 30})).status == "retryable"  # successor of old plan
-    assert publish(engine, req(datasource, {0: 5}, {0: 8})).ok
+    assert found is not None and dict(found.offsets) == {0: 5} and (found.version, found.epoch) == (3, 1)
+    assert publish(engine, req(datasource, {0: 20}, {0: 30})).status == "fatal"  # successor of the old plan
+    assert publish(engine, req(datasource, {0: 5}, {0: 8})).status == "fatal"  # even where offsets match
+    assert publish(engine, req(datasource, {0: 5}, {0: 8}, epoch=1)).ok
     assert stored_offsets(engine, datasource) == {0: 8}
 
 
@@ -337,9 +339,11 @@ def test_reset_then_publish_from_initial_offsets(engine: sa.Engine, datasource: 
     reset_offsets(engine, datasource, None)
     stored = committed_offsets(engine, datasource)
     assert stored is not None and dict(stored.offsets) == {} and stored.version == 2
-    stale = publish(engine, req(datasource, {0: 10}, {0: 20}, initial={0: 50}))
-    assert stale.status == "fatal" and "expected start 50 (initial offset), found 10" in stale.message
-    assert publish(engine, req(datasource, {0: 50}, {0: 60}, initial={0: 50}, names=("b",))).ok
+    stale = publish(engine, req(datasource, {0: 50}, {0: 60}, initial={0: 50}))
+    assert stale.status == "fatal" and "expected offsets epoch 0, found 1" in stale.message
+    wrong = publish(engine, req(datasource, {0: 10}, {0: 20}, initial={0: 50}, epoch=1))
+    assert wrong.status == "fatal" and "expected start 50 (initial offset), found 10" in wrong.message
+    assert publish(engine, req(datasource, {0: 50}, {0: 60}, initial={0: 50}, names=("b",), epoch=1)).ok
     assert stored_offsets(engine, datasource) == {0: 60}
     assert used_names(engine, datasource) == [("a", 1, 0), ("b", 1, 1)]
 
@@ -349,10 +353,20 @@ def test_reset_offsets_overwrites_given_partitions_and_bumps_version(
     reset_offsets(engine, datasource, {0: 3})  # no row yet: created without a topic
     found = committed_offsets(engine, datasource)
     assert found is not None and found.topic is None and dict(found.offsets) == {0: 3} and found.version == 1
-    assert publish(engine, req(datasource, {0: 3, 1: 0}, {0: 6, 1: 4}, initial={1: 0})).ok
+    assert publish(engine, req(datasource, {0: 3, 1: 0}, {0: 6, 1: 4}, initial={1: 0}, epoch=1)).ok
     reset_offsets(engine, datasource, {1: 1})
     found = committed_offsets(engine, datasource)
     assert found is not None and (found.topic, dict(found.offsets), found.version) == (TOPIC, {0: 6, 1: 1}, 3)
+
+
+def test_pinning_adds_only_missing_partitions_names_the_topic_and_keeps_the_epoch(
+        engine: sa.Engine, datasource: str) -> None:
+    reset_offsets(engine, datasource, None)
+    pinned = pin_offsets(engine, datasource, TOPIC, {0: 4})
+    assert (pinned.topic, dict(pinned.offsets), pinned.epoch) == (TOPIC, {0: 4}, 1)
+    assert publish(engine, req(datasource, {0: 4}, {0: 9}, epoch=1)).ok  # in flight across the next pin
+    pinned = pin_offsets(engine, datasource, "other", {0: 0, 1: 2})
+    assert (pinned.topic, dict(pinned.offsets), pinned.epoch) == (TOPIC, {0: 9, 1: 2}, 1)
 
 
 def test_create_schema_concurrently_on_a_fresh_database(engine: sa.Engine) -> None:

@@ -90,7 +90,8 @@ def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok",
     if really_publish:
         assert engine is not None
         outcome = publish(engine, PublishRequest(request.spec.datasource, request.spec.spec.io_config.topic,
-                                                 request.task_id, request.start_offsets, request.end_offsets))
+                                                 request.task_id, request.start_offsets, request.end_offsets,
+                                                 epoch=request.epoch))
     else:
         outcome = PublishOutcome(status, f"fake {status}", Offsets())
     records = sum(request.end_offsets[p] - request.start_offsets[p] for p in request.start_offsets)
@@ -235,3 +236,20 @@ def test_a_partition_that_appears_later_starts_at_earliest_whatever_the_spec_say
     sup.run_once()
     (task,) = runner.running()
     assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 100, 1: 0}, {0: 100, 1: 7})
+
+
+def test_a_task_planned_before_a_reset_cannot_publish_after_it(stack, engine, world, runner, datasource):
+    """Even when its start equals the offsets committed after the reset: the epoch fences it."""
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    (stale,) = runner.running()
+    reset_offsets(engine, datasource, None)
+    sup.run_once()  # pins the earliest offset again: 0, the stale task's start
+    assert sup.status.committed == {0: 0} and runner.running() == [stale]
+    finish(runner, stale, really_publish=True, engine=engine)
+    sup.run_once()
+    (failed,) = sup.status.recent_tasks
+    assert failed.status == "FAILED" and "the offsets were reset after this task was planned" in failed.detail
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {0: 0} and stored.epoch == 1

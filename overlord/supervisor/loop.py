@@ -224,6 +224,7 @@ class Supervisor:
                 task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=todo.start, end_offsets=todo.end,
                 initial_offsets=Offsets(), deep_storage=self.ctx.settings.deep_storage,
                 generation=self.stored.version if self.stored is not None else 0,
+                epoch=self.stored.epoch if self.stored is not None else 0,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers)
             self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id))

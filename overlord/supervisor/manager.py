@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,6 +36,9 @@ from specs import SupervisorSpec, load_supervisor_spec
 __all__ = ["Overlord"]
 
 logger = logging.getLogger(__name__)
+
+RESET_WAIT_S = 30.0
+"""How long a reset waits for the tasks it stopped to end."""
 
 
 class Overlord:
@@ -176,12 +180,17 @@ class Overlord:
         self.wake(supervisor_id)
         return sup
 
-    def reset(self, supervisor_id: str, offsets: Mapping[int, int] | None = None) -> Supervisor:
-        """Druid's reset (forget offsets) or resetOffsets (set some); running tasks are stopped unpublished."""
+    def reset(self, supervisor_id: str, offsets: Mapping[int, int] | None = None,
+              wait_s: float = RESET_WAIT_S) -> Supervisor:
+        """Druid's reset (forget offsets) or resetOffsets (set some).
+
+        Running tasks are stopped and waited for (at most ``wait_s``); whatever they do after
+        the reset, their publish is refused (the reset bumps the offsets' epoch).
+        """
         sup = self.get(supervisor_id)
         with sup.lock:
-            for task_id in list(sup.active):
-                self.runner.stop(task_id)
+            stopped = [task for task_id, task in sup.active.items() if self.runner.stop(task_id)]
+            futures_wait([task.future for task in stopped], timeout=wait_s)
             reset_offsets(self.engine, sup.spec.datasource, offsets)
         logger.info("supervisor %s: offsets reset to %s", supervisor_id, dict(offsets) if offsets else "initial")
         self.wake(supervisor_id)

@@ -23,7 +23,7 @@ from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
 from indexing_task.watermarks import topic_watermarks
 from overlord.config import Settings
 from overlord.errors import OverlordError
-from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, reset_offsets
+from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, pin_offsets
 from specs import SupervisorSpec
 
 __all__ = ["TopicChanged", "WatermarkSource", "consumer_properties", "index_once", "next_range",
@@ -68,19 +68,16 @@ def starting_offsets(spec: SupervisorSpec, watermarks: Mapping[int, tuple[int, i
 
 def pin_initial_offsets(engine: sa.Engine, spec: SupervisorSpec, watermarks: Mapping[int, tuple[int, int]],
                         stored: CommittedOffsets | None) -> CommittedOffsets:
-    """Commit where new partitions start; return the datasource's committed offsets after that.
+    """Commit where new partitions start, and the topic; return the datasource's offsets row after that.
 
     ``stored`` is the offsets row as last read. Every partition a task covers then has a
-    committed offset, so a publish never relies on an initial offset: one that finds none (a
-    reset emptied them meanwhile) is refused.
+    committed offset and the row names the topic, so a publish never relies on an initial
+    offset, and one of another topic is refused.
     """
     new = starting_offsets(spec, watermarks, committed_for(spec, stored))
-    if not new:
-        return stored or CommittedOffsets(None, Offsets(), 0)
-    reset_offsets(engine, spec.datasource, new)
-    pinned = committed_offsets(engine, spec.datasource)
-    assert pinned is not None  # reset_offsets creates the row
-    return pinned
+    if not new and stored is not None and stored.topic is not None:
+        return stored
+    return pin_offsets(engine, spec.datasource, spec.spec.io_config.topic, new)
 
 
 def next_range(committed: Mapping[int, int], latest: Mapping[int, int], partitions: Iterable[int]) -> OffsetRange:
@@ -98,7 +95,7 @@ def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpe
     return IndexTaskRequest(
         task_id=task_id or f"index_{spec.datasource}_{uuid.uuid4().hex[:8]}", spec=spec,
         start_offsets=todo.start, end_offsets=todo.end, initial_offsets=Offsets(),
-        deep_storage=settings.deep_storage, generation=committed.version,
+        deep_storage=settings.deep_storage, generation=committed.version, epoch=committed.epoch,
         bootstrap_servers=settings.kafka_bootstrap_servers)
 
 
