@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -253,3 +254,22 @@ def test_a_task_planned_before_a_reset_cannot_publish_after_it(stack, engine, wo
     assert failed.status == "FAILED" and "the offsets were reset after this task was planned" in failed.detail
     stored = committed_offsets(engine, datasource)
     assert stored is not None and dict(stored.offsets) == {0: 0} and stored.epoch == 1
+
+
+def test_a_backlog_is_worked_off_by_a_sequence_of_bounded_tasks(stack, engine, world, runner, datasource):
+    """A task reads at most policy.max_records_per_task offsets, shared among its partitions."""
+    world.marks = {0: (0, 100), 1: (0, 7)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, max_records_per_task=30))
+    ranges = []
+    for _ in range(10):
+        sup.run_once()
+        running = runner.running()
+        if not running:
+            break
+        (task,) = running
+        ranges.append((dict(task.start_offsets), dict(task.end_offsets)))
+        finish(runner, task, really_publish=True, engine=engine)
+    assert ranges == [({0: 0, 1: 0}, {0: 23, 1: 7}), ({0: 23, 1: 7}, {0: 53, 1: 7}),
+                      ({0: 53, 1: 7}, {0: 83, 1: 7}), ({0: 83, 1: 7}, {0: 100, 1: 7})]
+    assert sup.status.committed == {0: 100, 1: 7}

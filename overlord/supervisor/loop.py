@@ -194,7 +194,7 @@ class Supervisor:
             state = self.groups.setdefault(group, GroupState())
             if not partitions or busy.intersection(partitions) or self.ctx.clock() < state.retry_after:
                 continue
-            todo = next_range(self.committed, self.latest, partitions)
+            todo = next_range(self.committed, self.latest, partitions, self.ctx.policy.max_records_per_task)
             if not todo.empty:
                 self._launch(group, todo)
         self.detailed_state = "RUNNING" if self.active else "IDLE"

@@ -19,6 +19,9 @@ class SupervisorPolicy:
     """... up to this cap."""
     idle_poll_s: float = 1.0
     """How often a supervisor with no task in flight looks at its topic again (besides ``period``)."""
+    max_records_per_task: int = 5_000_000
+    """The most offsets one task reads (over all its partitions): a backlog is worked off by a
+    sequence of tasks, each well inside ``completionTimeout``, instead of ever larger retries."""
 
     def backoff_s(self, failures: int) -> float:
         """The wait before retrying a group that has failed ``failures`` times in a row (>= 1)."""

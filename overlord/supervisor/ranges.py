@@ -80,15 +80,26 @@ def pin_initial_offsets(engine: sa.Engine, spec: SupervisorSpec, watermarks: Map
     return pin_offsets(engine, spec.datasource, spec.spec.io_config.topic, new)
 
 
-def next_range(committed: Mapping[int, int], latest: Mapping[int, int], partitions: Iterable[int]) -> OffsetRange:
-    """``[committed, latest)`` of each partition (empty where latest is not past committed)."""
+def next_range(committed: Mapping[int, int], latest: Mapping[int, int], partitions: Iterable[int],
+               max_records: int | None = None) -> OffsetRange:
+    """``[committed, latest)`` of each partition, at most ``max_records`` offsets in all.
+
+    The cap is shared fairly: partitions with less to read take all of it, the rest split
+    what is left evenly. Empty where latest is not past committed.
+    """
     start = Offsets({p: committed[p] for p in partitions})
-    return OffsetRange(start, Offsets({p: max(o, latest[p]) for p, o in start.items()}))
+    available = {p: max(0, latest[p] - o) for p, o in start.items()}
+    take, left = dict(available), max_records
+    if left is not None:
+        for i, (p, n) in enumerate(sorted(available.items(), key=lambda kv: kv[1])):
+            take[p] = min(n, left // (len(available) - i))
+            left -= take[p]
+    return OffsetRange(start, Offsets({p: o + take[p] for p, o in start.items()}))
 
 
 def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpec, task_id: str | None = None,
                       watermarks: WatermarkSource = topic_watermarks) -> IndexTaskRequest:
-    """The task that indexes every partition from its committed offset to its latest offset now."""
+    """The task that indexes every partition from its committed offset to its latest offset now (no cap)."""
     marks = watermarks(consumer_properties(spec, settings), spec.spec.io_config.topic)
     committed = pin_initial_offsets(engine, spec, marks, committed_offsets(engine, spec.datasource))
     todo = next_range(committed.offsets, {p: high for p, (_, high) in marks.items()}, marks)
