@@ -27,16 +27,30 @@ from tests.helpers import spec_json
 
 
 class FakeRunner:
-    """Tasks are futures the test resolves; ``stopped`` lists what the loop asked to stop."""
+    """Tasks are futures the test resolves; ``stopped`` lists what the loop asked to stop.
+
+    A task starts at once unless ``slots_free`` is False; then it waits until ``start_queued``.
+    """
 
     def __init__(self) -> None:
         self.tasks: dict[str, tuple[IndexTaskRequest, Future[TaskReport]]] = {}
         self.stopped: list[str] = []
+        self.slots_free = True
+        self.queued: list[tuple[str, Any]] = []
 
-    def submit(self, request: IndexTaskRequest, on_done: Any) -> Future[TaskReport]:
+    def submit(self, request: IndexTaskRequest, on_done: Any, on_start: Any) -> Future[TaskReport]:
         future: Future[TaskReport] = Future()
         self.tasks[request.task_id] = (request, future)
+        if self.slots_free:
+            on_start(request.task_id)
+        else:
+            self.queued.append((request.task_id, on_start))
         return future
+
+    def start_queued(self) -> None:
+        for task_id, on_start in self.queued:
+            on_start(task_id)
+        self.queued.clear()
 
     def stop(self, task_id: str) -> bool:
         self.stopped.append(task_id)
@@ -273,3 +287,32 @@ def test_a_backlog_is_worked_off_by_a_sequence_of_bounded_tasks(stack, engine, w
     assert ranges == [({0: 0, 1: 0}, {0: 23, 1: 7}), ({0: 23, 1: 7}, {0: 53, 1: 7}),
                       ({0: 53, 1: 7}, {0: 83, 1: 7}), ({0: 83, 1: 7}, {0: 100, 1: 7})]
     assert sup.status.committed == {0: 100, 1: 7}
+
+
+def test_completion_timeout_counts_from_the_start_not_from_the_queue(stack, engine, world, runner, datasource):
+    world.marks, runner.slots_free = {0: (0, 10)}, False
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True, completionTimeout="PT60S")
+    sup.run_once()
+    (task,) = runner.running()
+    world.time += 600  # ten minutes waiting for a slot
+    sup.run_once()
+    assert runner.stopped == []
+    runner.start_queued()
+    world.time += 59
+    sup.run_once()
+    assert runner.stopped == []
+    world.time += 2
+    sup.run_once()
+    assert runner.stopped == [task.task_id]
+
+
+def test_a_task_cancelled_before_it_started_is_booked_as_failed(stack, engine, world, runner, datasource):
+    """At shutdown the runner cancels tasks still waiting for a slot: booking them must not raise."""
+    world.marks, runner.slots_free = {0: (0, 10)}, False
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    (task,) = runner.running()
+    assert runner.tasks[task.task_id][1].cancel()
+    sup.update_task_status()  # what Overlord.stop calls directly, outside run_once's error handling
+    (booked,) = sup.recent_tasks
+    assert booked.status == "FAILED" and "never started" in booked.detail

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -80,8 +80,10 @@ class ActiveTask:
     request: IndexTaskRequest
     future: Future[TaskReport]
     group: int
-    started: float
-    started_at: datetime
+    launched: float
+    launched_at: datetime
+    started: float | None = None
+    """When it got a runner slot (monotonic); None while it waits for one."""
 
 
 @dataclass
@@ -168,7 +170,7 @@ class Supervisor:
             if task.future.done():
                 del self.active[task_id]
                 self._handle_finished(task)
-            elif self.ctx.clock() - task.started > timeout:
+            elif task.started is not None and self.ctx.clock() - task.started > timeout:
                 self.ctx.runner.stop(task_id)
                 self.record_error(f"task {task_id} exceeded completionTimeout ({timeout:.0f}s); stopped")
 
@@ -227,13 +229,19 @@ class Supervisor:
                 epoch=self.stored.epoch if self.stored is not None else 0,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers)
             self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
-            future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id))
-            self.active[request.task_id] = ActiveTask(request, future, group, self.ctx.clock(), self.ctx.now())
+            task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
+            self.active[request.task_id] = task
+            task.future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id),
+                                                 lambda _task_id, task=task: self._mark_started(task))
             logger.info("supervisor %s: launched task %s: %s", self.id, request.task_id, todo)
+
+    def _mark_started(self, task: ActiveTask) -> None:
+        task.started = self.ctx.clock()  # completionTimeout counts from here, not from the queue
 
     def _handle_finished(self, task: ActiveTask) -> None:
         task_id, state = task.request.task_id, self.groups.setdefault(task.group, GroupState())
-        error = task.future.exception()
+        error = (CancelledError("never started: the overlord shut down first") if task.future.cancelled()
+                 else task.future.exception())
         report = None if error is not None else task.future.result()
         outcome = report.outcome.status if report is not None else None
         if report is not None and outcome == "ok":
@@ -256,8 +264,8 @@ class Supervisor:
             self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)")
         self.ctx.store.finish_task(task_id, status, detail, _report_json(report))
         self.recent_tasks.appendleft(FinishedTaskStatus(
-            task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.started_at,
-            round(self.ctx.clock() - task.started, 3)))
+            task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.launched_at,
+            round(self.ctx.clock() - task.launched, 3)))
         log = logger.info if status == "SUCCESS" else logger.warning
         log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail)
 
@@ -295,7 +303,7 @@ class Supervisor:
             suspended=self.suspended, healthy=state not in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS"),
             latest=latest, committed=committed, lag=lag, offsets_updated=self.offsets_updated,
             active_tasks=tuple(ActiveTaskStatus(task_id, t.request.start_offsets, t.request.end_offsets,
-                                                t.started_at) for task_id, t in self.active.items()),
+                                                t.launched_at) for task_id, t in self.active.items()),
             recent_tasks=tuple(self.recent_tasks), recent_errors=tuple(self.recent_errors),
             counters=CounterStatus(c.processed, c.unparseable, c.thrown_away, c.lost_publish_races,
                                    {"1m": round(c.rate(now, 60), 1), "5m": round(c.rate(now, 300), 1),

@@ -20,6 +20,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _nothing(_task_id: str) -> None:
+    pass
+
+
 class TaskRunner:
     """Submits tasks as Spark jobs (one job group per task id) and stops them on request.
 
@@ -27,26 +31,34 @@ class TaskRunner:
     event is checked between writing its files and its metadata transaction.
     """
 
-    def __init__(self, spark: SparkSession, engine: sa.Engine, max_concurrent: int = 8) -> None:
+    def __init__(self, spark: SparkSession, engine: sa.Engine, slots: int = 8) -> None:
         self.spark = spark
         self.engine = engine
-        self._pool = ThreadPoolExecutor(max_concurrent, thread_name_prefix="task")
+        self._pool = ThreadPoolExecutor(slots, thread_name_prefix="task")
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def submit(self, request: IndexTaskRequest, on_done: Callable[[str], None]) -> Future[TaskReport]:
-        """Run an indexing task; ``on_done(task_id)`` is called when it has finished, however."""
+    def submit(self, request: IndexTaskRequest, on_done: Callable[[str], None],
+               on_start: Callable[[str], None] = _nothing) -> Future[TaskReport]:
+        """Run an indexing task when a slot is free.
+
+        ``on_start(task_id)`` is called when it starts running, ``on_done(task_id)`` when it has
+        finished, however (a task cancelled before it started included).
+        """
         return self.submit_work(request.task_id, f"indexing task {request.task_id}",
-                                lambda stop: run_index_task(self.spark, self.engine, request, stop), on_done)
+                                lambda stop: run_index_task(self.spark, self.engine, request, stop), on_done,
+                                on_start)
 
     def submit_work(self, task_id: str, description: str, work: Callable[[threading.Event], T],
-                    on_done: Callable[[str], None] = lambda _task_id: None) -> Future[T]:
+                    on_done: Callable[[str], None] = _nothing, on_start: Callable[[str], None] = _nothing
+                    ) -> Future[T]:
         """Run ``work(stop_event)`` as task ``task_id``: its Spark jobs form the task's job group."""
         stop = threading.Event()
         with self._lock:
             self._stops[task_id] = stop
 
         def run() -> T:
+            on_start(task_id)
             self.spark.sparkContext.setJobGroup(task_id, description, interruptOnCancel=True)
             return work(stop)
 
