@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 import psycopg.errors
 import sqlalchemy as sa
 
+from segment_store.database import is_bounded_wait_timeout
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.offsets import OffsetRange, Offsets
 from segment_store.records import CommittedOffsets, lock_offsets_row
@@ -237,14 +238,23 @@ def _publish_in(conn: sa.Connection, request: PublishRequest) -> PublishOutcome:
 def publish(engine: sa.Engine, request: PublishRequest) -> PublishOutcome:
     """Commit the request's segments and end offsets atomically, or nothing at all.
 
-    Blocks while another publish (or compaction swap, or reset) of the same datasource holds
-    its offsets row. Raises only on infrastructure faults (e.g. the database is unreachable).
+    Waits while another publish (or compaction swap, or reset) of the same datasource holds
+    its offsets row, as long as the engine's lock timeout allows (:func:`metadata_engine`);
+    past it the outcome is retryable. Raises only on infrastructure faults (e.g. the database
+    is unreachable).
     """
-    with engine.connect().execution_options(isolation_level="READ COMMITTED") as conn:
-        with conn.begin() as tx:
-            outcome = _publish_in(conn, request)
-            if not outcome.ok:
-                tx.rollback()
+    try:
+        with engine.connect().execution_options(isolation_level="READ COMMITTED") as conn:
+            with conn.begin() as tx:
+                outcome = _publish_in(conn, request)
+                if not outcome.ok:
+                    tx.rollback()
+    except sa.exc.OperationalError as exc:
+        if not is_bounded_wait_timeout(exc):
+            raise
+        outcome = PublishOutcome("retryable", f"datasource {request.datasource!r}: gave up waiting for the "
+                                 f"datasource lock or a statement ({type(exc.orig).__name__}): another "
+                                 "writer holds it", Offsets())
     log = logger.warning if outcome.status == "fatal" else logger.info
     log("publish %s: datasource=%s task=%s epoch=%d start=%s end=%s segments=%d committed=%s: %s",
         outcome.status, request.datasource, request.task_id, request.epoch, dict(request.start_offsets),

@@ -28,6 +28,7 @@ from segment_store import (
     reset_offsets,
     used_segments,
 )
+from segment_store.database import metadata_engine
 from segment_store.schema import segments as segments_t
 
 TOPIC = "events"
@@ -490,3 +491,36 @@ def test_successor_finishing_before_the_first_publish_is_fatal(engine: sa.Engine
     assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0}, names=("a",))).ok
     assert stored_offsets(engine, datasource) == {0: 10}
     assert used_names(engine, datasource) == [("a", 1, 0)]
+
+
+# --- bounded waits ---------------------------------------------------------------------------
+
+def test_a_publish_blocked_by_a_stuck_lock_holder_gives_up_as_retryable(engine: sa.Engine, datasource: str) -> None:
+    """A dead or paused overlord holding the datasource lock must not hang every publish forever."""
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    bounded = metadata_engine(engine.url.render_as_string(hide_password=False), lock_timeout_s=0.5)
+    holder = engine.connect()
+    try:
+        tx = holder.begin()
+        holder.exec_driver_sql("SELECT 1 FROM datasource_offsets WHERE datasource = %s FOR UPDATE", (datasource,))
+        with ThreadPoolExecutor(1) as pool:
+            blocked = pool.submit(publish, bounded, req(datasource, {0: 10}, {0: 20}, names=("a",)))
+            try:
+                outcome = blocked.result(timeout=20)  # unbounded, it waits as long as the holder lives
+            finally:
+                tx.rollback()
+    finally:
+        holder.close()
+        bounded.dispose()
+    assert outcome.status == "retryable" and "lock" in outcome.message
+    assert stored_offsets(engine, datasource) == {0: 10} and all_segment_rows(engine, datasource) == []
+
+
+def test_metadata_engine_bounds_statements_and_idle_transactions(engine: sa.Engine) -> None:
+    bounded = metadata_engine(engine.url.render_as_string(hide_password=False))
+    with bounded.connect() as conn:
+        settings = {name: conn.exec_driver_sql(f"SHOW {name}").scalar() for name in (
+            "lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")}
+    bounded.dispose()
+    assert settings == {"lock_timeout": "10s", "statement_timeout": "5min",
+                        "idle_in_transaction_session_timeout": "1min"}

@@ -43,20 +43,19 @@ def _cmd_dev_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
-
     from indexing_task.spark import get_spark
     from overlord.cli.report import format_report
     from overlord.config import Settings
     from overlord.supervisor.ranges import index_once
     from segment_store import create_schema
+    from segment_store.database import metadata_engine
     from specs import load_supervisor_spec
 
     spec = load_supervisor_spec(Path(args.spec).read_bytes())
     for path in spec.ignored_fields:
         logging.getLogger(__name__).warning("spec field %s is accepted but not used", path)
     settings = Settings.from_env()
-    engine = sa.create_engine(settings.database_url)
+    engine = metadata_engine(settings.database_url)
     create_schema(engine)
     report = index_once(get_spark(settings.spark_master), engine, settings, spec)
     print(format_report(report))
@@ -64,12 +63,11 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_segments(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
-
     from overlord.config import Settings
     from segment_store import committed_offsets, used_segments
+    from segment_store.database import metadata_engine
 
-    engine = sa.create_engine(Settings.from_env().database_url)
+    engine = metadata_engine(Settings.from_env().database_url)
     for seg in used_segments(engine, args.datasource):
         print(f"{seg.interval_start:%Y-%m-%dT%H:%M}/{seg.interval_end:%Y-%m-%dT%H:%M} v{seg.version} "
               f"p{seg.partition_num} rows={seg.num_rows} bytes={seg.size_bytes} {seg.path}")
@@ -85,17 +83,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
-
     from indexing_task.spark import get_spark
     from overlord.config import Settings
     from overlord.query.engine import execute_sql
     from overlord.query.errors import QueryError
     from overlord.query.formats import format_table
+    from segment_store.database import metadata_engine
 
     settings = Settings.from_env()
     try:
-        result = execute_sql(get_spark(settings.spark_master), sa.create_engine(settings.database_url), args.sql,
+        result = execute_sql(get_spark(settings.spark_master), metadata_engine(settings.database_url), args.sql,
                              max_rows=settings.query_max_rows)
     except QueryError as exc:
         print(f"query failed: {exc.message}", file=sys.stderr)
@@ -122,12 +119,11 @@ def _iso_duration(text: str) -> timedelta:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
-
     from indexing_task.compaction import compact
     from indexing_task.spark import get_spark
     from overlord.config import Settings
     from segment_store import create_schema
+    from segment_store.database import metadata_engine
     from specs import load_supervisor_spec
 
     spec = load_supervisor_spec(Path(args.spec).read_bytes())
@@ -135,7 +131,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
         print(f"the spec is for datasource {spec.datasource!r}, not {args.datasource!r}", file=sys.stderr)
         return 2
     settings = Settings.from_env()
-    engine = sa.create_engine(settings.database_url)
+    engine = metadata_engine(settings.database_url)
     create_schema(engine)
     reports = compact(get_spark(settings.spark_master), engine, spec, settings.deep_storage, args.interval,
                       max_rows_per_segment=args.max_rows_per_segment)
@@ -152,13 +148,12 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
-
     from overlord.config import Settings
     from segment_store import DeepStorage, cleanup, create_schema
+    from segment_store.database import metadata_engine
 
     settings = Settings.from_env()
-    engine = sa.create_engine(settings.database_url)
+    engine = metadata_engine(settings.database_url)
     create_schema(engine)
     report = cleanup(engine, DeepStorage(settings.deep_storage), args.datasource, retention=args.retention,
                      orphan_grace=args.orphan_grace, dry_run=args.dry_run)

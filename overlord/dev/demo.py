@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import time
 
-import sqlalchemy as sa
-
 from indexing_task.spark import get_spark
 from overlord.cli.report import format_report
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
@@ -20,6 +18,7 @@ from overlord.query.engine import execute_sql
 from overlord.query.formats import format_table
 from overlord.supervisor.ranges import index_once
 from segment_store import create_schema
+from segment_store.database import metadata_engine
 from specs import load_example
 
 __all__ = ["run_demo"]
@@ -44,7 +43,7 @@ def run_demo(events: int = 200_000, partitions: int = 4) -> int:
         print(f"produced in {time.monotonic() - started:.1f}s")
 
         _step("starting Spark (local) and indexing once")
-        engine = sa.create_engine(stack.database_url)
+        engine = metadata_engine(stack.database_url)
         create_schema(engine)
         spark = get_spark(settings.spark_master)
         report = index_once(spark, engine, settings, spec)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 
-import sqlalchemy as sa
 import uvicorn
 
 from overlord.config import Settings
 from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
+from segment_store.database import metadata_engine
 
 __all__ = ["HTTP_DRAIN_S", "install_log_filter", "serve"]
 
@@ -43,7 +43,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
 
     secrets = SecretRegistry()
     install_log_filter(secrets)
-    engine = sa.create_engine(settings.database_url, pool_size=10, pool_pre_ping=True)
+    engine = metadata_engine(settings.database_url)
     spark = get_spark(settings.spark_master)
     overlord = Overlord(settings, engine, spark)
     started = False
