@@ -140,6 +140,9 @@ class KafkaTuningConfigSpec(SpecModel):
     """Log a message for each unparseable row."""
     report_parse_exceptions: bool = False
     """Deprecated: true means maxParseExceptions=0 and at most one saved parse exception."""
+    reset_offset_automatically: bool = False
+    """When committed offsets are no longer on the broker (retention): false makes the supervisor
+    unhealthy naming the gap; true moves them to the earliest offsets and records what was skipped."""
 
     @model_validator(mode="before")
     @classmethod

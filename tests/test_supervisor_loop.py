@@ -316,3 +316,46 @@ def test_a_task_cancelled_before_it_started_is_booked_as_failed(stack, engine, w
     sup.update_task_status()  # what Overlord.stop calls directly, outside run_once's error handling
     (booked,) = sup.recent_tasks
     assert booked.status == "FAILED" and "never started" in booked.detail
+
+
+def test_offsets_that_go_backwards_make_the_supervisor_unhealthy_naming_the_partition(
+        stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10), 1: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True, taskCount=2)
+    sup.run_once()
+    for task in runner.running():
+        finish(runner, task, really_publish=True, engine=engine)
+    world.marks = {0: (0, 10), 1: (0, 4)}  # topic recreated, or an unclean leader election lost records
+    for _ in range(POLICY.unhealthy_after):
+        sup.run_once()
+    assert sup.status.state == "UNHEALTHY_SUPERVISOR" and runner.running() == []
+    assert "partition 1: committed offset 10 is past the latest offset 4" in sup.status.recent_errors[0][1]
+
+
+def test_records_lost_to_retention_are_loud_by_default(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    finish(runner, runner.running()[0], really_publish=True, engine=engine)
+    world.marks = {0: (25, 40)}  # retention deleted [10, 25) before it was read
+    for _ in range(POLICY.unhealthy_after):
+        sup.run_once()
+    assert sup.status.state == "UNHEALTHY_SUPERVISOR" and runner.running() == []
+    assert "partition 0: records [10, 25) were deleted before they were indexed" in sup.status.recent_errors[0][1]
+    assert sup.status.committed == {0: 10}
+
+
+def test_reset_offset_automatically_skips_the_gap_and_says_exactly_what(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.spec = load_supervisor_spec({**sup.spec.to_druid_json(), "spec": {
+        **sup.spec.to_druid_json()["spec"],
+        "tuningConfig": {**sup.spec.to_druid_json()["spec"]["tuningConfig"], "resetOffsetAutomatically": True}}})
+    sup.run_once()
+    finish(runner, runner.running()[0], really_publish=True, engine=engine)
+    world.marks = {0: (25, 40)}
+    sup.run_once()
+    (task,) = runner.running()
+    assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 25}, {0: 40})
+    assert "skipped records [10, 25) of partition 0" in sup.status.recent_errors[0][1]
+    assert sup.status.healthy

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import topic_watermarks
 from overlord.config import Settings
+from overlord.errors import OverlordError
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.ranges import (
@@ -46,12 +47,16 @@ from overlord.supervisor.status import (
     SupervisorStatus,
 )
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets
+from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, reset_offsets
 from specs import SupervisorSpec
 
 __all__ = ["Supervisor", "SupervisorContext"]
 
 logger = logging.getLogger(__name__)
+
+
+class OffsetsOutOfRange(OverlordError):
+    """Committed offsets outside what the broker holds."""
 
 
 def _utc_now() -> datetime:
@@ -142,6 +147,7 @@ class Supervisor:
                 self.refresh_partitions()
                 self.update_task_status()
                 self.read_committed_offsets()
+                self.check_offsets_in_range()
                 if self.launching:
                     self.pin_initial_offsets()
                     self.create_new_tasks()
@@ -178,6 +184,36 @@ class Supervisor:
         """Read the committed offsets; refuse offsets of another topic (a reset is needed)."""
         self.stored = committed_offsets(self.ctx.engine, self.spec.datasource)
         committed_for(self.spec, self.stored)
+
+    def check_offsets_in_range(self) -> None:
+        """Committed offsets must lie within what the broker has; anything else is loud.
+
+        Past the latest offset (topic recreated, unclean leader election): an error naming the
+        partition. Before the earliest (records deleted by retention before they were read): an
+        error naming the gap, or with ``resetOffsetAutomatically`` a reset to the earliest
+        offsets that records exactly which records were skipped.
+        """
+        committed, backwards, lost = self.committed, [], {}
+        for p, (low, high) in self.watermarks.items():
+            if p not in committed:
+                continue
+            if committed[p] > high:
+                backwards.append(f"partition {p}: committed offset {committed[p]} is past the latest offset {high}")
+            elif committed[p] < low:
+                lost[p] = (committed[p], low)
+        if backwards:
+            raise OffsetsOutOfRange(f"{'; '.join(backwards)} (topic recreated or records lost on the broker?); "
+                                    "reset the supervisor's offsets to go on")
+        if not lost:
+            return
+        gaps = "; ".join(f"partition {p}: records [{start}, {low}) were deleted before they were indexed"
+                         for p, (start, low) in lost.items())
+        if not self.spec.spec.tuning_config.reset_offset_automatically:
+            raise OffsetsOutOfRange(f"{gaps}; reset the offsets, or set resetOffsetAutomatically to skip them")
+        self.stored = reset_offsets(self.ctx.engine, self.spec.datasource, {p: low for p, (_, low) in lost.items()})
+        self.record_error("resetOffsetAutomatically: " + "; ".join(
+            f"skipped records [{start}, {low}) of partition {p}" for p, (start, low) in lost.items()))
+        logger.warning("supervisor %s: %s; offsets reset to the earliest (resetOffsetAutomatically)", self.id, gaps)
 
     def pin_initial_offsets(self) -> None:
         """Commit where partitions seen for the first time start, before their first task."""
