@@ -190,7 +190,8 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: Any, deep_storage: str
                 details={"min_time": m["min_time"], "max_time": m["max_time"]}) for m in json.loads(row["segments"]))
             outcome = (SwapOutcome("retryable", row["error"]) if row["retryable"] else
                        swap_compacted(engine, CompactionSwap(datasource, start, end, read[0].version, read_ids,
-                                                             segments, job_id)))
+                                                             segments, job_id),
+                                      DeepStorage(deep_storage, storage_options)))
             if outcome.status == "retryable" and attempt < max_attempts:
                 retry.append((start, end))
                 continue

@@ -27,7 +27,7 @@ from indexing_task.ranges import plan_splits
 from indexing_task.reader import consumer_config
 from indexing_task.rollup import RollupSchema
 from indexing_task.worker import RESULT_DDL, TaskPayload, run_splits
-from segment_store import PublishOutcome, PublishRequest, SegmentDescriptor, publish
+from segment_store import DeepStorage, Offsets, PublishOutcome, PublishRequest, SegmentDescriptor, publish
 
 __all__ = ["IndexTaskRequest", "TaskReport", "run_index_task"]
 
@@ -130,8 +130,9 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     started = time.monotonic()
     outcome = publish(engine, PublishRequest(
         datasource=spec.datasource, topic=io.topic, task_id=request.task_id,
-        start_offsets=dict(request.start_offsets), end_offsets=dict(request.end_offsets),
-        initial_offsets=dict(request.initial_offsets), segments=segments, epoch=request.epoch))
+        start_offsets=Offsets(request.start_offsets), end_offsets=Offsets(request.end_offsets),
+        initial_offsets=Offsets(request.initial_offsets), segments=segments, epoch=request.epoch),
+        DeepStorage(request.deep_storage, dict(request.storage_options)))
     report = TaskReport(
         task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,
         end_offsets=request.end_offsets, records=records, rows_out=sum(r["rows_out"] for r in rows),

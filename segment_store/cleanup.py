@@ -10,9 +10,10 @@ Two sweeps per datasource, like Druid's kill task:
   swap may still read the replaced files.
 * **Orphans.** Files under ``{root}/{datasource}/`` in the segment layout
   (``{interval}/{attempt}/part-n.parquet``) that no segment row references and that are older
-  than the grace period. Files are listed *before* the rows are read, so a file published in
-  between is seen as referenced. The grace period must exceed the longest time between a task
-  (or compaction) writing a file and publishing it; a younger file is never touched.
+  than the grace period. They are checked against the rows and deleted under the datasource
+  lock that publishes take, and a publish checks its files exist under that lock: a file is
+  either referenced by a committed row (and kept) or gone before any row can reference it, so
+  a short grace period can cost a task a retry, never a published row without its file.
 
 A file referenced by a used row is never deleted. Nothing outside the segment layout is touched.
 """
@@ -29,6 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from segment_store.deep_storage import DeepStorage
+from segment_store.records import lock_offsets_row
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 
@@ -38,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 _LAYOUT = re.compile(r"\d{8}T\d{6}\.\d{3}Z_\d{8}T\d{6}\.\d{3}Z/[^/]+/part-\d+\.parquet")
 """A segment file's path below ``{root}/{datasource}/`` (see ``segment_file_path``)."""
+_ORPHAN_BATCH = 200
+"""Orphans deleted per hold of the datasource lock: short holds, so publishes wait little."""
 
 
 @dataclass(frozen=True)
@@ -115,17 +119,26 @@ def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cuto
     return [r.id for r in rows], sum(int(r.size_bytes) for r in rows)
 
 
+def _referenced(conn: sa.Connection, storage: DeepStorage, datasource: str) -> set[str]:
+    return {storage.fs._strip_protocol(p) for p in conn.execute(
+        sa.select(segments_t.c.path).where(segments_t.c.datasource == datasource)).scalars()}
+
+
 def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
                    dry_run: bool) -> tuple[list[str], int, int]:
-    """Delete layout files under the datasource's directory that no row references, older than ``cutoff``."""
+    """Delete layout files under the datasource's directory that no row references, older than ``cutoff``.
+
+    Candidates are listed without a lock; each batch is then checked and deleted under the
+    datasource lock that publishes take (which check their files exist under it), so a file
+    is either referenced by a committed row and kept, or deleted before any publish of it.
+    """
     fs = storage.fs
     prefix = fs._strip_protocol(f"{storage.root}/{datasource}").rstrip("/") + "/"
     listed: dict[str, dict[str, Any]] = fs.find(prefix, detail=True)  # listed first: see module doc
     with engine.connect() as conn:
-        referenced = {fs._strip_protocol(p) for p in conn.execute(
-            sa.select(segments_t.c.path).where(segments_t.c.datasource == datasource)).scalars()}
-    orphans: list[str] = []
-    young = size = 0
+        referenced = _referenced(conn, storage, datasource)
+    candidates: dict[str, int] = {}
+    young = 0
     for name, info in sorted(listed.items()):
         path = fs._strip_protocol(name)
         if not path.startswith(prefix) or not _LAYOUT.fullmatch(path[len(prefix):]) or path in referenced:
@@ -134,11 +147,18 @@ def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cut
         if modified is None or modified >= cutoff:
             young += 1
             continue
-        orphans.append(path)
-        size += int(info.get("size") or 0)
-    if not dry_run:
-        _delete_files(storage, orphans)
-    return orphans, young, size
+        candidates[path] = int(info.get("size") or 0)
+    if dry_run:
+        return list(candidates), young, sum(candidates.values())
+    orphans: list[str] = []
+    paths = list(candidates)
+    for start in range(0, len(paths), _ORPHAN_BATCH):
+        with engine.begin() as conn:
+            lock_offsets_row(conn, datasource, None)  # publishes of this datasource wait meanwhile
+            batch = [p for p in paths[start:start + _ORPHAN_BATCH] if p not in _referenced(conn, storage, datasource)]
+            _delete_files(storage, batch)
+        orphans += batch
+    return orphans, young, sum(candidates[p] for p in orphans)
 
 
 def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = None, *,

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import psycopg.errors
 import sqlalchemy as sa
 
+from segment_store.deep_storage import DeepStorage
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.records import lock_offsets_row
 from segment_store.schema import segments as segments_t
@@ -106,8 +107,12 @@ def _check(swap: CompactionSwap, rows: Sequence[Any]) -> tuple[SwapOutcome | Non
     return None, appended
 
 
-def _swap_in(conn: sa.Connection, swap: CompactionSwap) -> SwapOutcome:
+def _swap_in(conn: sa.Connection, swap: CompactionSwap, storage: DeepStorage | None) -> SwapOutcome:
     lock_offsets_row(conn, swap.datasource, topic=None)  # the publish transaction's lock
+    missing = [seg.path for seg in swap.segments if storage is not None and not storage.exists(seg.path)]
+    if missing:  # swept as orphans by cleanup before the swap took the lock: compact again
+        return SwapOutcome("retryable", f"datasource {swap.datasource!r} interval {swap.interval_label}: "
+                           f"compacted files missing (removed by cleanup?): {', '.join(missing[:3])}")
     s = segments_t.c
     rows = conn.execute(sa.select(s.id, s.version, s.partition_num, s.used).where(
         (s.datasource == swap.datasource) & (s.interval_start == swap.interval_start)
@@ -138,15 +143,17 @@ def _swap_in(conn: sa.Connection, swap: CompactionSwap) -> SwapOutcome:
     return SwapOutcome("ok", message, version, tuple(sorted(swap.input_ids)), tuple(appended))
 
 
-def swap_compacted(engine: sa.Engine, swap: CompactionSwap) -> SwapOutcome:
+def swap_compacted(engine: sa.Engine, swap: CompactionSwap, storage: DeepStorage | None = None) -> SwapOutcome:
     """Swap the compacted segments in for the ones compaction read, atomically, or change nothing.
+
+    With ``storage``, the compacted files must still exist once the lock is held (see cleanup).
 
     Blocks while a publish (or another swap, or a reset) of the same datasource holds its lock.
     """
     with engine.connect().execution_options(isolation_level="READ COMMITTED") as conn:
         with conn.begin() as tx:
             try:
-                outcome = _swap_in(conn, swap)
+                outcome = _swap_in(conn, swap, storage)
             except sa.exc.IntegrityError as exc:
                 if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
                     raise

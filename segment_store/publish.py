@@ -26,6 +26,7 @@ import psycopg.errors
 import sqlalchemy as sa
 
 from segment_store.database import is_bounded_wait_timeout
+from segment_store.deep_storage import DeepStorage
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.offsets import OffsetRange, Offsets
 from segment_store.records import CommittedOffsets, lock_offsets_row
@@ -210,7 +211,7 @@ def _last_slot(conn: sa.Connection, datasource: str, start: Any, end: Any) -> tu
     return int(version), -1 if last is None else int(last)
 
 
-def _publish_in(conn: sa.Connection, request: PublishRequest) -> PublishOutcome:
+def _publish_in(conn: sa.Connection, request: PublishRequest, storage: DeepStorage | None) -> PublishOutcome:
     found = lock_offsets_row(conn, request.datasource, request.topic)
     requirements: tuple[Requirement, ...] = (
         AssertEpoch(request.datasource, request.epoch),
@@ -221,6 +222,10 @@ def _publish_in(conn: sa.Connection, request: PublishRequest) -> PublishOutcome:
         refused = requirement.validate(found)
         if refused is not None:
             return refused
+    missing = [seg.path for seg in request.segments if storage is not None and not storage.exists(seg.path)]
+    if missing:  # cleanup swept them as orphans before this publish took the lock
+        return PublishOutcome("fatal", f"datasource {request.datasource!r}: segment files missing (removed "
+                              f"by cleanup?): {', '.join(missing[:3])}", found.offsets)
     merged = found.offsets.merged(request.end_offsets)
     conn.execute(offsets_t.update().where(offsets_t.c.datasource == request.datasource).values(
         topic=request.topic, offsets=merged.to_json(), version=offsets_t.c.version + 1, updated_at=sa.func.now()))
@@ -235,8 +240,12 @@ def _publish_in(conn: sa.Connection, request: PublishRequest) -> PublishOutcome:
                           "segment(s)", merged)
 
 
-def publish(engine: sa.Engine, request: PublishRequest) -> PublishOutcome:
+def publish(engine: sa.Engine, request: PublishRequest, storage: DeepStorage | None = None) -> PublishOutcome:
     """Commit the request's segments and end offsets atomically, or nothing at all.
+
+    With ``storage``, the segment files must still exist once the lock is held: cleanup's
+    orphan sweep deletes under the same lock, so a published row never points at a file it
+    removed.
 
     Waits while another publish (or compaction swap, or reset) of the same datasource holds
     its offsets row, as long as the engine's lock timeout allows (:func:`metadata_engine`);
@@ -246,7 +255,7 @@ def publish(engine: sa.Engine, request: PublishRequest) -> PublishOutcome:
     try:
         with engine.connect().execution_options(isolation_level="READ COMMITTED") as conn:
             with conn.begin() as tx:
-                outcome = _publish_in(conn, request)
+                outcome = _publish_in(conn, request, storage)
                 if not outcome.ok:
                     tx.rollback()
     except sa.exc.OperationalError as exc:
