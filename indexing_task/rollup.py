@@ -228,37 +228,37 @@ class Rollup:
         fields = [s.timestamp_column, *(d.name for d in s.dimensions),
                   *(m.field for m in s.metrics if m.field is not None)]
         paths = ", ".join(_lit('$."' + f.replace("\\", "\\\\").replace('"', '\\"') + '"') for f in fields)
-        ts_text = "f[1]" if s.missing_timestamp is None else f"coalesce(f[1], {_lit(s.missing_timestamp)})"
+        ts_text = "__f[1]" if s.missing_timestamp is None else f"coalesce(__f[1], {_lit(s.missing_timestamp)})"
         typed = [f"{_timestamp_sql(ts_text, s.timestamp_format)} AS __t"]
         checks: list[str] = []
         n = 2
         for d in s.dimensions:
-            typed.append(f"{_cast(f'f[{n}]', _SQL_TYPES[d.type])} AS {_q(d.name)}")
+            typed.append(f"{_cast(f'__f[{n}]', _SQL_TYPES[d.type])} AS {_q(d.name)}")
             if d.type != "string":
-                checks.append(f"WHEN f[{n}] IS NOT NULL AND {_q(d.name)} IS NULL "
+                checks.append(f"WHEN __f[{n}] IS NOT NULL AND {_q(d.name)} IS NULL "
                               f"THEN {_lit('wrong type for ' + d.name + ' (' + d.type + ')')}")
             n += 1
         for i, m in enumerate(s.metrics):
             if m.field is None:
                 continue
-            typed.append(f"{_cast(f'f[{n}]', _SQL_TYPES[m.type])} AS __m{i}")
-            checks.append(f"WHEN f[{n}] IS NOT NULL AND __m{i} IS NULL "
+            typed.append(f"{_cast(f'__f[{n}]', _SQL_TYPES[m.type])} AS __m{i}")
+            checks.append(f"WHEN __f[{n}] IS NOT NULL AND __m{i} IS NULL "
                           f"THEN {_lit('wrong type for ' + m.field + ' (' + m.type + ')')}")
             n += 1
         columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
         seg = s.segment_granularity.start_sql("__t")
         return f"""
-            WITH src AS (SELECT __i, raw IS NULL AS is_null, try(decode(raw)) AS s FROM batch),
-            obj AS (SELECT __i, is_null, s, coalesce(json_valid(s), false) AS valid,
-                           coalesce(json_valid(s) AND starts_with(ltrim(s), '{{'), false) AS ok FROM src),
-            ext AS (SELECT __i, is_null, s, valid, ok,
-                           CASE WHEN ok THEN json_extract_string(s, [{paths}]) END AS f FROM obj),
-            typed AS (SELECT __i, is_null, s, valid, ok, f, {", ".join(typed)} FROM ext)
+            WITH src AS (SELECT __i, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
+            obj AS (SELECT __i, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
+                           coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
+            ext AS (SELECT __i, __is_null, __s, __valid, __ok,
+                           CASE WHEN __ok THEN json_extract_string(__s, [{paths}]) END AS __f FROM obj),
+            typed AS (SELECT __i, __is_null, __s, __valid, __ok, __f, {", ".join(typed)} FROM ext)
             SELECT __i,
-                CASE WHEN is_null THEN 'null value'
-                     WHEN s IS NULL THEN 'not valid UTF-8'
-                     WHEN NOT valid THEN 'invalid JSON'
-                     WHEN NOT ok THEN 'not a JSON object'
+                CASE WHEN __is_null THEN 'null value'
+                     WHEN __s IS NULL THEN 'not valid UTF-8'
+                     WHEN NOT __valid THEN 'invalid JSON'
+                     WHEN NOT __ok THEN 'not a JSON object'
                      WHEN {ts_text} IS NULL THEN 'missing timestamp'
                      WHEN __t IS NULL THEN 'invalid timestamp'
                      {" ".join(checks)}
@@ -311,7 +311,7 @@ class Rollup:
     def parse(self, values: list[bytes | None]) -> ParsedBatch:
         """Parse and roll up one batch of record values (``None`` for a null value), in one pass."""
         raw = pa.array(values, type=pa.binary())
-        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "raw": raw})
+        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "__raw": raw})
         self._con.register("batch", batch)
         try:
             out = self._con.sql(self._parse_query).to_arrow_table()

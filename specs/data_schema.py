@@ -111,6 +111,14 @@ class TimestampSpec(SpecModel):
         return lowered
 
 
+def _not_reserved(name: str) -> str:
+    """Refuse column names the segment schema keeps for itself (``__time`` and any ``__`` prefix)."""
+    if name.startswith("__"):
+        raise SpecError.at("", f"{name!r} is reserved: names starting with '__' (such as __time) are "
+                               "the segment schema's own columns")
+    return name
+
+
 class DimensionSpec(SpecModel):
     """One dimension; a bare string in the JSON means a string dimension of that name."""
 
@@ -118,6 +126,8 @@ class DimensionSpec(SpecModel):
     """Name of the dimension, read from the input field of the same name."""
     type: DimensionType = "string"
     """Column type: string, long, float or double."""
+
+    _reserved = field_validator("name")(_not_reserved)
 
     @model_validator(mode="before")
     @classmethod
@@ -161,6 +171,8 @@ class MetricSpec(SpecModel):
     """Output column name of the aggregator."""
     field_name: str | None = Field(default=None, min_length=1)
     """Input field to aggregate (not used by count)."""
+
+    _reserved = field_validator("name")(_not_reserved)
 
     @field_validator("type", mode="before")
     @classmethod
