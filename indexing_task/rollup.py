@@ -24,6 +24,10 @@ __all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupS
 
 SEGMENT_START = "__segment_start"
 TIME = "__time"
+MIN_TIME = datetime(1000, 1, 1, tzinfo=UTC)
+MAX_TIME = datetime(3000, 1, 1, tzinfo=UTC)
+"""Event times outside ``[MIN_TIME, MAX_TIME)`` (UTC) are unparseable: the range every granularity's
+buckets, Arrow, Parquet and Python's datetime all hold (``ALL`` granularity's interval)."""
 _STATUS_KEYS = ("__status", "CASE WHEN __status = 1 THEN __i END AS __bad_i",
                 "CASE WHEN __status = 1 THEN __reason END AS __reason")
 _AUX_COLUMNS = ["__status", "__bad_i", "__reason", "__n"]
@@ -62,7 +66,7 @@ class TimeBucket:
         if self.kind == "none":
             return f"epoch_ms(epoch_ms({t}))"  # keep millisecond precision, as Druid does
         if self.kind == "all":
-            return "TIMESTAMP '1000-01-01'"
+            return f"TIMESTAMP '{MIN_TIME:%Y-%m-%d}'"
         if self.months:
             return f"time_bucket(INTERVAL {self.months} MONTH, {t}, DATE '2000-01-01')"
         if self.days:
@@ -113,7 +117,7 @@ class RollupSchema:
     def segment_end_sql(self, start: str) -> str:
         g = self.segment_granularity
         if g.kind == "all":
-            return "TIMESTAMP '3000-01-01'"
+            return f"TIMESTAMP '{MAX_TIME:%Y-%m-%d}'"
         if g.months:
             return f"{start} + INTERVAL {g.months} MONTH"
         if g.days:
@@ -147,6 +151,11 @@ def _cast(text: str, sql_type: str) -> str:
                 f"THEN try_cast(trunc(try_cast({text} AS DOUBLE)) AS BIGINT) "
                 f"ELSE try_cast({text} AS BIGINT) END")
     return f"try_cast({text} AS {sql_type})"
+
+
+def _wrapped_long(expr: str) -> str:
+    """A sum as a 64-bit long that wraps around on overflow, as Druid's (Java's) long sums do."""
+    return f"(((({expr})::HUGEINT + {2**63}) % {2**64} + {2**64}) % {2**64} - {2**63})"
 
 
 def _text(value: bytes | None) -> str:
@@ -261,6 +270,10 @@ class Rollup:
                      WHEN NOT __ok THEN 'not a JSON object'
                      WHEN {ts_text} IS NULL THEN 'missing timestamp'
                      WHEN __t IS NULL THEN 'invalid timestamp'
+                     WHEN __t = TIMESTAMP '1970-01-01' AND NOT ascii(ltrim({ts_text})) BETWEEN 48 AND 57
+                         THEN 'invalid timestamp'
+                     WHEN NOT (__t >= TIMESTAMP '{MIN_TIME:%Y-%m-%d}' AND __t < TIMESTAMP '{MAX_TIME:%Y-%m-%d}')
+                         THEN {_lit(f"timestamp out of range (supported: {MIN_TIME:%Y-%m-%d} to {MAX_TIME:%Y-%m-%d})")}
                      {" ".join(checks)}
                 END AS __reason,
                 {s.query_granularity.start_sql("__t")} AS {TIME},
@@ -298,6 +311,8 @@ class Rollup:
                 sql_type = "BIGINT"
             elif m.kind == "sum":
                 expr = f"coalesce(sum({col}), 0)" if (s.rollup or combine) else f"coalesce({col}, 0)"
+                if sql_type == "BIGINT":
+                    expr = _wrapped_long(expr)
             else:
                 expr = f"{m.kind}({col})" if (s.rollup or combine) else col
             aggs.append(f"CAST({expr} AS {sql_type}) AS {_q(m.name)}")
