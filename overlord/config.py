@@ -1,53 +1,67 @@
-"""Service settings, read from the environment (production) or handed over by the dev stack."""
+"""Service settings: environment variables ``OVERLORD_*`` (production) or keyword arguments (dev stack, tests).
+
+Every setting is declared once here, with its variable, default and meaning; the README's
+configuration table is generated from these declarations (:func:`settings_table`, checked by
+a test).
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "settings_table"]
+
+ENV_PREFIX = "OVERLORD_"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Where the overlord finds Kafka, PostgreSQL, deep storage and Spark.
+class Settings(BaseSettings):
+    """Where the overlord finds Kafka, PostgreSQL, deep storage and Spark, and its limits."""
 
-    ``kafka_bootstrap_servers`` is used when a spec's consumerProperties has no
-    ``bootstrap.servers`` of its own.
-    """
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
 
-    database_url: str
-    deep_storage: str = "./deep-storage"
-    kafka_bootstrap_servers: str | None = None
-    spark_master: str = "local[*]"
-    query_max_rows: int = 100_000
-    """The most rows a SQL result may have (a bigger one gets a 400 naming the limit)."""
+    database_url: str = Field(
+        min_length=1, description="SQLAlchemy URL of the metadata store, e.g. "
+        "`postgresql+psycopg://user:pw@db:5432/indexer`")
+    deep_storage: str = Field(
+        default="./deep-storage", description="segment root: a local directory or `s3://bucket/prefix` (s3fs; "
+        "credentials and `AWS_ENDPOINT_URL` for S3-compatible stores from the usual AWS environment, set before "
+        "the overlord starts: Spark's workers inherit it)")
+    kafka_bootstrap_servers: str | None = Field(
+        default=None, description="Kafka brokers, used when a spec's `consumerProperties` has no "
+        "`bootstrap.servers`")
+    spark_master: str = Field(default="local[*]", description="`local[*]`, `spark://host:7077`, `k8s://...`, `yarn`")
+    query_max_rows: int = Field(
+        default=100_000, ge=1, description="the most rows a SQL result may have; a bigger one is refused with a "
+        "400 (the result is built in the overlord's memory). Druid's `context.sqlOuterLimit` cuts a result to its "
+        "first rows instead")
+    task_slots: int = Field(
+        default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
+        "session; more wait for a slot (their `completionTimeout` starts when they run)")
+    task_max_records: int = Field(
+        default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
+        "by a sequence of tasks, each well inside `completionTimeout`")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        url = env.get("OVERLORD_DATABASE_URL")
-        if not url:
-            raise SystemExit("OVERLORD_DATABASE_URL is not set (e.g. postgresql+psycopg://user:pw@host/db); "
-                             "`overlord dev up` prints the settings of an embedded stack")
-        return cls(
-            database_url=url,
-            deep_storage=env.get("OVERLORD_DEEP_STORAGE", cls.deep_storage),
-            kafka_bootstrap_servers=env.get("OVERLORD_KAFKA_BOOTSTRAP_SERVERS"),
-            spark_master=env.get("OVERLORD_SPARK_MASTER", cls.spark_master),
-            query_max_rows=_positive_int(env, "OVERLORD_QUERY_MAX_ROWS", cls.query_max_rows),
-        )
+    def from_env(cls) -> Settings:
+        """The settings from the environment; exits with a message naming the variable if one is bad."""
+        try:
+            return cls()
+        except ValidationError as exc:
+            problems = "; ".join(f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {_message(e)}" for e in exc.errors())
+            raise SystemExit(f"invalid settings: {problems} (`overlord dev up` prints the settings of an "
+                             "embedded stack)") from None
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise SystemExit(f"{name} must be a positive integer, got {text!r}")
-    return value
+def _message(error: object) -> str:
+    kind, msg = error["type"], error["msg"]  # type: ignore[index]
+    return "is not set" if kind == "missing" else str(msg).lower()
+
+
+def settings_table() -> str:
+    """The README's configuration table (Markdown), from the declarations above."""
+    rows = ["| variable | meaning | default |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "required" if field.is_required() else ("none" if field.default is None else f"`{field.default}`")
+        rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {field.description} | {default} |")
+    return "\n".join(rows)

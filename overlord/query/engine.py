@@ -39,7 +39,7 @@ __all__ = ["SqlQuery", "execute_sql", "run_sql"]
 
 logger = logging.getLogger(__name__)
 
-MAX_ROWS = Settings.query_max_rows
+MAX_ROWS: int = Settings.model_fields["query_max_rows"].default
 """Default cap on a result's rows (``OVERLORD_QUERY_MAX_ROWS``)."""
 
 

@@ -49,9 +49,9 @@ class Overlord:
         self.settings = settings
         self.engine = engine
         self.store = MetadataStore(engine)
-        self.runner = TaskRunner(spark, engine)
+        self.runner = TaskRunner(spark, engine, settings.task_slots)
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
-                                         policy or SupervisorPolicy())
+                                         policy or SupervisorPolicy(max_records_per_task=settings.task_max_records))
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()

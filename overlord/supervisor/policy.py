@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from overlord.config import Settings
+
 __all__ = ["SupervisorPolicy"]
 
 
@@ -19,7 +21,7 @@ class SupervisorPolicy:
     """... up to this cap."""
     idle_poll_s: float = 1.0
     """How often a supervisor with no task in flight looks at its topic again (besides ``period``)."""
-    max_records_per_task: int = 5_000_000
+    max_records_per_task: int = Settings.model_fields["task_max_records"].default
     """The most offsets one task reads (over all its partitions): a backlog is worked off by a
     sequence of tasks, each well inside ``completionTimeout``, instead of ever larger retries."""
 

@@ -1,0 +1,42 @@
+"""Settings come from OVERLORD_* variables, bad ones name the variable, and the README's table is the code's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from overlord.config import Settings, settings_table
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_configuration_table_is_generated_from_the_settings() -> None:
+    assert settings_table() in README.read_text(), "regenerate the README table with overlord.config.settings_table()"
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OVERLORD_DATABASE_URL", "postgresql+psycopg://u@db/x")
+    monkeypatch.setenv("OVERLORD_TASK_SLOTS", "3")
+    settings = Settings.from_env()
+    assert (settings.database_url, settings.task_slots, settings.deep_storage) == (
+        "postgresql+psycopg://u@db/x", 3, "./deep-storage")
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({}, "OVERLORD_DATABASE_URL: is not set"),
+    ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_QUERY_MAX_ROWS": "0"}, "OVERLORD_QUERY_MAX_ROWS: input should be"),
+    ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_TASK_SLOTS": "many"}, "OVERLORD_TASK_SLOTS: input should be"),
+])
+def test_a_bad_setting_exits_naming_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                                 message: str) -> None:
+    monkeypatch.delenv("OVERLORD_DATABASE_URL", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SystemExit, match=message):
+        Settings.from_env()
+
+
+def test_keyword_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OVERLORD_DEEP_STORAGE", "s3://from-env")
+    assert Settings(database_url="x", deep_storage="/given").deep_storage == "/given"
