@@ -26,6 +26,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize(("env", "message"), [
     ({}, "OVERLORD_DATABASE_URL: is not set"),
     ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_QUERY_MAX_ROWS": "0"}, "OVERLORD_QUERY_MAX_ROWS: input should be"),
+    ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_QUERY_MAX_ROWS": "-3"}, "OVERLORD_QUERY_MAX_ROWS: input should be"),
     ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_TASK_SLOTS": "many"}, "OVERLORD_TASK_SLOTS: input should be"),
 ])
 def test_a_bad_setting_exits_naming_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],

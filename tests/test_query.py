@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from overlord.cli.main import _parser
-from overlord.config import Settings
 from overlord.query.engine import SqlQuery, execute_sql, run_sql
 from overlord.query.errors import QueryError
 from segment_store.schema import segments as segment_status
@@ -164,15 +163,6 @@ def test_results_are_capped_and_sql_outer_limit_cuts_them(spark, engine, publish
     for bad in (-1, "5", 2.5, True):
         with pytest.raises(QueryError, match="context.sqlOuterLimit"):
             outer(bad).run(spark, engine)
-
-
-def test_the_row_cap_comes_from_the_environment():
-    env = {"OVERLORD_DATABASE_URL": "postgresql+psycopg://u@h/db"}
-    assert Settings.from_env(env).query_max_rows == 100_000
-    assert Settings.from_env({**env, "OVERLORD_QUERY_MAX_ROWS": "250"}).query_max_rows == 250
-    for bad in ("0", "-3", "many"):
-        with pytest.raises(SystemExit, match="OVERLORD_QUERY_MAX_ROWS must be a positive integer"):
-            Settings.from_env({**env, "OVERLORD_QUERY_MAX_ROWS": bad})
 
 
 def test_the_fsspec_segment_source_reads_every_file_and_fills_missing_columns(spark, tmp_path):
