@@ -13,19 +13,22 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "TimeBucket"]
+from specs import DataSchemaSpec
+from specs.granularity import ALL_END, ALL_START, Granularity
+
+__all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "bucket_end_sql",
+           "bucket_start_sql"]
 
 SEGMENT_START = "__segment_start"
 TIME = "__time"
-MIN_TIME = datetime(1000, 1, 1, tzinfo=UTC)
-MAX_TIME = datetime(3000, 1, 1, tzinfo=UTC)
+MIN_TIME, MAX_TIME = ALL_START, ALL_END
 """Event times outside ``[MIN_TIME, MAX_TIME)`` (UTC) are unparseable: the range every granularity's
 buckets, Arrow, Parquet and Python's datetime all hold (``ALL`` granularity's interval)."""
 _STATUS_KEYS = ("__status", "CASE WHEN __status = 1 THEN __i END AS __bad_i",
@@ -53,26 +56,33 @@ class Metric:
     type: Literal["long", "float", "double"] = "long"
 
 
-@dataclass(frozen=True)
-class TimeBucket:
-    """A granularity as DuckDB sees it: none, all, or one of months / days / millis."""
+def bucket_start_sql(granularity: Granularity, t: str) -> str:
+    """DuckDB SQL for the start of the bucket holding timestamp ``t`` (the rule of ``Granularity.truncate``)."""
+    g = granularity
+    if g.kind == "none":
+        return f"epoch_ms(epoch_ms({t}))"  # keep millisecond precision, as Druid does
+    if g.kind == "all":
+        return f"TIMESTAMP '{ALL_START:%Y-%m-%d}'"
+    origin = f"TIMESTAMP '{g.origin:%Y-%m-%d}'"
+    if g.months:
+        return f"time_bucket(INTERVAL {g.months} MONTH, {t}, {origin})"
+    if g.days:
+        return f"time_bucket(INTERVAL {g.days} DAY, {t}, {origin})"
+    return f"time_bucket(to_milliseconds({g.millis}), {t}, {origin})"
 
-    kind: Literal["none", "all", "period"]
-    months: int = 0
-    days: int = 0
-    millis: int = 0
 
-    def start_sql(self, t: str) -> str:
-        if self.kind == "none":
-            return f"epoch_ms(epoch_ms({t}))"  # keep millisecond precision, as Druid does
-        if self.kind == "all":
-            return f"TIMESTAMP '{MIN_TIME:%Y-%m-%d}'"
-        if self.months:
-            return f"time_bucket(INTERVAL {self.months} MONTH, {t}, DATE '2000-01-01')"
-        if self.days:
-            origin = "1970-01-05" if self.days % 7 == 0 else "1970-01-01"  # ISO weeks start Monday
-            return f"time_bucket(INTERVAL {self.days} DAY, {t}, TIMESTAMP '{origin}')"
-        return f"time_bucket(to_milliseconds({self.millis}), {t}, TIMESTAMP '1970-01-01')"
+def bucket_end_sql(granularity: Granularity, start: str) -> str:
+    """DuckDB SQL for the exclusive end of the bucket starting at ``start`` (``Granularity.bucket_end``)."""
+    g = granularity
+    if g.kind == "all":
+        return f"TIMESTAMP '{ALL_END:%Y-%m-%d}'"
+    if g.kind == "none":
+        return f"{start} + INTERVAL 1 MILLISECOND"
+    if g.months:
+        return f"{start} + INTERVAL {g.months} MONTH"
+    if g.days:
+        return f"{start} + INTERVAL {g.days} DAY"
+    return f"{start} + to_milliseconds({g.millis})"
 
 
 @dataclass(frozen=True)
@@ -83,18 +93,14 @@ class RollupSchema:
     timestamp_format: str
     dimensions: tuple[Dimension, ...]
     metrics: tuple[Metric, ...]
-    query_granularity: TimeBucket
-    segment_granularity: TimeBucket
+    query_granularity: Granularity
+    segment_granularity: Granularity
     rollup: bool = True
     missing_timestamp: str | None = None
 
     @classmethod
-    def from_spec(cls, data_schema: Any) -> RollupSchema:
+    def from_spec(cls, data_schema: DataSchemaSpec) -> RollupSchema:
         """Build from a ``specs.DataSchemaSpec``."""
-        def bucket(g: Any) -> TimeBucket:
-            return TimeBucket(g.kind, getattr(g, "months", 0) or 0, getattr(g, "days", 0) or 0,
-                              getattr(g, "millis", 0) or 0)
-
         ts = data_schema.timestamp_spec
         gran = data_schema.granularity_spec
         missing = ts.missing_value
@@ -104,8 +110,8 @@ class RollupSchema:
             dimensions=tuple(Dimension(d.name, d.type) for d in data_schema.dimensions_spec.dimensions),
             metrics=tuple(Metric(m.name, m.kind, m.field_name, _metric_type(m.type))
                           for m in data_schema.metrics_spec),
-            query_granularity=bucket(gran.query_granularity),
-            segment_granularity=bucket(gran.segment_granularity),
+            query_granularity=gran.query_granularity,
+            segment_granularity=gran.segment_granularity,
             rollup=gran.rollup,
             missing_timestamp=missing.isoformat() if isinstance(missing, datetime) else missing,
         )
@@ -113,16 +119,6 @@ class RollupSchema:
     @property
     def output_columns(self) -> list[str]:
         return [TIME, *(d.name for d in self.dimensions), *(m.name for m in self.metrics)]
-
-    def segment_end_sql(self, start: str) -> str:
-        g = self.segment_granularity
-        if g.kind == "all":
-            return f"TIMESTAMP '{MAX_TIME:%Y-%m-%d}'"
-        if g.months:
-            return f"{start} + INTERVAL {g.months} MONTH"
-        if g.days:
-            return f"{start} + INTERVAL {g.days} DAY"
-        return f"{start} + to_milliseconds({g.millis})"
 
 
 def _metric_type(druid_type: str) -> Literal["long", "float", "double"]:
@@ -255,7 +251,7 @@ class Rollup:
                           f"THEN {_lit('wrong type for ' + m.field + ' (' + m.type + ')')}")
             n += 1
         columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
-        seg = s.segment_granularity.start_sql("__t")
+        seg = bucket_start_sql(s.segment_granularity, "__t")
         return f"""
             WITH src AS (SELECT __i, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
             obj AS (SELECT __i, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
@@ -276,7 +272,7 @@ class Rollup:
                          THEN {_lit(f"timestamp out of range (supported: {MIN_TIME:%Y-%m-%d} to {MAX_TIME:%Y-%m-%d})")}
                      {" ".join(checks)}
                 END AS __reason,
-                {s.query_granularity.start_sql("__t")} AS {TIME},
+                {bucket_start_sql(s.query_granularity, "__t")} AS {TIME},
                 {seg} AS {SEGMENT_START}
                 {"".join(", " + c for c in columns)}
             FROM typed"""
@@ -352,7 +348,7 @@ class Rollup:
         gives byte-identical files; ``__time`` is UTC milliseconds, as Druid keeps it.
         """
         columns = ", ".join(_q(c) for c in self.schema.output_columns)
-        end = self.schema.segment_end_sql(SEGMENT_START)
+        end = bucket_end_sql(self.schema.segment_granularity, SEGMENT_START)
         self._con.register("rows", rows)
         try:
             intervals = self._con.execute(

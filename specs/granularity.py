@@ -211,6 +211,17 @@ class Granularity:
 
     # ----------------------------------------------------------------- bucketing
 
+    @property
+    def origin(self) -> datetime:
+        """Where a period's buckets are counted from.
+
+        Months from January 1970, weeks from the first Monday (1970-01-05), days and smaller
+        units from the epoch.
+        """
+        if self.days and self.days % 7 == 0:
+            return datetime(_FIRST_MONDAY.year, _FIRST_MONDAY.month, _FIRST_MONDAY.day, tzinfo=UTC)
+        return _EPOCH
+
     def truncate(self, dt: datetime) -> datetime:
         """Start of the bucket holding ``dt`` (a timezone-aware datetime; the result is in UTC)."""
         if dt.tzinfo is None:
@@ -225,7 +236,7 @@ class Granularity:
             index -= index % self.months
             return datetime(1970 + index // 12, index % 12 + 1, 1, tzinfo=UTC)
         if self.days:
-            origin = _FIRST_MONDAY if self.days % 7 == 0 else _EPOCH.date()
+            origin = self.origin.date()
             offset = (dt.date() - origin).days
             start = origin + timedelta(days=offset - offset % self.days)
             return datetime(start.year, start.month, start.day, tzinfo=UTC)
