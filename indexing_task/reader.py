@@ -43,21 +43,7 @@ def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> di
 
 def _first_at_or_after(messages: list[Message], end: int) -> int:
     """Index of the first message whose offset is >= end (offsets rise within a partition)."""
-    offsets = _OffsetView(messages)
-    return bisect.bisect_left(offsets, end)
-
-
-class _OffsetView:
-    """A read-only sequence of message offsets for ``bisect``, without building a list."""
-
-    def __init__(self, messages: list[Message]) -> None:
-        self._messages = messages
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    def __getitem__(self, i: int) -> int:
-        return _offset(self._messages[i])
+    return bisect.bisect_left(messages, end, key=_offset)
 
 
 def _offset(message: Message) -> int:
