@@ -8,12 +8,10 @@ files are orphans for the cleanup job.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -25,16 +23,18 @@ from pyspark.sql import SparkSession
 from indexing_task.errors import TaskStopped, TooManyParseErrors
 from indexing_task.ranges import plan_splits
 from indexing_task.reader import consumer_config
+from indexing_task.results import RESULT_DDL, WorkerResult, read_results
 from indexing_task.rollup import RollupSchema
-from indexing_task.worker import RESULT_DDL, TaskPayload, run_splits
+from indexing_task.worker import TaskPayload, run_splits
 from segment_store import DeepStorage, Offsets, PublishOutcome, PublishRequest, SegmentDescriptor, publish
+from specs import SupervisorSpec
 
 __all__ = ["IndexTaskRequest", "TaskReport", "run_index_task"]
 
 logger = logging.getLogger(__name__)
 
-_PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("OVERLORD_TEST_PAUSE_BEFORE_PUBLISH_S", "0"))
-"""Fault-injection hook for the crash tests; never set in production."""
+BeforePublish = Callable[["IndexTaskRequest"], None]
+"""A hook run after a task's files are written and before it publishes (fault-injection tests)."""
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,10 @@ class IndexTaskRequest:
     """A task: a supervisor spec and the exact ranges ``[start, end)`` it must index."""
 
     task_id: str
-    spec: Any  # specs.SupervisorSpec
-    start_offsets: Mapping[int, int]
-    end_offsets: Mapping[int, int]
-    initial_offsets: Mapping[int, int]
+    spec: SupervisorSpec
+    start_offsets: Offsets
+    end_offsets: Offsets
+    initial_offsets: Offsets
     deep_storage: str
     generation: int = 0
     """The committed-offsets version the task was planned against (part of its segment ids)."""
@@ -56,6 +56,10 @@ class IndexTaskRequest:
     min_time: datetime | None = None
     max_time: datetime | None = None
     min_split_records: int = 50_000
+
+    def __post_init__(self) -> None:
+        for name in ("start_offsets", "end_offsets", "initial_offsets"):
+            object.__setattr__(self, name, Offsets(getattr(self, name)))
 
 
 @dataclass(frozen=True)
@@ -82,10 +86,11 @@ class TaskReport:
 
 
 def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskRequest,
-                   stop: threading.Event | None = None) -> TaskReport:
+                   stop: threading.Event | None = None, before_publish: BeforePublish | None = None) -> TaskReport:
     """Index the request's ranges and publish them. Raises on a failed job or too many bad records.
 
-    A set ``stop`` event (shutdown, reset) makes the task raise :class:`TaskStopped` instead of publishing.
+    A set ``stop`` event (shutdown, reset) makes the task raise :class:`TaskStopped` instead of
+    publishing. ``before_publish`` runs between writing the files and publishing.
     """
     spec = request.spec
     data_schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
@@ -106,37 +111,37 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
                 io.topic, dict(request.start_offsets), dict(request.end_offsets), len(splits))
     started = time.monotonic()
-    rows: list[Any] = []
+    results: list[WorkerResult] = []
     if splits:
         spark.sparkContext.setJobDescription(f"index {spec.datasource} task {request.task_id}")
         job = spark.range(0, len(splits), 1, len(splits)).mapInArrow(partial(run_splits, payload), RESULT_DDL)
-        rows = job.collect()
+        results = read_results(job.collect())
     index_seconds = time.monotonic() - started
 
-    records = sum(r["records"] for r in rows)
-    unparseable = sum(r["unparseable"] for r in rows)
-    samples = tuple(s for r in rows for s in json.loads(r["bad_samples"]))
+    records = sum(r.records for r in results)
+    unparseable = sum(r.unparseable for r in results)
+    samples = tuple(s for r in results for s in r.bad_samples)
     limit = tuning.max_parse_exceptions
     if limit is not None and unparseable > limit:
         raise TooManyParseErrors(
             f"task {request.task_id}: {unparseable} unparseable records, maxParseExceptions is {limit}; "
             f"first: {samples[:3]}")
-    segments = tuple(_descriptor(spec.datasource, s) for r in rows for s in json.loads(r["segments"]))
-    if _PAUSE_BEFORE_PUBLISH_S:
-        time.sleep(_PAUSE_BEFORE_PUBLISH_S)  # crash tests kill the process here: files written, not published
+    segments = tuple(s.descriptor(spec.datasource) for r in results for s in r.segments)
+    if before_publish is not None:
+        before_publish(request)
     if stop is not None and stop.is_set():
         raise TaskStopped(f"task {request.task_id} was stopped before publishing; nothing was published")
 
     started = time.monotonic()
     outcome = publish(engine, PublishRequest(
         datasource=spec.datasource, topic=io.topic, task_id=request.task_id,
-        start_offsets=Offsets(request.start_offsets), end_offsets=Offsets(request.end_offsets),
-        initial_offsets=Offsets(request.initial_offsets), segments=segments, epoch=request.epoch),
+        start_offsets=request.start_offsets, end_offsets=request.end_offsets,
+        initial_offsets=request.initial_offsets, segments=segments, epoch=request.epoch),
         DeepStorage(request.deep_storage, dict(request.storage_options)))
     report = TaskReport(
         task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,
-        end_offsets=request.end_offsets, records=records, rows_out=sum(r["rows_out"] for r in rows),
-        unparseable=unparseable, thrown_away=sum(r["thrown_away"] for r in rows), segments=segments,
+        end_offsets=request.end_offsets, records=records, rows_out=sum(r.rows_out for r in results),
+        unparseable=unparseable, thrown_away=sum(r.thrown_away for r in results), segments=segments,
         bad_samples=samples[:max(tuning.max_saved_parse_exceptions, 5)], outcome=outcome,
         index_seconds=index_seconds, publish_seconds=time.monotonic() - started)
     logger.info("task %s: %d records -> %d rows in %d segments, %d unparseable, publish %s: %s",
@@ -144,11 +149,3 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
                 outcome.status, outcome.message)
     return report
 
-
-def _descriptor(datasource: str, meta: Mapping[str, Any]) -> SegmentDescriptor:
-    return SegmentDescriptor(
-        id=meta["id"], datasource=datasource,
-        interval_start=datetime.fromisoformat(meta["interval_start"]),
-        interval_end=datetime.fromisoformat(meta["interval_end"]),
-        path=meta["path"], size_bytes=meta["size_bytes"], num_rows=meta["num_rows"],
-        details={k: meta[k] for k in ("min_time", "max_time")})

@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     def from_env(cls) -> Settings:
         """The settings from the environment; exits with a message naming the variable if one is bad."""
         try:
-            return cls()
+            return cls()  # type: ignore[call-arg]  # required fields come from the environment
         except ValidationError as exc:
             problems = "; ".join(f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {_message(e)}" for e in exc.errors())
             raise SystemExit(f"invalid settings: {problems} (`overlord dev up` prints the settings of an "

@@ -23,13 +23,16 @@ from tests.helpers import assert_exact, committed_total, merged, published_table
 class Server:
     """``overlord serve`` as a real child process."""
 
-    def __init__(self, stack: DevStack, deep: Path, log: Path, **env: str) -> None:
+    def __init__(self, stack: DevStack, deep: Path, log: Path, pause_before_publish_s: float = 0) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = log.open("ab")
+        port = self.url.rsplit(":", 1)[1]
+        command = (["tests.fault_overlord", "--pause-before-publish", str(pause_before_publish_s), "--port", port]
+                   if pause_before_publish_s else ["overlord.cli", "serve", "--port", port])
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "overlord.cli", "serve", "--port", self.url.rsplit(":", 1)[1]],
+            [sys.executable, "-m", *command],
             env={**os.environ, **stack.as_env(), "OVERLORD_DEEP_STORAGE": str(deep),
-                 "OVERLORD_SPARK_MASTER": "local[2]", **env},
+                 "OVERLORD_SPARK_MASTER": "local[2]"},
             stdout=self.log, stderr=subprocess.STDOUT)
         wait_until(self._healthy, "the overlord to answer /health", 90)
 
@@ -54,8 +57,8 @@ class Server:
 def servers(stack: DevStack, tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
-    def start(**env: str) -> Server:
-        server = Server(stack, tmp_path / "deep", tmp_path / "overlord.log", **env)
+    def start(pause_before_publish_s: float = 0) -> Server:
+        server = Server(stack, tmp_path / "deep", tmp_path / "overlord.log", pause_before_publish_s)
         started.append(server)
         return server
 
@@ -75,8 +78,7 @@ def test_sigkill_then_restart_is_exact(moment, stack, engine: sa.Engine, make_to
     topic = make_topic(2)
     first, second = make_sample_events(40_000, seed=11), make_sample_events(5_000, seed=12)
     produce(stack.bootstrap_servers, topic, first.records, 2)
-    pause = {"OVERLORD_TEST_PAUSE_BEFORE_PUBLISH_S": "60"} if moment == "files_written_not_published" else {}
-    server = servers(**pause)
+    server = servers(60 if moment == "files_written_not_published" else 0)
     response = httpx.post(f"{server.url}/druid/indexer/v1/supervisor", json=spec_json(datasource, topic),
                           timeout=30)
     assert response.status_code == 200, response.text

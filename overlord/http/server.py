@@ -13,6 +13,7 @@ import logging
 
 import uvicorn
 
+from indexing_task.task import BeforePublish
 from overlord.config import Settings
 from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
@@ -36,7 +37,8 @@ def install_log_filter(secrets: SecretRegistry) -> None:
             handler.addFilter(SecretLogFilter(secrets))
 
 
-def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdown_grace: float = 30.0) -> int:
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdown_grace: float = 30.0,
+          before_publish: BeforePublish | None = None) -> int:
     """Run the overlord until SIGINT/SIGTERM; returns the process exit code (0 after a clean stop)."""
     from indexing_task.spark import get_spark
     from overlord.supervisor.manager import Overlord
@@ -45,7 +47,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
     install_log_filter(secrets)
     engine = metadata_engine(settings.database_url)
     spark = get_spark(settings.spark_master)
-    overlord = Overlord(settings, engine, spark)
+    overlord = Overlord(settings, engine, spark, before_publish=before_publish)
     started = False
     try:
         overlord.start()

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -268,10 +269,10 @@ class Supervisor:
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
             self.active[request.task_id] = task
             task.future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id),
-                                                 lambda _task_id, task=task: self._mark_started(task))
+                                                 partial(self._mark_started, task))
             logger.info("supervisor %s: launched task %s: %s", self.id, request.task_id, todo)
 
-    def _mark_started(self, task: ActiveTask) -> None:
+    def _mark_started(self, task: ActiveTask, _task_id: str) -> None:
         task.started = self.ctx.clock()  # completionTimeout counts from here, not from the queue
 
     def _handle_finished(self, task: ActiveTask) -> None:

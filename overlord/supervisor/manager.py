@@ -23,6 +23,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
 from indexing_task.compaction import CompactionReport, compact
+from indexing_task.task import BeforePublish
 from overlord.config import Settings
 from overlord.errors import NotFound
 from overlord.supervisor.loop import Supervisor, SupervisorContext
@@ -45,11 +46,12 @@ class Overlord:
     """Owns the supervisors. Thread-safe: the HTTP API calls into it from its own threads."""
 
     def __init__(self, settings: Settings, engine: sa.Engine, spark: SparkSession,
-                 policy: SupervisorPolicy | None = None) -> None:
+                 policy: SupervisorPolicy | None = None, before_publish: BeforePublish | None = None) -> None:
+        """``before_publish`` reaches every indexing task (a fault-injection hook for tests)."""
         self.settings = settings
         self.engine = engine
         self.store = MetadataStore(engine)
-        self.runner = TaskRunner(spark, engine, settings.task_slots)
+        self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish)
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records))
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})

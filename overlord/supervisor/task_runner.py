@@ -11,7 +11,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
-from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
+from indexing_task.task import BeforePublish, IndexTaskRequest, TaskReport, run_index_task
 
 __all__ = ["TaskRunner"]
 
@@ -31,9 +31,11 @@ class TaskRunner:
     event is checked between writing its files and its metadata transaction.
     """
 
-    def __init__(self, spark: SparkSession, engine: sa.Engine, slots: int = 8) -> None:
+    def __init__(self, spark: SparkSession, engine: sa.Engine, slots: int = 8,
+                 before_publish: BeforePublish | None = None) -> None:
         self.spark = spark
         self.engine = engine
+        self.before_publish = before_publish
         self._pool = ThreadPoolExecutor(slots, thread_name_prefix="task")
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -45,9 +47,10 @@ class TaskRunner:
         ``on_start(task_id)`` is called when it starts running, ``on_done(task_id)`` when it has
         finished, however (a task cancelled before it started included).
         """
-        return self.submit_work(request.task_id, f"indexing task {request.task_id}",
-                                lambda stop: run_index_task(self.spark, self.engine, request, stop), on_done,
-                                on_start)
+        def work(stop: threading.Event) -> TaskReport:
+            return run_index_task(self.spark, self.engine, request, stop, self.before_publish)
+
+        return self.submit_work(request.task_id, f"indexing task {request.task_id}", work, on_done, on_start)
 
     def submit_work(self, task_id: str, description: str, work: Callable[[threading.Event], T],
                     on_done: Callable[[str], None] = _nothing, on_start: Callable[[str], None] = _nothing
