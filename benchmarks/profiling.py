@@ -58,7 +58,7 @@ def profile_shape(bench: Bench, shape: Shape, events: int, top: int = 15) -> dic
     profiler = cProfile.Profile()
     started = time.monotonic()
     profiler.enable()
-    records = sum(index_split(payload, split)["records"] for split in payload.splits)
+    records = sum(index_split(payload, split).records for split in payload.splits)
     profiler.disable()
     elapsed = time.monotonic() - started
     delete_topics(bench.bootstrap, [made["topic"]])

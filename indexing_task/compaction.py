@@ -14,7 +14,6 @@ An interval's rolled-up rows must fit one worker's memory.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -32,19 +31,18 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError
+from indexing_task.results import RESULT_DDL, WorkerResult, WrittenSegment, read_results, result_batch
 from indexing_task.rollup import SEGMENT_START, Rollup, RollupSchema
 from indexing_task.worker import write_segment_file
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
 from segment_store.timeline import Interval, visible_by_interval, visible_segments
+from specs import SupervisorSpec
 
 __all__ = ["CompactionError", "CompactionReport", "compact"]
 
 logger = logging.getLogger(__name__)
 
-_RESULT_SCHEMA = pa.schema([("interval", pa.int64()), ("rows_in", pa.int64()), ("segments", pa.string()),
-                            ("error", pa.string()), ("retryable", pa.bool_())])
-_RESULT_DDL = "`interval` bigint, `rows_in` bigint, `segments` string, `error` string, `retryable` boolean"
 
 
 class CompactionError(IndexingError):
@@ -98,19 +96,17 @@ def _run_intervals(payload: _Payload, batches: Iterator[pa.RecordBatch]) -> Iter
     attempt = context.attemptNumber() if context else 0
     for batch in batches:
         for index in batch.column(0).to_pylist():
-            row: dict[str, Any] = {"interval": index, "rows_in": 0, "segments": "[]", "error": None,
-                                   "retryable": False}
             try:
                 rows_in, segments = _compact_interval(payload, index, attempt)
-                row.update(rows_in=rows_in, segments=json.dumps(segments))
+                result = WorkerResult(index=index, records=rows_in, segments=tuple(segments))
             except CompactionError as exc:
-                row.update(error=str(exc))
+                result = WorkerResult(index=index, error=str(exc))
             except FileNotFoundError as exc:  # an input was replaced and cleaned up meanwhile: plan again
-                row.update(error=f"input file gone: {exc}", retryable=True)
-            yield pa.RecordBatch.from_pylist([row], schema=_RESULT_SCHEMA)
+                result = WorkerResult(index=index, error=f"input file gone: {exc}", retryable=True)
+            yield result_batch(result)
 
 
-def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int, list[dict[str, Any]]]:
+def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int, list[WrittenSegment]]:
     """Read, roll up and write one interval; return (rows read, written files' metadata)."""
     storage = DeepStorage(payload.deep_storage, payload.storage_options)
     target = payload.intervals[index]
@@ -145,22 +141,23 @@ def _plan(engine: sa.Engine, datasource: str, within: Interval | None,
             if len(segs) >= min_segments and (within is None or (within[0] <= iv[0] and iv[1] <= within[1]))}
 
 
-def _run_job(spark: SparkSession, payload: _Payload) -> list[Any]:
+def _run_job(spark: SparkSession, payload: _Payload) -> list[WorkerResult]:
     n = len(payload.intervals)
     spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")
-    rows = spark.range(0, n, 1, n).mapInArrow(partial(_run_intervals, payload), _RESULT_DDL).collect()
-    errors = [r["error"] for r in rows if r["error"] and not r["retryable"]]
+    results = read_results(spark.range(0, n, 1, n).mapInArrow(partial(_run_intervals, payload), RESULT_DDL).collect())
+    errors = [r.error for r in results if r.error and not r.retryable]
     if errors:
         raise CompactionError(f"compaction {payload.job_id} of {payload.datasource!r}: {errors[0]}")
-    return sorted(rows, key=lambda r: r["interval"])
+    return results
 
 
-def compact(spark: SparkSession, engine: sa.Engine, spec: Any, deep_storage: str, interval: Interval | None = None,
-            *, storage_options: dict[str, Any] | None = None, max_rows_per_segment: int | None = None,
-            min_segments: int = 2, max_attempts: int = 3) -> list[CompactionReport]:
+def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_storage: str,
+            interval: Interval | None = None, *, storage_options: dict[str, Any] | None = None,
+            max_rows_per_segment: int | None = None, min_segments: int = 2, max_attempts: int = 3
+            ) -> list[CompactionReport]:
     """Compact every exact interval of ``spec``'s datasource inside ``interval`` (all when None).
 
-    ``spec`` is a ``specs.SupervisorSpec``: its metrics say how rows merge and its
+    The spec's metrics say how rows merge and its
     ``maxRowsPerSegment`` caps the files (unless given). Intervals with fewer than
     ``min_segments`` visible segments are skipped. An interval whose swap is retryable is
     compacted again, up to ``max_attempts`` times. Raises :class:`CompactionError` if a job fails.
@@ -184,18 +181,15 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: Any, deep_storage: str
         retry: list[Interval] = []
         for row, ((start, end), read) in zip(_run_job(spark, payload), pending.items(), strict=True):
             read_ids = frozenset(r.id for r in read)
-            segments = tuple(SegmentDescriptor(
-                id=m["id"], datasource=datasource, interval_start=start, interval_end=end, path=m["path"],
-                size_bytes=m["size_bytes"], num_rows=m["num_rows"],
-                details={"min_time": m["min_time"], "max_time": m["max_time"]}) for m in json.loads(row["segments"]))
-            outcome = (SwapOutcome("retryable", row["error"]) if row["retryable"] else
+            segments = tuple(s.descriptor(datasource) for s in row.segments)
+            outcome = (SwapOutcome("retryable", row.error or "") if row.retryable else
                        swap_compacted(engine, CompactionSwap(datasource, start, end, read[0].version, read_ids,
                                                              segments, job_id),
                                       DeepStorage(deep_storage, storage_options)))
             if outcome.status == "retryable" and attempt < max_attempts:
                 retry.append((start, end))
                 continue
-            reports.append(CompactionReport(datasource, start, end, len(read), int(row["rows_in"]), segments,
+            reports.append(CompactionReport(datasource, start, end, len(read), row.records, segments,
                                             outcome, attempt, time.monotonic() - started))
         replanned = _plan(engine, datasource, interval, min_segments) if retry else {}
         pending = {iv: replanned[iv] for iv in retry if iv in replanned}  # again, from their current visible sets

@@ -7,7 +7,6 @@ straight from the worker to deep storage as zstd Parquet.
 from __future__ import annotations
 
 import gc
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,23 +20,15 @@ from pydantic import BaseModel, ConfigDict
 
 from indexing_task.ranges import Split
 from indexing_task.reader import read_range
+from indexing_task.results import WorkerResult, WrittenSegment, result_batch
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store.deep_storage import DeepStorage
 
-__all__ = ["RESULT_DDL", "RESULT_SCHEMA", "TaskPayload", "cyclic_gc_paused", "index_split", "run_splits",
+__all__ = ["TaskPayload", "cyclic_gc_paused", "index_split", "run_splits",
            "write_segment_file"]
 
 CHUNK_RECORDS = 200_000
 MAX_SAMPLES = 20
-
-RESULT_SCHEMA = pa.schema([
-    ("split", pa.int64()), ("partition", pa.int64()), ("start", pa.int64()), ("end", pa.int64()),
-    ("records", pa.int64()), ("rows_out", pa.int64()), ("unparseable", pa.int64()),
-    ("thrown_away", pa.int64()), ("bad_samples", pa.string()), ("segments", pa.string()),
-])
-RESULT_DDL = ", ".join(f"`{f.name}` {'bigint' if f.type == pa.int64() else 'string'}" for f in RESULT_SCHEMA)
-"""The same schema as Spark DDL, for ``mapInArrow``."""
-
 
 class TaskPayload(BaseModel):
     """Everything a worker needs, shipped from the driver with the Spark job."""
@@ -68,8 +59,7 @@ def run_splits(payload: TaskPayload, batches: Iterator[pa.RecordBatch]) -> Itera
     attempt = context.attemptNumber() if context else 0
     for batch in batches:
         for split_index in batch.column(0).to_pylist():
-            row = index_split(payload, payload.splits[split_index], attempt)
-            yield pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
+            yield result_batch(index_split(payload, payload.splits[split_index], attempt))
 
 
 @contextmanager
@@ -92,13 +82,13 @@ def cyclic_gc_paused(pause: bool = True) -> Iterator[None]:
             gc.enable()
 
 
-def index_split(payload: TaskPayload, split: Split, attempt: int = 0) -> dict[str, Any]:
-    """Read ``split`` exactly, roll it up and write its files; return its metadata row."""
+def index_split(payload: TaskPayload, split: Split, attempt: int = 0) -> WorkerResult:
+    """Read ``split`` exactly, roll it up and write its files; return what it did."""
     with cyclic_gc_paused():
         return _index_split(payload, split, attempt)
 
 
-def _index_split(payload: TaskPayload, split: Split, attempt: int) -> dict[str, Any]:
+def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResult:
     storage = DeepStorage(payload.deep_storage, payload.storage_options)
     rollup = Rollup(payload.rollup_schema, payload.min_time, payload.max_time)
     consumer = Consumer(payload.consumer_config)
@@ -135,12 +125,8 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> dict[str, 
     finally:
         consumer.close()
         rollup.close()
-    return {
-        "split": split.index, "partition": split.partition, "start": split.start, "end": split.end,
-        "records": records, "rows_out": writer.rows_out, "unparseable": unparseable,
-        "thrown_away": thrown_away, "bad_samples": json.dumps(samples),
-        "segments": json.dumps(writer.segments),
-    }
+    return WorkerResult(index=split.index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
+                        thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments))
 
 
 def _samples(parsed: ParsedBatch, messages: list[Message], partition: int, limit: int) -> list[dict[str, Any]]:
@@ -160,7 +146,7 @@ class _SegmentWriter:
         self.attempt_id = f"{payload.task_id}-s{split.index:04d}-a{attempt}"
         self.part = 0
         self.rows_out = 0
-        self.segments: list[dict[str, Any]] = []
+        self.segments: list[WrittenSegment] = []
 
     def write(self, rows: pa.Table) -> None:
         step = self.payload.max_rows_per_segment
@@ -169,16 +155,15 @@ class _SegmentWriter:
                 self._write_file(start, end, table.slice(offset, step))
 
     def _write_file(self, start: datetime, end: datetime, table: pa.Table) -> None:
-        written = write_segment_file(self.storage, self.payload.datasource, start, end, self.attempt_id,
-                                     self.split_key, self.part, table)
-        self.segments.append({**written, "interval_start": start.isoformat(), "interval_end": end.isoformat()})
+        self.segments.append(write_segment_file(self.storage, self.payload.datasource, start, end, self.attempt_id,
+                                                self.split_key, self.part, table))
         self.part += 1
         self.rows_out += table.num_rows
 
 
 def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, end: datetime, attempt_id: str,
-                       id_key: str, part: int, table: pa.Table) -> dict[str, Any]:
-    """Write ``table`` as segment file ``part`` of an attempt (zstd Parquet); return its metadata.
+                       id_key: str, part: int, table: pa.Table) -> WrittenSegment:
+    """Write ``table`` as segment file ``part`` of an attempt (zstd Parquet); return what was written.
 
     The segment id is ``{datasource}_{start}_{end}_{id_key}_{part}``.
     """
@@ -187,6 +172,7 @@ def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, e
     with storage.fs.open(path, "wb") as out:
         pq.write_table(table, out, compression="zstd", row_group_size=1_000_000)
     times = table.column(TIME)
-    return {"id": f"{datasource}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{id_key}_{part}", "path": path,
-            "size_bytes": storage.size(path), "num_rows": table.num_rows,
-            "min_time": pc.min(times).as_py().isoformat(), "max_time": pc.max(times).as_py().isoformat()}
+    return WrittenSegment(
+        id=f"{datasource}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{id_key}_{part}", path=path,
+        size_bytes=storage.size(path), num_rows=table.num_rows, interval_start=start, interval_end=end,
+        min_time=pc.min(times).as_py(), max_time=pc.max(times).as_py())

@@ -1,0 +1,73 @@
+"""What a Spark worker reports back to the driver, for indexing splits and compaction intervals alike.
+
+Each Spark task yields one small row: its :class:`WorkerResult` as JSON in a single string
+column. Encoding (:func:`result_batch`) and decoding (:func:`read_results`) live here and
+nowhere else; the rows themselves never cross into the JVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from segment_store import SegmentDescriptor
+
+__all__ = ["RESULT_DDL", "WorkerResult", "WrittenSegment", "read_results", "result_batch"]
+
+RESULT_DDL = "`result` string"
+"""The ``mapInArrow`` schema, as Spark DDL."""
+_SCHEMA = pa.schema([("result", pa.string())])
+
+
+class WrittenSegment(BaseModel):
+    """One segment file a worker wrote."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    path: str
+    size_bytes: int
+    num_rows: int
+    interval_start: datetime
+    interval_end: datetime
+    min_time: datetime
+    max_time: datetime
+
+    def descriptor(self, datasource: str) -> SegmentDescriptor:
+        """The segment as the publish transaction (or compaction swap) takes it."""
+        return SegmentDescriptor(
+            id=self.id, datasource=datasource, interval_start=self.interval_start, interval_end=self.interval_end,
+            path=self.path, size_bytes=self.size_bytes, num_rows=self.num_rows,
+            details={"min_time": self.min_time.isoformat(), "max_time": self.max_time.isoformat()})
+
+
+class WorkerResult(BaseModel):
+    """One Spark task's outcome: a split of an indexing task, or an interval of a compaction."""
+
+    model_config = ConfigDict(frozen=True)
+    index: int
+    """The split's (or interval's) index in the job's payload."""
+    records: int = 0
+    """Records read (indexing) or rows read (compaction)."""
+    rows_out: int = 0
+    unparseable: int = 0
+    thrown_away: int = 0
+    bad_samples: tuple[dict[str, Any], ...] = ()
+    segments: tuple[WrittenSegment, ...] = ()
+    error: str | None = None
+    """Compaction only: why the interval could not be compacted."""
+    retryable: bool = False
+    """Compaction only: the interval's input changed meanwhile; plan it again."""
+
+
+def result_batch(result: WorkerResult) -> pa.RecordBatch:
+    """The row a ``mapInArrow`` function yields for ``result``."""
+    return pa.RecordBatch.from_pylist([{"result": result.model_dump_json()}], schema=_SCHEMA)
+
+
+def read_results(rows: Iterable[Any]) -> list[WorkerResult]:
+    """Decode collected rows, ordered by index."""
+    return sorted((WorkerResult.model_validate_json(row["result"]) for row in rows), key=lambda r: r.index)
