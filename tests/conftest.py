@@ -1,14 +1,16 @@
 """Session fixtures: a real Tansu broker, a real PostgreSQL and a real local Spark.
 
 Nothing here skips: a missing component makes the fixture, and so the test, fail loudly.
+Tests that use none of them are marked ``unit``: ``pytest -m unit`` runs just those, in seconds.
 """
 
 from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -67,3 +69,31 @@ def make_topic(stack: DevStack) -> Iterator[object]:
 @pytest.fixture()
 def datasource() -> str:
     return f"ds_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture()
+def make_overlord(stack: DevStack, engine: sa.Engine, spark: object, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``make_overlord(policy=..., **settings) -> Overlord``: started on a fresh database, stopped at teardown."""
+    from tests.helpers import start_overlord
+
+    started: list[Any] = []
+
+    def start(**options: Any) -> Any:
+        overlord = start_overlord(stack, engine, spark, str(tmp_path / "deep"), **options)
+        started.append(overlord)
+        return overlord
+
+    yield start
+    for overlord in started:
+        overlord.stop(grace_s=10)
+        overlord.engine.dispose()
+
+
+_INFRASTRUCTURE = {"stack", "engine", "spark", "make_topic", "make_overlord"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that starts no broker, PostgreSQL or Spark as ``unit``."""
+    for item in items:
+        if not _INFRASTRUCTURE.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.unit)

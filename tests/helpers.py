@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,10 @@ import sqlalchemy as sa
 from overlord.config import Settings
 from overlord.dev.sample_data import SampleEvents, make_sample_events
 from overlord.dev.stack import DevStack
+from overlord.supervisor.manager import Overlord
+from overlord.supervisor.policy import SupervisorPolicy
 from segment_store import committed_offsets
+from segment_store.database import metadata_engine
 from segment_store.timeline import visible_segments
 from specs import SupervisorSpec, load_example, load_supervisor_spec
 
@@ -95,3 +99,37 @@ def assert_exact(table: pa.Table, sample: SampleEvents) -> None:
     assert prices.keys() == sample.price_by_country.keys()
     for country, total in sample.price_by_country.items():
         assert prices[country] == pytest.approx(total, rel=1e-9)
+
+
+def fresh_database(admin: sa.Engine) -> str:
+    """Create an empty database on the session's PostgreSQL (through ``admin``); return its URL."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    return admin.url.set(database=name).render_as_string(hide_password=False)
+
+
+def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: str, *,
+                   policy: SupervisorPolicy | None = None, database_url: str | None = None,
+                   **settings: Any) -> Overlord:
+    """A started overlord on a fresh database of the session's PostgreSQL, or on ``database_url``
+    (a restart); stop it when done.
+    """
+    url = database_url or fresh_database(admin)
+    overlord = Overlord(Settings(database_url=url, deep_storage=deep_storage,
+                                 kafka_bootstrap_servers=stack.bootstrap_servers, **settings),
+                        metadata_engine(url), spark, policy)
+    overlord.start()
+    return overlord
+
+
+def wait_for_lock_waiter(engine: sa.Engine, timeout_s: float = 10.0) -> None:
+    """Wait until some session of the database is blocked on a lock (a real wait, not a sleep)."""
+    query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()")
+
+    def waiting() -> bool:
+        with engine.connect() as conn:
+            return int(conn.execute(query).scalar_one()) > 0
+
+    wait_until(waiting, "a session to wait on a lock", timeout_s)

@@ -26,14 +26,13 @@ import pytest
 import sqlalchemy as sa
 import uvicorn
 
-from overlord.config import Settings
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.dev.stack import DevStack, free_port
 from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
 from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
-from tests.helpers import committed_total, overlord_cli, spec_json, wait_until
+from tests.helpers import committed_total, fresh_database, overlord_cli, spec_json, start_overlord, wait_until
 
 V1 = "/druid/indexer/v1"
 SECRET = "hunter2"
@@ -41,14 +40,6 @@ SECRET = "hunter2"
 
 
 
-
-
-def fresh_database(engine: sa.Engine, url: str) -> str:
-    """Create an empty database on the session's PostgreSQL and return its URL."""
-    name = f"api_{uuid.uuid4().hex[:12]}"
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    return sa.make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
 @dataclass
@@ -70,12 +61,8 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    db = sa.create_engine(fresh_database(engine, stack.database_url), pool_size=10)
-    settings = Settings(database_url=db.url.render_as_string(hide_password=False),
-                        deep_storage=str(tmp_path_factory.mktemp("deep")),
-                        kafka_bootstrap_servers=stack.bootstrap_servers)
-    overlord = Overlord(settings, db, spark)
-    overlord.start()
+    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")))
+    db = overlord.engine
     secrets = SecretRegistry()
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(overlord, secrets), host="127.0.0.1", port=port,
@@ -388,7 +375,7 @@ def test_cli_client_against_the_server(api: Api, make_topic, datasource, tmp_pat
 def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, engine: sa.Engine, make_topic,
                                                              tmp_path: Path):
     port, grace_s = free_port(), 5
-    env = {**os.environ, **stack.as_env(), "OVERLORD_DATABASE_URL": fresh_database(engine, stack.database_url),
+    env = {**os.environ, **stack.as_env(), "OVERLORD_DATABASE_URL": fresh_database(engine),
            "OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"), "OVERLORD_SPARK_MASTER": "local[1]"}
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:

@@ -25,6 +25,7 @@ from segment_store import (
     publish,
     used_segments,
 )
+from tests.helpers import wait_for_lock_waiter
 
 HOUR = datetime(2025, 1, 1, 10, tzinfo=UTC)
 
@@ -86,8 +87,8 @@ def test_cleanup_waits_for_a_publish_in_flight_and_keeps_its_files(
         publishing = pool.submit(publish, paused, request(datasource, segment), storage)
         assert locked.wait(10)  # the publish holds the datasource lock, its row not yet committed
         sweeping = pool.submit(cleanup, engine, storage, datasource, orphan_grace=timedelta(0))
-        time.sleep(0.5)
-        assert not sweeping.done() and Path(segment.path).exists()  # before: the file was deleted here
+        wait_for_lock_waiter(engine)  # the sweep waits for the publish's lock ...
+        assert not sweeping.done() and Path(segment.path).exists()  # ... before, it deleted the file here
         release.set()
         assert publishing.result(20).ok
         assert sweeping.result(20).orphan_files == ()

@@ -30,6 +30,7 @@ from segment_store import (
 )
 from segment_store.database import metadata_engine
 from segment_store.schema import segments as segments_t
+from tests.helpers import wait_for_lock_waiter
 
 TOPIC = "events"
 HOUR = datetime(2025, 1, 1, 10, tzinfo=UTC)
@@ -321,8 +322,8 @@ def test_reset_waits_for_in_flight_publish_and_then_wins(
         in_flight = pool.submit(publish, eng, req(datasource, {0: 10}, {0: 20}, names=("a",)))
         assert locked.wait(10)
         resetting = pool.submit(reset_offsets, engine, datasource, {0: 5})
-        time.sleep(0.3)
-        assert not resetting.done()  # blocked on the row lock held by the publish
+        wait_for_lock_waiter(engine)  # the reset is blocked on the row lock held by the publish
+        assert not resetting.done()
         assert stored_offsets(engine, datasource) == {0: 10}
         release.set()
         assert in_flight.result(10).ok

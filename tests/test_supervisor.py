@@ -4,43 +4,19 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import pytest
 
 from overlord.config import Settings
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
-from overlord.dev.stack import DevStack, TansuBroker, free_port
+from overlord.dev.stack import TansuBroker, free_port
 from overlord.supervisor.manager import Overlord
 from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
 
 
-@pytest.fixture()
-def make_overlord(stack: DevStack, engine, spark, tmp_path: Path) -> Iterator[Callable[[], Overlord]]:
-    started: list[Overlord] = []
-
-    def start() -> Overlord:
-        settings = Settings(database_url=stack.database_url, deep_storage=str(tmp_path / "deep"),
-                            kafka_bootstrap_servers=stack.bootstrap_servers)
-        overlord = Overlord(settings, engine, spark)
-        overlord.start()
-        started.append(overlord)
-        return overlord
-
-    yield start
-    if started:  # terminate, so that later tests' overlords do not resume these supervisors
-        for supervisor_id in list(started[-1].supervisors):
-            started[-1].terminate(supervisor_id)
-    for overlord in started:
-        overlord.stop(grace_s=10)
-
-
-
-
-def test_supervisor_keeps_ingesting_exactly(stack, engine, make_topic, datasource, make_overlord):
+def test_supervisor_keeps_ingesting_exactly(stack, make_topic, datasource, make_overlord):
     topic = make_topic(3)
     overlord = make_overlord()
+    engine = overlord.engine
     overlord.submit(spec_json(datasource, topic, taskCount=2))
     batches = [make_sample_events(4_000, seed=s) for s in range(3)]
     produced = 0
@@ -58,11 +34,12 @@ def test_supervisor_keeps_ingesting_exactly(stack, engine, make_topic, datasourc
     assert all(t.status == "SUCCESS" for t in sup.status.recent_tasks)
 
 
-def test_replicas_both_run_one_publishes(stack, engine, make_topic, datasource, make_overlord):
+def test_replicas_both_run_one_publishes(stack, make_topic, datasource, make_overlord):
     topic = make_topic(2)
     sample = make_sample_events(6_000)
     produce(stack.bootstrap_servers, topic, sample.records, 2)
     overlord = make_overlord()
+    engine = overlord.engine
     overlord.submit(spec_json(datasource, topic, replicas=2))
 
     sup = overlord.get(datasource)
@@ -74,34 +51,37 @@ def test_replicas_both_run_one_publishes(stack, engine, make_topic, datasource, 
     assert sup.status.healthy and not any(t.status == "FAILED" for t in sup.status.recent_tasks)
 
 
-def test_restart_resumes_from_committed_offsets(stack, engine, make_topic, datasource, make_overlord):
+def test_restart_resumes_from_committed_offsets(stack, make_topic, datasource, make_overlord):
     topic = make_topic(2)
     first, second = make_sample_events(3_000, seed=1), make_sample_events(3_000, seed=2)
     produce(stack.bootstrap_servers, topic, first.records, 2)
     overlord = make_overlord()
+    engine = overlord.engine
     overlord.submit(spec_json(datasource, topic))
     wait_until(lambda: committed_total(engine, datasource) == len(first.records), "first batch committed")
     overlord.stop(grace_s=10)
 
     produce(stack.bootstrap_servers, topic, second.records, 2)
-    restarted = make_overlord()
+    restarted = make_overlord(database_url=overlord.settings.database_url)
     assert datasource in restarted.supervisors
     wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
                "second batch committed after restart")
     assert_exact(published_table(engine, datasource), merged(first, second))
 
 
-def test_suspend_resume_and_reset(stack, engine, make_topic, datasource, make_overlord):
+def test_suspend_resume_and_reset(stack, make_topic, datasource, make_overlord):
     topic = make_topic(1)
     first, second = make_sample_events(2_000, seed=3), make_sample_events(2_000, seed=4)
     produce(stack.bootstrap_servers, topic, first.records, 1)
     overlord = make_overlord()
+    engine = overlord.engine
     overlord.submit(spec_json(datasource, topic))
     wait_until(lambda: committed_total(engine, datasource) == len(first.records), "first batch committed")
 
     sup = overlord.set_suspended(datasource, True)
     produce(stack.bootstrap_servers, topic, second.records, 1)
-    time.sleep(3)
+    runs = sup.runs
+    wait_until(lambda: sup.runs >= runs + 3, "three runs of the suspended supervisor's loop")
     assert sup.status.state == "SUSPENDED" and committed_total(engine, datasource) == len(first.records)
 
     overlord.set_suspended(datasource, False)
@@ -114,11 +94,12 @@ def test_suspend_resume_and_reset(stack, engine, make_topic, datasource, make_ov
                == 2 * (len(first.records) + len(second.records) - first.bad - second.bad), "re-ingestion")
 
 
-def test_spec_update_continues_without_loss(stack, engine, make_topic, datasource, make_overlord):
+def test_spec_update_continues_without_loss(stack, make_topic, datasource, make_overlord):
     topic = make_topic(2)
     first, second = make_sample_events(3_000, seed=5), make_sample_events(3_000, seed=6)
     produce(stack.bootstrap_servers, topic, first.records, 2)
     overlord = make_overlord()
+    engine = overlord.engine
     overlord.submit(spec_json(datasource, topic))
     wait_until(lambda: committed_total(engine, datasource) == len(first.records), "first batch committed")
 
@@ -132,10 +113,11 @@ def test_spec_update_continues_without_loss(stack, engine, make_topic, datasourc
     assert [r.spec["spec"]["ioConfig"]["taskCount"] for r in overlord.history(datasource)] == [2, 1]
 
 
-def test_unreachable_broker_is_unhealthy_then_recovers(engine, datasource, make_overlord):
+def test_unreachable_broker_is_unhealthy_then_recovers(datasource, make_overlord):
     port = free_port()
     raw = spec_json(datasource, "late-topic", consumerProperties={"bootstrap.servers": f"127.0.0.1:{port}"})
     overlord = make_overlord()
+    engine = overlord.engine
     overlord.submit(raw)
     sup = overlord.get(datasource)
     wait_until(lambda: sup.status.state == "UNHEALTHY_SUPERVISOR", "the supervisor to report the broker", 60)
