@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.report import derive, markdown
-from benchmarks.shapes import DRUID_SHAPES
-from benchmarks.suite import TARGET_SHAPES, Options, run_suite
+from benchmarks.suite.plan import TARGET_SHAPES, Options, run_suite
+from benchmarks.suite.report import derive, markdown
+from benchmarks.suite.shapes import DRUID_SHAPES
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -15,10 +15,9 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.ingest import spec_for
-from benchmarks.runs import Bench, new_topic
-from benchmarks.shapes import Shape
-from benchmarks.topics import delete_topics
+from benchmarks.suite.runs import Bench, new_topic, spec_for
+from benchmarks.suite.shapes import Shape
+from benchmarks.suite.topics import delete_topics
 from indexing_task.ranges import Split
 from indexing_task.reader import consumer_config
 from indexing_task.rollup import RollupSchema

@@ -24,15 +24,16 @@ from typing import Any
 import duckdb
 import sqlalchemy as sa
 
-from benchmarks import aggregates, baselines, quix_peer
-from benchmarks.ingest import _warm_up, spec_for
-from benchmarks.shapes import Shape, generate, shape_by_name
-from benchmarks.topics import create_topic, delete_topics, end_offsets, produce
+from benchmarks.peers import baselines, quix_peer
+from benchmarks.suite import aggregates
+from benchmarks.suite.shapes import Shape, generate, shape_by_name
+from benchmarks.suite.topics import create_topic, delete_topics, end_offsets, produce
 from indexing_task.spark import get_spark
 from indexing_task.task import run_index_task
 from overlord.config import Settings
 from overlord.dev.stack import DevStack, dev_stack
 from overlord.supervisor.ranges import next_task_request
+from specs import SupervisorSpec, load_supervisor_spec
 
 __all__ = ["Bench", "fixed_cost", "index_topic", "measure_shape", "new_topic", "scratch_stack"]
 
@@ -217,3 +218,28 @@ def _check_aggregates(bench: Bench, shape: Shape, datasource: str, plain: baseli
         return checks
     finally:
         con.close()
+
+
+def spec_for(datasource: str, topic: str, low: int, high: int) -> SupervisorSpec:
+    """The benchmark spec: ``low`` + ``high`` string dimensions, count and value sum/min/max, MINUTE rollup."""
+    dims = [f"low{i}" for i in range(low)] + [f"high{i}" for i in range(high)]
+    return load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {
+            "dataSource": datasource,
+            "timestampSpec": {"column": "ts", "format": "millis"},
+            "dimensionsSpec": {"dimensions": dims},
+            "metricsSpec": [{"type": "count", "name": "count"},
+                            {"type": "longSum", "name": "value_sum", "fieldName": "value"},
+                            {"type": "longMin", "name": "value_min", "fieldName": "value"},
+                            {"type": "longMax", "name": "value_max", "fieldName": "value"}],
+            "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "MINUTE"}},
+        "ioConfig": {"topic": topic, "useEarliestOffset": True},
+        "tuningConfig": {"maxRowsInMemory": 1_000_000}}})
+
+
+def _warm_up(spark: Any, engine: sa.Engine, settings: Settings, bootstrap: str) -> None:
+    """Start Spark's Python workers once, so the first measured task does not pay for it."""
+    topic = f"warmup-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, generate(shape_by_name("1 low"), 1_000), 2)
+    run_index_task(spark, engine, next_task_request(engine, settings, spec_for("warmup", topic, 1, 0)))

@@ -5,8 +5,8 @@ name (``indexing_task_ref``), importable by the driver and by Spark's Python wor
 both versions run in the same process on the same warm Spark session, alternately
 (``--worker``: the worker code alone, in this process, measured in CPU time per event):
 
-    python -m benchmarks.ab --ref HEAD --events 1000000 --repeat 3
-    python -m benchmarks.ab --ref HEAD --worker --events 1000000 --repeat 5
+    python -m benchmarks.scenarios.ab --ref HEAD --events 1000000 --repeat 3
+    python -m benchmarks.scenarios.ab --ref HEAD --worker --events 1000000 --repeat 5
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks.ingest import spec_for
-from benchmarks.runs import Bench, new_topic, scratch_stack
-from benchmarks.shapes import shape_by_name
-from benchmarks.topics import delete_topics
+from benchmarks.suite.runs import Bench, new_topic, scratch_stack, spec_for
+from benchmarks.suite.shapes import shape_by_name
+from benchmarks.suite.topics import delete_topics
 from overlord.supervisor.ranges import next_task_request
 from segment_store import create_schema
 
 ALIAS = "indexing_task_ref"
+
+REPO = Path(__file__).resolve().parents[2]
+"""The repository root (git commands and PYTHONPATH)."""
 
 
 def export_ref(ref: str) -> Path:
@@ -49,7 +51,7 @@ def export_ref(ref: str) -> Path:
         shutil.copytree(Path(ref, "indexing_task"), root / ALIAS, ignore=shutil.ignore_patterns("__pycache__"))
     else:
         archive = subprocess.run(["git", "archive", ref, "indexing_task"], check=True, capture_output=True,
-                                 cwd=Path(__file__).parent.parent).stdout
+                                 cwd=REPO).stdout
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(root, filter="data")
         (root / "indexing_task").rename(root / ALIAS)
@@ -131,7 +133,7 @@ def run_worker(ref: str, shapes: list[str], events: int, repeat: int) -> dict[st
 def run(ref: str, shapes: list[str], events: int, repeat: int) -> dict[str, Any]:
     root = export_ref(ref)
     sys.path.insert(0, str(root))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(root), str(Path(__file__).parent.parent),
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(root), str(REPO),
                                                 os.environ.get("PYTHONPATH", "")])
     runners = {"before": _task_runner(ALIAS), "after": _task_runner("indexing_task")}
     out: dict[str, Any] = {"ref": ref, "events": events, "repeat": repeat, "shapes": {}}
@@ -168,7 +170,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--worker", action="store_true",
                         help="compare the worker alone (index_split in this process: CPU time per event)")
-    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "ab.json")
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "ab.json")
     args = parser.parse_args()
     try:
         result = (run_worker if args.worker else run)(args.ref, args.shapes, args.events, args.repeat)

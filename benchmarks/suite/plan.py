@@ -14,11 +14,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import machine
-from benchmarks.baselines import raw_consume_rate
-from benchmarks.runs import Bench, fixed_cost, index_topic, measure_shape, new_topic, scratch_stack
-from benchmarks.shapes import DRUID_SHAPES, Shape, shape_by_name
-from benchmarks.topics import delete_topics
+from benchmarks.peers.baselines import raw_consume_rate
+from benchmarks.suite import machine
+from benchmarks.suite.runs import Bench, fixed_cost, index_topic, measure_shape, new_topic, scratch_stack
+from benchmarks.suite.shapes import DRUID_SHAPES, Shape, shape_by_name
+from benchmarks.suite.topics import delete_topics
 from segment_store import create_schema
 
 __all__ = ["Options", "run_suite"]
@@ -71,7 +71,7 @@ def run_suite(options: Options) -> dict[str, Any]:
             results["peers"].append(measure_shape(bench, shape_by_name(name), options.peer_events, quix=True,
                                                  repeat=options.repeat))
         if options.profile:
-            from benchmarks.profiling import profile_shapes
+            from benchmarks.suite.profiling import profile_shapes
 
             results["profile"] = profile_shapes(bench, [shape_by_name(n) for n in TARGET_SHAPES],
                                                 options.profile_events)

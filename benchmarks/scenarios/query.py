@@ -7,7 +7,7 @@ through the real publish transaction; no Kafka), then measures both queries ``--
 each (after one warm-up run) through the real query path, compacts every interval with the
 real Spark job, checks the results did not change, and measures again.
 
-    python -m benchmarks.query --rows 10000000
+    python -m benchmarks.scenarios.query --rows 10000000
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from benchmarks import machine
+from benchmarks.suite import machine
 from indexing_task.compaction import compact
 from indexing_task.spark import get_spark
 from overlord.dev.stack import dev_stack
@@ -36,7 +36,7 @@ from segment_store import PublishRequest, SegmentDescriptor, create_schema, publ
 from segment_store.deep_storage import DeepStorage
 from specs import load_supervisor_spec
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parents[1] / "results"
 DATASOURCE = "bench-query"
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DIMS = {"country": 50, "device": 4, "os": 30}

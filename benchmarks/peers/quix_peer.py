@@ -29,8 +29,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks.shapes import HOUR_MS, Shape, generate
-from benchmarks.topics import produce
+from benchmarks.suite.shapes import HOUR_MS, Shape, generate
+from benchmarks.suite.topics import produce
 from indexing_task.worker import cyclic_gc_paused
 
 __all__ = ["Guarantee", "QuixRun", "quix_source", "run_quix"]

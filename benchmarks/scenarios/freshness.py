@@ -6,7 +6,7 @@ offsets, and the moment a partition's committed offset passes a record, that rec
 visible to queries. Reports p50/p95/max freshness and the overlord's own overhead per task
 (launch to Spark job start, publish time).
 
-    python -m benchmarks.freshness --rate 5000 --seconds 60
+    python -m benchmarks.scenarios.freshness --rate 5000 --seconds 60
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
 from specs import load_example
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parents[1] / "results"
 
 
 def produce_steadily(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float,

@@ -27,7 +27,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer
 
-from benchmarks.shapes import Shape
+from benchmarks.suite.shapes import Shape
 from indexing_task.reader import consumer_config, read_range
 from indexing_task.worker import cyclic_gc_paused
 

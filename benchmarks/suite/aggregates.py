@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import sqlalchemy as sa
 
-from benchmarks.shapes import Shape
+from benchmarks.suite.shapes import Shape
 from segment_store import used_segments
 
 __all__ = ["compare", "load_ours", "load_parquet", "load_sql"]

@@ -1,0 +1,1 @@
+"""What we are measured against: a raw consumer, a plain Python loop, Quix Streams."""

@@ -1,0 +1,1 @@
+"""Standalone scenarios: freshness, query latency, A/B of the indexing task between git refs."""
