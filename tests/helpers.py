@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from overlord.supervisor.policy import SupervisorPolicy
 from segment_store import committed_offsets
 from segment_store.database import metadata_engine
 from segment_store.timeline import visible_segments
-from specs import SupervisorSpec, load_example, load_supervisor_spec
+from specs import EXAMPLES_DIR, SupervisorSpec, load_example, load_supervisor_spec
 
 
 def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
@@ -133,3 +134,9 @@ def wait_for_lock_waiter(engine: sa.Engine, timeout_s: float = 10.0) -> None:
             return int(conn.execute(query).scalar_one()) > 0
 
     wait_until(waiting, "a session to wait on a lock", timeout_s)
+
+
+def example_json(name: str) -> dict[str, Any]:
+    """An example spec of ``specs/examples`` as a JSON object."""
+    loaded: dict[str, Any] = json.loads((EXAMPLES_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    return loaded

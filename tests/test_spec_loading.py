@@ -24,12 +24,7 @@ from specs import (
     load_example,
     load_supervisor_spec,
 )
-
-
-def example_json(name: str) -> dict[str, Any]:
-    with open(EXAMPLES_DIR / f"{name}.json", encoding="utf-8") as handle:
-        loaded: dict[str, Any] = json.load(handle)
-    return loaded
+from tests.helpers import example_json
 
 
 def utc(

@@ -5,23 +5,16 @@ Needs no infrastructure and no fixtures.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from specs import (
-    EXAMPLES_DIR,
     SpecError,
     load_supervisor_spec,
 )
-
-
-def example_json(name: str) -> dict[str, Any]:
-    with open(EXAMPLES_DIR / f"{name}.json", encoding="utf-8") as handle:
-        loaded: dict[str, Any] = json.load(handle)
-    return loaded
+from tests.helpers import example_json
 
 
 def load_errors(doc: object) -> list[tuple[str, str]]:
