@@ -151,7 +151,8 @@ def _cast(text: str, sql_type: str) -> str:
 
 def _wrapped_long(expr: str) -> str:
     """A sum as a 64-bit long that wraps around on overflow, as Druid's (Java's) long sums do."""
-    return f"(((({expr})::HUGEINT + {2**63}) % {2**64} + {2**64}) % {2**64} - {2**63})"
+    wrapped = f"(((({expr})::HUGEINT + {2**63}) % {2**64} + {2**64}) % {2**64} - {2**63})"
+    return f"coalesce(try_cast({expr} AS BIGINT), {wrapped})"  # the arithmetic only where it overflowed
 
 
 def _text(value: bytes | None) -> str:

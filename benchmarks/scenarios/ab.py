@@ -96,7 +96,8 @@ def _worker_cost(bench: Bench, package: str, shape_name: str, topic: str, ends: 
         deep_storage=str(bench.workdir / "ab"), max_rows_in_memory=1_000_000,
         splits=tuple(ranges.Split(i, p, 0, end) for i, (p, end) in enumerate(sorted(ends.items()))))
     cpu, started = time.process_time(), time.monotonic()
-    records = sum(worker.index_split(payload, split).records for split in payload.splits)
+    results = [worker.index_split(payload, split) for split in payload.splits]
+    records = sum(r["records"] if isinstance(r, dict) else r.records for r in results)  # refs before WorkerResult
     wall, cpu = time.monotonic() - started, time.process_time() - cpu
     if records != events:
         raise RuntimeError(f"{topic}: {records} of {events} records")
