@@ -115,10 +115,15 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
     for path in target.paths:
         with storage.fs.open(path, "rb") as f:
             table = pq.read_table(f)
-        if table.column_names != expected:
-            raise CompactionError(f"{path}: expected columns {expected} (from the spec), found {table.column_names}")
+        unknown = [c for c in table.column_names if c not in expected]
+        if unknown:  # a dropped column: merging would lose its values, so queries would change
+            raise CompactionError(f"{path}: columns {unknown} are not in the spec (expected {expected}); "
+                                  "compacting would drop their values")
         tables.append(table)
-    schema = tables[0].schema
+    found = pa.unify_schemas([t.schema for t in tables])
+    spec_types = payload.rollup_schema.arrow_types
+    schema = pa.schema([found.field(c) if c in found.names else pa.field(c, spec_types[c]) for c in expected])
+    tables = [_with_columns(t, schema) for t in tables]  # nulls for columns an older spec did not have
     rollup = Rollup(payload.rollup_schema)
     try:  # the merge groups by segment start too: one constant here, the rows are all of one interval
         merged = rollup.merge([t.append_column(SEGMENT_START, pa.array(np.zeros(t.num_rows, dtype=np.int64)))
@@ -131,6 +136,12 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
                                   part, merged.slice(offset, payload.max_rows_per_segment))
                for part, offset in enumerate(range(0, merged.num_rows, payload.max_rows_per_segment))]
     return sum(t.num_rows for t in tables), written
+
+
+def _with_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with every column of ``schema``, in its order (nulls where the table has none)."""
+    return pa.table([table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                     for f in schema], schema=schema)
 
 
 def _plan(engine: sa.Engine, datasource: str, within: Interval | None,

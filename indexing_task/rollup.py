@@ -117,6 +117,13 @@ class RollupSchema:
         )
 
     @property
+    def arrow_types(self) -> dict[str, pa.DataType]:
+        """The Arrow type of every output column but ``__time``, as written to segments."""
+        types = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}
+        return {**{d.name: types[d.type] for d in self.dimensions},
+                **{m.name: types["long" if m.kind == "count" else m.type] for m in self.metrics}}
+
+    @property
     def output_columns(self) -> list[str]:
         return [TIME, *(d.name for d in self.dimensions), *(m.name for m in self.metrics)]
 

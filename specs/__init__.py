@@ -27,9 +27,11 @@ from specs.supervisor import (
     KafkaSupervisorIngestionSpec,
     KafkaTuningConfigSpec,
     SupervisorSpec,
+    check_update,
 )
 
 __all__ = [
+    "check_update",
     "EXACT_READ_CONSUMER_PROPERTIES",
     "EXAMPLES_DIR",
     "UNLIMITED_PARSE_EXCEPTIONS",

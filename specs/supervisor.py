@@ -14,6 +14,7 @@ from specs.errors import SpecError, join_path, json_type_name, key_path
 
 __all__ = [
     "EXACT_READ_CONSUMER_PROPERTIES",
+    "check_update",
     "UNLIMITED_PARSE_EXCEPTIONS",
     "InputFormatSpec",
     "KafkaIOConfigSpec",
@@ -241,3 +242,33 @@ def ignored_field_paths(model: SpecModel, path: str = "") -> list[str]:
 def _property_text(value: object) -> str:
     """A librdkafka property value as librdkafka reads it (``True`` and ``"true"`` alike)."""
     return str(value).lower()
+
+
+def check_update(previous: SupervisorSpec, spec: SupervisorSpec) -> None:
+    """Refuse an update that changes what an existing column means (:class:`SpecError` naming paths).
+
+    Columns may be added or dropped. A metric kept under the same name must keep its aggregator
+    type and input field (rows already published were aggregated with them, and compaction and
+    queries would combine old and new rows as one), and a dimension its type.
+    """
+    old, new = previous.spec.data_schema, spec.spec.data_schema
+    errors: list[tuple[str, str]] = []
+    old_metrics = {m.name: m for m in old.metrics_spec}
+    for i, metric in enumerate(new.metrics_spec):
+        before = old_metrics.get(metric.name)
+        if before is None:
+            continue
+        if before.type != metric.type:
+            errors.append((f"spec.dataSchema.metricsSpec[{i}].type", f"metric {metric.name!r} was {before.type}, "
+                           f"got {metric.type}: published rows were aggregated as {before.type}; use a new name"))
+        elif before.field_name != metric.field_name:
+            errors.append((f"spec.dataSchema.metricsSpec[{i}].fieldName", f"metric {metric.name!r} was "
+                           f"{before.field_name!r}, got {metric.field_name!r}; use a new name"))
+    old_dimensions = {d.name: d for d in old.dimensions_spec.dimensions}
+    for i, dimension in enumerate(new.dimensions_spec.dimensions):
+        before_dim = old_dimensions.get(dimension.name)
+        if before_dim is not None and before_dim.type != dimension.type:
+            errors.append((f"spec.dataSchema.dimensionsSpec.dimensions[{i}].type", f"dimension {dimension.name!r} "
+                           f"was {before_dim.type}, got {dimension.type}; use a new name"))
+    if errors:
+        raise SpecError(errors)

@@ -140,7 +140,7 @@ def _query_session(spark: SparkSession) -> _QuerySession:
 def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mapping[str, Any] | None) -> DataFrame:
     """Spark's Parquet reader for local and HDFS files; the fsspec source for object stores."""
     if all("://" not in p or p.startswith(("file://", "hdfs://")) for p in paths):
-        return session.read.parquet(*paths)
+        return session.read.option("mergeSchema", "true").parquet(*paths)  # columns of every spec version
     return read_segments(session, paths, storage_options)
 
 

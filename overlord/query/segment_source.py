@@ -4,14 +4,16 @@ Spark's own Parquet reader needs a Hadoop connector for ``s3://`` (``hadoop-aws`
 SDK, which PySpark does not ship). This source reads the same files with s3fs, as the indexing
 and compaction workers write them: one ``mapInArrow`` task per share of the files, whose Python
 worker streams their row groups as Arrow batches (a plain job, so it works on any session; a
-registered Python data source is visible only to the session that registered it). Columns a
-file lacks (a dimension added by a later spec) are read as nulls. There is no column pruning:
+registered Python data source is visible only to the session that registered it). The schema is
+the union of the files' (read from their footers); columns a file lacks (a dimension added by a
+later spec) are read as nulls. There is no column pruning:
 a query reads whole files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -27,11 +29,16 @@ __all__ = ["read_segments"]
 
 def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Mapping[str, Any] | None = None
                   ) -> DataFrame:
-    """A DataFrame over ``paths`` (their schema is the first file's, as Spark's Parquet reader does)."""
+    """A DataFrame over ``paths`` whose schema is the union of theirs (a column a file lacks is null)."""
     options = dict(storage_options or {})
-    fs, first = url_to_fs(paths[0], **options)
-    with fs.open(first, "rb") as f:
-        schema = from_arrow_schema(pq.read_schema(f))
+
+    def footer_schema(path: str) -> pa.Schema:
+        fs, file = url_to_fs(path, **options)
+        with fs.open(file, "rb") as f:
+            return pq.read_schema(f)
+
+    with ThreadPoolExecutor(16) as pool:  # footers are small reads; on object stores mostly waiting
+        schema = from_arrow_schema(pa.unify_schemas(list(pool.map(footer_schema, paths))))
     shares = min(len(paths), 2 * spark.sparkContext.defaultParallelism)
     read = partial(_read_share, list(paths), shares, options, schema)
     return spark.range(0, shares, 1, shares).mapInArrow(read, schema)

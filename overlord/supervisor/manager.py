@@ -32,7 +32,7 @@ from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import create_schema, reset_offsets
 from segment_store.timeline import Interval
-from specs import SupervisorSpec, load_supervisor_spec
+from specs import SupervisorSpec, check_update, load_supervisor_spec
 
 __all__ = ["Overlord"]
 
@@ -151,6 +151,9 @@ class Overlord:
         spec = load_supervisor_spec(raw)
         with self._lock:
             existing = self.supervisors.get(spec.id)
+            history = self.store.history(spec.id)
+            if history:
+                check_update(load_supervisor_spec(history[0].spec), spec)
             suspended = bool((spec.model_extra or {}).get("suspended", False))
             self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended)
             if existing is None:

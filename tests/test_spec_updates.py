@@ -1,0 +1,49 @@
+"""A spec update may add or drop columns, never change what an existing column means."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specs import SpecError, check_update, load_supervisor_spec
+from tests.helpers import spec_json
+
+
+def updated(change: Any) -> Any:
+    raw = spec_json("ds", "topic")
+    change(raw["spec"]["dataSchema"])
+    return load_supervisor_spec(raw)
+
+
+ORIGINAL = load_supervisor_spec(spec_json("ds", "topic"))
+
+
+def metric(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(m for m in schema["metricsSpec"] if m["name"] == name)
+
+
+@pytest.mark.parametrize(("change", "path", "fragment"), [
+    (lambda s: metric(s, "value_max").update(type="longSum"),
+     "spec.dataSchema.metricsSpec[3].type", "was longMax"),
+    (lambda s: metric(s, "value_sum").update(type="doubleSum"),
+     "spec.dataSchema.metricsSpec[1].type", "was longSum"),
+    (lambda s: metric(s, "value_sum").update(fieldName="price"),
+     "spec.dataSchema.metricsSpec[1].fieldName", "was 'value'"),
+    (lambda s: s["dimensionsSpec"].update(dimensions=[{"type": "long", "name": "country"}, "device"]),
+     "spec.dataSchema.dimensionsSpec.dimensions[0].type", "was string"),
+])
+def test_changing_an_existing_columns_meaning_is_refused(change: Any, path: str, fragment: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        check_update(ORIGINAL, updated(change))
+    (found_path, message), = refused.value.errors
+    assert found_path == path and fragment in message
+
+
+def test_adding_and_dropping_columns_is_allowed() -> None:
+    def change(schema: dict[str, Any]) -> None:
+        schema["dimensionsSpec"]["dimensions"].append("region")
+        schema["metricsSpec"] = [m for m in schema["metricsSpec"] if m["name"] != "price_sum"]
+        schema["metricsSpec"].append({"type": "doubleMax", "name": "price_max", "fieldName": "price"})
+
+    check_update(ORIGINAL, updated(change))  # no error
