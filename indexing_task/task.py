@@ -51,6 +51,8 @@ class IndexTaskRequest:
     """The committed-offsets version the task was planned against (part of its segment ids)."""
     epoch: int = 0
     """The committed offsets' epoch the task was planned under: a reset since then refuses its publish."""
+    leader_epoch: int | None = None
+    """The leader epoch of the overlord that planned it: a new leader since then refuses its publish."""
     bootstrap_servers: str | None = None
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     min_time: datetime | None = None
@@ -136,7 +138,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     outcome = publish(engine, PublishRequest(
         datasource=spec.datasource, topic=io.topic, task_id=request.task_id,
         start_offsets=request.start_offsets, end_offsets=request.end_offsets,
-        initial_offsets=request.initial_offsets, segments=segments, epoch=request.epoch),
+        initial_offsets=request.initial_offsets, segments=segments, epoch=request.epoch,
+        leader_epoch=request.leader_epoch),
         DeepStorage(request.deep_storage, dict(request.storage_options)))
     report = TaskReport(
         task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,

@@ -1,6 +1,6 @@
 """Errors of the overlord."""
 
-__all__ = ["NotFound", "OverlordError"]
+__all__ = ["NotFound", "NotLeader", "OverlordError"]
 
 
 class OverlordError(Exception):
@@ -9,3 +9,7 @@ class OverlordError(Exception):
 
 class NotFound(OverlordError):
     """No supervisor or task with that id (HTTP 404)."""
+
+
+class NotLeader(OverlordError):
+    """This overlord is a standby: the call changes state only the leader may change (HTTP 503)."""

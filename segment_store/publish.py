@@ -3,7 +3,7 @@
 A finished task asks to commit its segments and its end offsets. In one transaction:
 
 1. lock the datasource's offsets row (``SELECT ... FOR UPDATE``; created empty if missing);
-2. validate the preconditions (:class:`AssertEpoch`, :class:`AssertTopic`,
+2. validate the preconditions (:class:`AssertLeader`, :class:`AssertEpoch`, :class:`AssertTopic`,
    :class:`AssertStartOffsets`), each an "expected X, found Y" check;
 3. write the merged end offsets and bump the row's version;
 4. insert the segment rows at their intervals' current versions, used.
@@ -28,12 +28,14 @@ import sqlalchemy as sa
 from segment_store.database import is_bounded_wait_timeout
 from segment_store.deep_storage import DeepStorage
 from segment_store.descriptors import SegmentDescriptor
+from segment_store.leadership import current_leader_epoch
 from segment_store.offsets import OffsetRange, Offsets
 from segment_store.records import CommittedOffsets, lock_offsets_row
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 
-__all__ = ["AssertEpoch", "AssertStartOffsets", "AssertTopic", "PublishOutcome", "PublishRequest", "Status", "publish"]
+__all__ = ["AssertEpoch", "AssertLeader", "AssertStartOffsets", "AssertTopic", "PublishOutcome", "PublishRequest",
+           "Status", "publish"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,9 @@ class PublishRequest:
     initial_offsets: Offsets = field(default_factory=Offsets)
     segments: tuple[SegmentDescriptor, ...] = ()
     epoch: int = 0
+    leader_epoch: int | None = None
+    """The leader epoch of the overlord that planned the task (None: not planned by a leader, e.g.
+    ``overlord index`` by hand)."""
 
     def __post_init__(self) -> None:
         who = f"task {self.task_id} of datasource {self.datasource!r}"
@@ -97,6 +102,22 @@ class Requirement(Protocol):
 
     def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
         """None if it holds; otherwise the outcome that refuses the publish."""
+
+
+@dataclass(frozen=True)
+class AssertLeader:
+    """The task was planned by the current leader: a deposed leader's tasks cannot publish."""
+
+    datasource: str
+    expected: int
+    found: int
+
+    def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
+        if self.found == self.expected:
+            return None
+        return PublishOutcome("fatal", f"datasource {self.datasource!r}: expected leader epoch {self.expected}, "
+                              f"found {self.found} (planned by an overlord that is no longer the leader)",
+                              found.offsets)
 
 
 @dataclass(frozen=True)
@@ -213,7 +234,10 @@ def _last_slot(conn: sa.Connection, datasource: str, start: Any, end: Any) -> tu
 
 def _publish_in(conn: sa.Connection, request: PublishRequest, storage: DeepStorage | None) -> PublishOutcome:
     found = lock_offsets_row(conn, request.datasource, request.topic)
+    leader: tuple[Requirement, ...] = () if request.leader_epoch is None else (AssertLeader(
+        request.datasource, request.leader_epoch, current_leader_epoch(conn, lock=True)),)
     requirements: tuple[Requirement, ...] = (
+        *leader,
         AssertEpoch(request.datasource, request.epoch),
         AssertTopic(request.datasource, request.topic),
         AssertStartOffsets(request.datasource, request.start_offsets, request.end_offsets,

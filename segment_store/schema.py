@@ -11,7 +11,7 @@ import zlib
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["create_schema", "datasource_offsets", "metadata", "segments"]
+__all__ = ["create_schema", "datasource_offsets", "leadership", "metadata", "segments"]
 
 metadata = sa.MetaData()
 
@@ -54,6 +54,16 @@ datasource_offsets = sa.Table(
 record to read (:class:`segment_store.offsets.Offsets` is its encoding); ``version`` counts
 the row's writes; ``epoch`` counts resets: a task carries the epoch it was planned under and
 cannot publish under another. ``topic`` is NULL only after a reset, before any publish or pin."""
+
+leadership = sa.Table(
+    "leadership",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),  # one row: id 1
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("leader", sa.Text, nullable=False),
+    sa.Column("elected_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+"""The overlord leader's fencing token: ``epoch`` grows with every election (see segment_store.leadership)."""
 
 _SCHEMA_LOCK_KEY = zlib.crc32(b"segment_store.schema")
 

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +30,7 @@ from segment_store import (
     used_segments,
 )
 from segment_store.database import metadata_engine
+from segment_store.leadership import claim_leadership
 from segment_store.schema import segments as segments_t
 from tests.helpers import wait_for_lock_waiter
 
@@ -525,3 +527,18 @@ def test_metadata_engine_bounds_statements_and_idle_transactions(engine: sa.Engi
     bounded.dispose()
     assert settings == {"lock_timeout": "10s", "statement_timeout": "5min",
                         "idle_in_transaction_session_timeout": "1min"}
+
+
+# --- leader fencing ------------------------------------------------------------------------------
+
+def test_a_task_planned_by_a_deposed_leader_cannot_publish(engine: sa.Engine, datasource: str) -> None:
+    with engine.begin() as conn:
+        old_leader = claim_leadership(conn, "overlord-a")
+    assert publish(engine, req(datasource, {0: 0}, {0: 0}, initial={0: 0})).ok
+    with engine.begin() as conn:
+        new_leader = claim_leadership(conn, "overlord-b")  # a: paused or partitioned, its task still running
+    assert new_leader == old_leader + 1
+    zombie = publish(engine, replace(req(datasource, {0: 0}, {0: 10}, names=("z",)), leader_epoch=old_leader))
+    assert zombie.status == "fatal" and "no longer the leader" in zombie.message
+    assert stored_offsets(engine, datasource) == {0: 0} and all_segment_rows(engine, datasource) == []
+    assert publish(engine, replace(req(datasource, {0: 0}, {0: 10}, names=("a",)), leader_epoch=new_leader)).ok

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from overlord.errors import NotFound
+from overlord.errors import NotFound, NotLeader
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
@@ -72,6 +72,10 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, exc: NotFound) -> Response:
         return error_reply(404, str(exc))
+
+    @app.exception_handler(NotLeader)
+    async def _not_leader(_request: Request, exc: NotLeader) -> Response:
+        return error_reply(503, str(exc))
 
     @app.exception_handler(QueryError)
     async def _bad_query(_request: Request, exc: QueryError) -> Response:

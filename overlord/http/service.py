@@ -18,7 +18,7 @@ def service_routes(out: Replies) -> APIRouter:
 
     @router.get("/health", tags=["service"], summary="Liveness")
     def health() -> Response:
-        return reply({"healthy": True, "supervisors": len(overlord.supervisors)})
+        return reply({"healthy": True, "leader": overlord.leading, "supervisors": len(overlord.supervisors)})
 
     @router.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:

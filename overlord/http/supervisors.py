@@ -132,4 +132,8 @@ def supervisor_routes(out: Replies) -> APIRouter:
     def history(supervisor_id: str) -> Response:
         return reply([history_entry(r) for r in overlord.history(supervisor_id)])
 
+    @router.get(f"{PREFIX}/isLeader", tags=["supervisors"], summary="200 if this overlord leads, else 404")
+    def is_leader() -> Response:
+        return reply({"leader": overlord.leading}, 200 if overlord.leading else 404)
+
     return router

@@ -79,6 +79,8 @@ class SupervisorContext:
     now: Callable[[], datetime] = _utc_now
     """Wall-clock time (UTC) for what is shown."""
     watermarks: WatermarkSource = topic_watermarks
+    leader_epoch: int | None = None
+    """The leader epoch this overlord plans tasks under (checked at publish); None outside leader election."""
 
 
 @dataclass
@@ -263,7 +265,7 @@ class Supervisor:
                 task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=todo.start, end_offsets=todo.end,
                 initial_offsets=Offsets(), deep_storage=self.ctx.settings.deep_storage,
                 generation=self.stored.version if self.stored is not None else 0,
-                epoch=self.stored.epoch if self.stored is not None else 0,
+                epoch=self.stored.epoch if self.stored is not None else 0, leader_epoch=self.ctx.leader_epoch,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers)
             self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())

@@ -9,11 +9,14 @@ Wake-ups that arrive while a run is in progress are coalesced into one more run 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,7 +28,8 @@ from pyspark.sql import SparkSession
 from indexing_task.compaction import CompactionReport, compact
 from indexing_task.task import BeforePublish
 from overlord.config import Settings
-from overlord.errors import NotFound
+from overlord.errors import NotFound, NotLeader
+from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
@@ -46,8 +50,13 @@ class Overlord:
     """Owns the supervisors. Thread-safe: the HTTP API calls into it from its own threads."""
 
     def __init__(self, settings: Settings, engine: sa.Engine, spark: SparkSession,
-                 policy: SupervisorPolicy | None = None, before_publish: BeforePublish | None = None) -> None:
-        """``before_publish`` reaches every indexing task (a fault-injection hook for tests)."""
+                 policy: SupervisorPolicy | None = None, before_publish: BeforePublish | None = None,
+                 name: str | None = None) -> None:
+        """Set up (nothing runs until :meth:`start`).
+
+        ``name`` identifies this overlord in leader election (default host:pid); ``before_publish``
+        reaches every indexing task (a fault-injection hook for tests).
+        """
         self.settings = settings
         self.engine = engine
         self.store = MetadataStore(engine)
@@ -59,21 +68,56 @@ class Overlord:
         self._pending_wake: set[str] = set()
         self._lock = threading.RLock()
         self._stopped = False
+        self.elector = LeaderElector(settings.database_url, name or f"{socket.gethostname()}:{os.getpid()}",
+                                     self._lead, self._step_down)
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the schemas, forget tasks of a previous process, resume every live supervisor."""
+        """Create the schemas and run for leadership: a lone overlord leads before this returns."""
         create_schema(self.engine)
         self.store.create_schema()
-        abandoned = self.store.fail_running_tasks("abandoned: the overlord stopped before the task finished")
-        if abandoned:
-            logger.info("marked %d tasks of a previous overlord process as failed (they never published)", abandoned)
         self.scheduler.start()
-        for record in self.store.current_specs():
-            if not record.terminated:
-                self._start_supervisor(record.id, load_supervisor_spec(record.spec), record.suspended)
-        logger.info("overlord started with %d supervisors", len(self.supervisors))
+        self.elector.start()
+        logger.info("overlord %s started (%s)", self.elector.name, "leader" if self.leading else "standby")
+
+    @property
+    def leading(self) -> bool:
+        return self.elector.leading
+
+    def _lead(self, epoch: int) -> None:
+        """Elected: forget tasks of a previous leader, resume every live supervisor under ``epoch``."""
+        with self._lock:
+            if self._stopped:
+                return
+            self.context = replace(self.context, leader_epoch=epoch)
+            abandoned = self.store.fail_running_tasks("abandoned: the overlord that ran it stopped leading")
+            if abandoned:
+                logger.info("marked %d tasks of a previous leader as failed (they cannot publish now)", abandoned)
+            for record in self.store.current_specs():
+                if not record.terminated:
+                    self._start_supervisor(record.id, load_supervisor_spec(record.spec), record.suspended)
+            logger.info("leading with %d supervisors (epoch %d)", len(self.supervisors), epoch)
+
+    def _step_down(self) -> None:
+        """Deposed: stop every supervisor and task at once (their publishes would be refused anyway)."""
+        with self._lock:
+            for supervisor_id, sup in list(self.supervisors.items()):
+                with sup.lock:
+                    sup.stopping = True
+                    for task_id in list(sup.active):
+                        self.runner.stop(task_id)
+                    sup.publish_status()
+                try:
+                    self.scheduler.remove_job(supervisor_id)
+                except JobLookupError:
+                    pass
+            self.supervisors.clear()
+            logger.warning("stepped down: supervisors and tasks stopped")
+
+    def _require_leader(self) -> None:
+        if not self.leading:
+            raise NotLeader(f"overlord {self.elector.name} is not the leader; send this to the leader")
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop launching tasks, give running ones ``grace_s`` to finish, then stop the rest unpublished."""
@@ -104,6 +148,7 @@ class Overlord:
         for sup in self.supervisors.values():
             with sup.lock:
                 sup.update_task_status()
+        self.elector.stop()  # only now may a standby take over
         logger.info("overlord stopped")
 
     # --- scheduling ------------------------------------------------------------------------
@@ -149,6 +194,7 @@ class Overlord:
     def submit(self, raw: Mapping[str, Any] | str | bytes) -> str:
         """Create or update a supervisor. Tasks of a previous spec finish and publish under it."""
         spec = load_supervisor_spec(raw)
+        self._require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)
             history = self.store.history(spec.id)
@@ -176,6 +222,7 @@ class Overlord:
         return sup
 
     def set_suspended(self, supervisor_id: str, suspended: bool) -> Supervisor:
+        self._require_leader()
         sup = self.get(supervisor_id)
         with sup.lock:
             sup.suspended = suspended
@@ -192,6 +239,7 @@ class Overlord:
         Running tasks are stopped and waited for (at most ``wait_s``); whatever they do after
         the reset, their publish is refused (the reset bumps the offsets' epoch).
         """
+        self._require_leader()
         sup = self.get(supervisor_id)
         with sup.lock:
             stopped = [task for task_id, task in sup.active.items() if self.runner.stop(task_id)]
@@ -203,6 +251,7 @@ class Overlord:
 
     def terminate(self, supervisor_id: str) -> None:
         """Stop the supervisor for good (a tombstone in its history); running tasks may still publish."""
+        self._require_leader()
         sup = self.get(supervisor_id)
         with self._lock:
             with sup.lock:
@@ -233,6 +282,7 @@ class Overlord:
 
         Uses the datasource's current (or last, if terminated) supervisor spec to merge rows.
         """
+        self._require_leader()
         sup = self.supervisors.get(datasource)  # a supervisor's id is its datasource
         spec = sup.spec if sup is not None else load_supervisor_spec(self.history(datasource)[0].spec)
         task_id = f"compact_{datasource}_{uuid.uuid4().hex[:8]}"

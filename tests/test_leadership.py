@@ -1,0 +1,52 @@
+"""Two overlords on one metadata store: one leads, the other takes over when the leader's session dies."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.errors import NotLeader
+from segment_store.leadership import LEADER_LOCK_KEY
+from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
+
+
+def kill_lock_session(engine: sa.Engine) -> None:
+    """End the PostgreSQL session that holds the leader lock, as a dead process or a lost network would."""
+    with engine.connect() as conn:
+        killed = conn.execute(sa.text(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND objid = :key AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+            {"key": LEADER_LOCK_KEY}).scalars().all()
+    assert killed == [True]
+
+
+def test_one_overlord_leads_and_a_standby_takes_over_exactly(stack, make_topic, datasource, make_overlord):
+    topic = make_topic(2)
+    first, second = make_sample_events(3_000, seed=21), make_sample_events(3_000, seed=22)
+    leader = make_overlord(name="overlord-a")
+    standby = make_overlord(name="overlord-b", database_url=leader.settings.database_url)
+    assert leader.leading and not standby.leading
+    with pytest.raises(NotLeader):
+        standby.submit(spec_json(datasource, topic))
+    leader.submit(spec_json(datasource, topic))
+    assert standby.supervisors == {}  # a standby runs nothing
+
+    engine = leader.engine
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records), "the leader publishes")
+
+    kill_lock_session(engine)
+    lost = time.monotonic()
+    wait_until(lambda: standby.leading, "the standby to take over", 15)
+    took_over_s = time.monotonic() - lost
+    wait_until(lambda: not leader.leading and leader.supervisors == {}, "the old leader to step down", 15)
+    assert standby.elector.epoch is not None and standby.elector.epoch > 1
+    print(f"takeover after {took_over_s:.1f} s")
+
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
+               "the new leader resumes from the committed offsets")
+    assert_exact(published_table(engine, datasource), merged(first, second))
