@@ -1,1 +1,1 @@
-"""The control plane: persistent supervisors, their run loop, the task runner and the overlord's metadata store."""
+"""The control plane: supervisors and their run loop, the task runner, leader election, the overlord's store."""
