@@ -4,7 +4,8 @@ at a random moment, and ends with an exact comparison of what is published again
 Two overlords share one metadata store (one leads, one stands by) and run one supervisor over a
 two-partition topic. Faults: a task stopped mid-flight, a Spark Python worker SIGKILLed, every
 PostgreSQL session of the store terminated (publishes in flight included), the leader's session
-killed (the standby takes over), a cleanup with zero grace racing the tasks.
+killed (the standby takes over), a cleanup with zero grace racing the tasks, a resetOffsets to the
+committed offsets racing a publish (in-flight tasks are fenced by the epoch and read again).
 
 Short mode in the suite (``FAULT_ROUNDS``, default 20); a long run:
 ``FAULT_ROUNDS=200 pytest tests/test_fault_injection.py -s`` writes ``benchmarks/results/faults.json``.
@@ -27,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from overlord.dev.sample_data import make_sample_events, produce
-from segment_store import DeepStorage, cleanup
+from segment_store import DeepStorage, cleanup, committed_offsets
 from tests.helpers import committed_total, published_table, spec_json, wait_until
 
 ROUNDS = int(os.environ.get("FAULT_ROUNDS", "20"))
@@ -75,6 +76,12 @@ class Faults:
                 "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = :db"),
                 {"db": self.overlords[0].engine.url.database})
 
+    def reset_in_place(self) -> None:
+        """ResetOffsets to the offsets already committed: tasks in flight are fenced (the epoch moves), data stays."""
+        stored = committed_offsets(self.overlords[0].engine, self.datasource)
+        if stored is not None and stored.offsets:
+            self.leader().reset(self.datasource, dict(stored.offsets))
+
     def cleanup_now(self) -> None:
         cleanup(self.overlords[0].engine, self.storage, self.datasource, orphan_grace=timedelta(0),
                 retention=timedelta(0))
@@ -90,7 +97,7 @@ def test_randomized_faults_lose_and_duplicate_nothing(stack, engine, make_topic,
     faults = Faults([first, second], engine, DeepStorage(first.settings.deep_storage), datasource)
     kinds = {"stop_task": faults.stop_task, "kill_python_worker": faults.kill_python_worker,
              "terminate_sessions": faults.terminate_sessions, "kill_leader_session": faults.kill_leader_session,
-             "cleanup": faults.cleanup_now}
+             "cleanup": faults.cleanup_now, "reset_racing_publish": faults.reset_in_place}
     injected: Counter[str] = Counter()
     expected: Counter[str] = Counter()
     produced = 0

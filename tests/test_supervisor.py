@@ -174,3 +174,17 @@ def test_postgres_outage_is_unhealthy_then_recovers(stack, spark, make_topic, da
         overlord.stop(grace_s=5)
         engine.dispose()
         postgres.stop()
+
+
+def test_a_backlog_is_worked_off_by_bounded_tasks_exactly(stack, make_topic, datasource, make_overlord):
+    topic = make_topic(2)
+    backlog = make_sample_events(22_000, seed=31)
+    produce(stack.bootstrap_servers, topic, backlog.records, 2)
+    overlord = make_overlord(task_max_records=5_000)  # the backlog is more than four caps long
+    engine = overlord.engine
+    overlord.submit(spec_json(datasource, topic))
+    wait_until(lambda: committed_total(engine, datasource) == len(backlog.records), "the backlog committed", 120)
+    assert_exact(published_table(engine, datasource), backlog)
+    ranges = [t for t in overlord.store.tasks(datasource=datasource) if t.status == "SUCCESS"]
+    assert len(ranges) >= 5
+    assert all(sum(t.end_offsets.values()) - sum(t.start_offsets.values()) <= 5_000 for t in ranges)
