@@ -26,8 +26,8 @@ from overlord.errors import OverlordError
 from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, pin_offsets
 from specs import SupervisorSpec
 
-__all__ = ["TopicChanged", "WatermarkSource", "consumer_properties", "index_once", "next_range",
-           "next_task_request", "pin_initial_offsets", "starting_offsets", "committed_for"]
+__all__ = ["TopicChanged", "WatermarkSource", "committed_for", "consumer_properties", "index_once", "next_range",
+           "next_task_request", "pin_initial_offsets", "starting_offsets"]
 
 WatermarkSource = Callable[[Mapping[str, Any], str], Mapping[int, tuple[int, int]]]
 """``(consumer properties, topic) -> {partition: (low, high)}``: the first and next offset of each partition."""
