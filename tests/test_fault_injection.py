@@ -5,7 +5,7 @@ Two overlords share one metadata store (one leads, one stands by) and run one su
 two-partition topic. Faults: a task stopped mid-flight, a Spark Python worker SIGKILLed, every
 PostgreSQL session of the store terminated (publishes in flight included), the leader's session
 killed (the standby takes over), a cleanup with zero grace racing the tasks, a resetOffsets to the
-committed offsets racing a publish (in-flight tasks are fenced by the epoch and read again).
+committed offsets, atomically, racing a publish (in-flight tasks are fenced by the epoch and read again).
 
 Short mode in the suite (``FAULT_ROUNDS``, default 20); a long run:
 ``FAULT_ROUNDS=200 pytest tests/test_fault_injection.py -s`` writes ``benchmarks/results/faults.json``.
@@ -28,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from overlord.dev.sample_data import make_sample_events, produce
-from segment_store import DeepStorage, cleanup, committed_offsets
+from segment_store import DeepStorage, cleanup
 from tests.helpers import committed_total, published_table, spec_json, wait_until
 
 ROUNDS = int(os.environ.get("FAULT_ROUNDS", "20"))
@@ -77,10 +77,14 @@ class Faults:
                 {"db": self.overlords[0].engine.url.database})
 
     def reset_in_place(self) -> None:
-        """ResetOffsets to the offsets already committed: tasks in flight are fenced (the epoch moves), data stays."""
-        stored = committed_offsets(self.overlords[0].engine, self.datasource)
-        if stored is not None and stored.offsets:
-            self.leader().reset(self.datasource, dict(stored.offsets))
+        """A reset that moves no offset (empty resetOffsets, atomic under the datasource lock).
+
+        Tasks in flight are stopped and fenced by the new epoch, and their ranges read again. (A
+        resetOffsets to offsets read earlier would rewind past publishes made meanwhile: a duplicate
+        the operator asked for, not a fault.)
+        """
+        if self.datasource in self.leader().supervisors:
+            self.leader().reset(self.datasource, {})
 
     def cleanup_now(self) -> None:
         cleanup(self.overlords[0].engine, self.storage, self.datasource, orphan_grace=timedelta(0),
