@@ -245,7 +245,8 @@ class Overlord:
             stopped = [task for task_id, task in sup.active.items() if self.runner.stop(task_id)]
             futures_wait([task.future for task in stopped], timeout=wait_s)
             reset_offsets(self.engine, sup.spec.datasource, offsets)
-        logger.info("supervisor %s: offsets reset to %s", supervisor_id, "initial" if offsets is None else dict(offsets))
+        logger.info("supervisor %s: offsets reset to %s", supervisor_id,
+                    "initial" if offsets is None else dict(offsets))
         self.wake(supervisor_id)
         return sup
 
