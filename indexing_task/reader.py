@@ -25,7 +25,7 @@ _POLL_TIMEOUT_S = 0.5
 
 
 def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> dict[str, Any]:
-    """The librdkafka settings for an exact range read.
+    """Return the librdkafka settings for an exact range read.
 
     Fetch tuning defaults first, then the spec's consumerProperties, then the settings the exact
     read depends on (:data:`specs.EXACT_READ_CONSUMER_PROPERTIES`), which nothing can override.
@@ -47,7 +47,7 @@ def _first_at_or_after(messages: list[Message], end: int) -> int:
 
 
 def _offset(message: Message) -> int:
-    """The offset of a data message or EOF event (always set for those)."""
+    """Return the offset of a data message or EOF event (always set for those)."""
     offset = message.offset()
     if offset is None:
         raise RangeNotReadableError(f"message without an offset from {message.topic()}")

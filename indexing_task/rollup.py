@@ -125,6 +125,7 @@ class RollupSchema:
 
     @property
     def output_columns(self) -> list[str]:
+        """The columns of a rollup's rows, in order: ``__time``, the dimensions, the metrics."""
         return [TIME, *(d.name for d in self.dimensions), *(m.name for m in self.metrics)]
 
 
@@ -157,13 +158,13 @@ def _cast(text: str, sql_type: str) -> str:
 
 
 def _wrapped_long(expr: str) -> str:
-    """A sum as a 64-bit long that wraps around on overflow, as Druid's (Java's) long sums do."""
+    """Return SQL for a sum as a 64-bit long that wraps around on overflow, as Druid's (Java's) long sums do."""
     wrapped = f"(((({expr})::HUGEINT + {2**63}) % {2**64} + {2**64}) % {2**64} - {2**63})"
     return f"coalesce(try_cast({expr} AS BIGINT), {wrapped})"  # the arithmetic only where it overflowed
 
 
 def _text(value: bytes | None) -> str:
-    """A record value as text for a bad-record sample ('' for a null value or invalid UTF-8)."""
+    """Decode a record value for a bad-record sample ('' for a null value or invalid UTF-8)."""
     if value is None:
         return ""
     try:
@@ -209,7 +210,7 @@ _local = threading.local()
 
 
 def _database() -> duckdb.DuckDBPyConnection:
-    """This thread's in-memory DuckDB database, opened once: opening one costs ~40 ms, a cursor ~0."""
+    """Return this thread's in-memory DuckDB database, opened once: opening one costs ~40 ms, a cursor ~0."""
     database = getattr(_local, "database", None)
     if database is None:
         database = _local.database = duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
@@ -234,6 +235,7 @@ class Rollup:
         self._parse_query = self._aggregate_sql(classified, combine=False, status=True)
 
     def close(self) -> None:
+        """Close this rollup's cursor (the thread's database stays open for the next one)."""
         self._con.close()
 
     def _build_parse_sql(self) -> str:

@@ -61,7 +61,7 @@ def join_path(prefix: str, path: str) -> str:
 
 
 def key_path(key: str) -> str:
-    """The path fragment for a mapping key: ``topic``, or ``["bootstrap.servers"]`` when not an identifier."""
+    """Return the path fragment for a mapping key: ``topic``, or ``["bootstrap.servers"]`` when not an identifier."""
     if key.isidentifier():
         return key
     return "[" + json.dumps(key) + "]"

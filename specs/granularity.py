@@ -27,7 +27,7 @@ a wider range, but these bounds are what this service writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import GetCoreSchemaHandler
@@ -46,7 +46,7 @@ ALL_END = datetime(3000, 1, 1, tzinfo=UTC)
 """Exclusive end of the single ``ALL`` bucket."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_FIRST_MONDAY = date(1970, 1, 5)
+_FIRST_MONDAY = datetime(1970, 1, 5, tzinfo=UTC)
 _MINUTE = 60_000
 _HOUR = 60 * _MINUTE
 
@@ -200,7 +200,7 @@ class Granularity:
         return _millis_period(self.millis)
 
     def to_json(self) -> str | dict[str, str]:
-        """The Druid JSON form: a simple name, or ``{"type": "period", "period": ...}``."""
+        """Return the Druid JSON form: a simple name, or ``{"type": "period", "period": ...}``."""
         name = self.name
         if self.kind != "period" or name in _NAMED:
             return name
@@ -218,9 +218,7 @@ class Granularity:
         Months from January 1970, weeks from the first Monday (1970-01-05), days and smaller
         units from the epoch.
         """
-        if self.days and self.days % 7 == 0:
-            return datetime(_FIRST_MONDAY.year, _FIRST_MONDAY.month, _FIRST_MONDAY.day, tzinfo=UTC)
-        return _EPOCH
+        return _FIRST_MONDAY if self.days and self.days % 7 == 0 else _EPOCH
 
     def truncate(self, dt: datetime) -> datetime:
         """Start of the bucket holding ``dt`` (a timezone-aware datetime; the result is in UTC)."""
@@ -231,18 +229,12 @@ class Granularity:
             return ALL_START
         if self.kind == "none":
             return dt.replace(microsecond=dt.microsecond - dt.microsecond % 1000)
+        origin = self.origin
         if self.months:
-            index = (dt.year - 1970) * 12 + dt.month - 1
-            index -= index % self.months
-            return datetime(1970 + index // 12, index % 12 + 1, 1, tzinfo=UTC)
-        if self.days:
-            origin = self.origin.date()
-            offset = (dt.date() - origin).days
-            start = origin + timedelta(days=offset - offset % self.days)
-            return datetime(start.year, start.month, start.day, tzinfo=UTC)
-        micros = (dt - _EPOCH) // timedelta(microseconds=1)
-        step = self.millis * 1000
-        return _EPOCH + timedelta(microseconds=micros - micros % step)
+            months = (dt.year - origin.year) * 12 + dt.month - origin.month
+            return _plus_months(origin, months - months % self.months)
+        step = timedelta(days=self.days, milliseconds=self.millis)
+        return origin + (dt - origin) // step * step
 
     def bucket_end(self, start: datetime) -> datetime:
         """Exclusive end of the bucket holding ``start`` (normally a bucket start)."""
@@ -252,11 +244,8 @@ class Granularity:
         if self.kind == "none":
             return begin + timedelta(milliseconds=1)
         if self.months:
-            index = (begin.year - 1970) * 12 + begin.month - 1 + self.months
-            return datetime(1970 + index // 12, index % 12 + 1, 1, tzinfo=UTC)
-        if self.days:
-            return begin + timedelta(days=self.days)
-        return begin + timedelta(milliseconds=self.millis)
+            return _plus_months(begin, self.months)
+        return begin + timedelta(days=self.days, milliseconds=self.millis)
 
     # ----------------------------------------------------------------- pydantic
 
@@ -277,6 +266,12 @@ class Granularity:
                 lambda value: value.to_json(), when_used="json", return_schema=json_form
             ),
         )
+
+
+def _plus_months(start: datetime, months: int) -> datetime:
+    """Return the first day of the month ``months`` after ``start``'s month (UTC)."""
+    index = start.year * 12 + start.month - 1 + months
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
 
 
 def _millis_period(millis: int) -> str:

@@ -65,7 +65,7 @@ def spec_error_from_validation(exc: ValidationError, strip_prefix: str = "") -> 
 
 
 def loc_path(loc: Sequence[int | str]) -> str:
-    """A pydantic error location as a JSON path (``spec.ioConfig.topic``, ``metricsSpec[2]``)."""
+    """Render a pydantic error location as a JSON path (``spec.ioConfig.topic``, ``metricsSpec[2]``)."""
     path = ""
     for part in loc:
         path = join_path(path, f"[{part}]" if isinstance(part, int) else key_path(str(part)))

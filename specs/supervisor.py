@@ -213,7 +213,7 @@ class SupervisorSpec(SpecModel):
         return ignored_field_paths(self)
 
     def to_druid_json(self) -> dict[str, Any]:
-        """The spec as Druid JSON (camelCase, wrapped in ``spec``), including ignored fields."""
+        """Return the spec as Druid JSON (camelCase, wrapped in ``spec``), including ignored fields."""
         return self.model_dump(mode="json", by_alias=True)
 
 
@@ -240,7 +240,7 @@ def ignored_field_paths(model: SpecModel, path: str = "") -> list[str]:
 
 
 def _property_text(value: object) -> str:
-    """A librdkafka property value as librdkafka reads it (``True`` and ``"true"`` alike)."""
+    """Render a librdkafka property value as librdkafka reads it (``True`` and ``"true"`` alike)."""
     return str(value).lower()
 
 
