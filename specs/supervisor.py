@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -244,16 +244,18 @@ def _property_text(value: object) -> str:
     return str(value).lower()
 
 
-def check_update(previous: SupervisorSpec, spec: SupervisorSpec) -> None:
-    """Refuse an update that changes what an existing column means (:class:`SpecError` naming paths).
+def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> None:
+    """Refuse a spec that changes what a column of an earlier spec means (:class:`SpecError` naming paths).
 
-    Columns may be added or dropped. A metric kept under the same name must keep its aggregator
-    type and input field (rows already published were aggregated with them, and compaction and
-    queries would combine old and new rows as one), and a dimension its type.
+    ``history`` holds the datasource's earlier specs, newest first. Columns may be added or
+    dropped. A metric under a name any earlier spec used must keep its aggregator type and
+    input field (rows already published were aggregated with them, and compaction and queries
+    would combine old and new rows as one), even after a spec that dropped it; a dimension its type.
     """
-    old, new = previous.spec.data_schema, spec.spec.data_schema
+    new = spec.spec.data_schema
+    earlier = [s.spec.data_schema for s in reversed(history)]  # oldest first: newer definitions win
     errors: list[tuple[str, str]] = []
-    old_metrics = {m.name: m for m in old.metrics_spec}
+    old_metrics = {m.name: m for old in earlier for m in old.metrics_spec}
     for i, metric in enumerate(new.metrics_spec):
         before = old_metrics.get(metric.name)
         if before is None:
@@ -264,7 +266,7 @@ def check_update(previous: SupervisorSpec, spec: SupervisorSpec) -> None:
         elif before.field_name != metric.field_name:
             errors.append((f"spec.dataSchema.metricsSpec[{i}].fieldName", f"metric {metric.name!r} was "
                            f"{before.field_name!r}, got {metric.field_name!r}; use a new name"))
-    old_dimensions = {d.name: d for d in old.dimensions_spec.dimensions}
+    old_dimensions = {d.name: d for old in earlier for d in old.dimensions_spec.dimensions}
     for i, dimension in enumerate(new.dimensions_spec.dimensions):
         before_dim = old_dimensions.get(dimension.name)
         if before_dim is not None and before_dim.type != dimension.type:

@@ -138,6 +138,23 @@ def test_invalid_spec_is_400_naming_each_bad_field(api: Api, body: dict[str, Any
     assert "bad_spec" not in api.get("/supervisor")
 
 
+def test_a_metric_dropped_and_added_again_keeps_its_aggregator(api: Api, make_topic, datasource):
+    """Published rows were aggregated as longMax: a later spec cannot bring the name back as longSum."""
+    original = spec_json(datasource, make_topic(1))
+    submit(api, original)
+    dropped = json.loads(json.dumps(original))
+    dropped["spec"]["dataSchema"]["metricsSpec"] = [m for m in original["spec"]["dataSchema"]["metricsSpec"]
+                                                    if m["name"] != "value_max"]
+    submit(api, dropped)
+    again = json.loads(json.dumps(dropped))
+    again["spec"]["dataSchema"]["metricsSpec"].append({"type": "longSum", "name": "value_max", "fieldName": "value"})
+
+    response = api.post("/supervisor", json=again)
+    assert response.status_code == 400, response.text
+    [error] = response.json()["errors"]
+    assert error["path"].startswith("spec.dataSchema.metricsSpec[") and "was longMax" in error["message"]
+
+
 def test_secrets_in_consumer_properties_appear_in_no_response(api: Api, make_topic, datasource):
     properties = {"sasl.password": SECRET, "client.id": "api-test",
                   "sasl.jaas.config": f'PlainLoginModule required username="u" password="{SECRET}";'}

@@ -35,7 +35,7 @@ def metric(schema: dict[str, Any], name: str) -> dict[str, Any]:
 ])
 def test_changing_an_existing_columns_meaning_is_refused(change: Any, path: str, fragment: str) -> None:
     with pytest.raises(SpecError) as refused:
-        check_update(ORIGINAL, updated(change))
+        check_update([ORIGINAL], updated(change))
     (found_path, message), = refused.value.errors
     assert found_path == path and fragment in message
 
@@ -46,4 +46,13 @@ def test_adding_and_dropping_columns_is_allowed() -> None:
         schema["metricsSpec"] = [m for m in schema["metricsSpec"] if m["name"] != "price_sum"]
         schema["metricsSpec"].append({"type": "doubleMax", "name": "price_max", "fieldName": "price"})
 
-    check_update(ORIGINAL, updated(change))  # no error
+    check_update([ORIGINAL], updated(change))  # no error
+
+
+def test_a_metric_dropped_by_an_earlier_update_keeps_its_meaning() -> None:
+    dropped = updated(lambda s: s.update(metricsSpec=[m for m in s["metricsSpec"] if m["name"] != "value_max"]))
+    again = updated(lambda s: metric(s, "value_max").update(type="longSum"))
+    with pytest.raises(SpecError) as refused:
+        check_update([dropped, ORIGINAL], again)
+    assert refused.value.errors == [("spec.dataSchema.metricsSpec[3].type", refused.value.errors[0][1])]
+    assert "was longMax" in refused.value.errors[0][1]

@@ -197,9 +197,7 @@ class Overlord:
         self._require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)
-            history = self.store.history(spec.id)
-            if history:
-                check_update(load_supervisor_spec(history[0].spec), spec)
+            check_update([load_supervisor_spec(raw) for raw in self.store.datasource_specs(spec.datasource)], spec)
             suspended = bool((spec.model_extra or {}).get("suspended", False))
             self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended)
             if existing is None:

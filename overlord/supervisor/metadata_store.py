@@ -7,6 +7,7 @@ one row each, written at launch and updated when they finish.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -108,6 +109,14 @@ class MetadataStore:
         with self.engine.connect() as conn:
             return [SupervisorRecord(**row._mapping) for row in conn.execute(query)]
 
+    def datasource_specs(self, datasource: str) -> list[dict[str, Any]]:
+        """Each distinct spec ever stored for ``datasource`` (under any supervisor id), newest first."""
+        spec = supervisor_specs.c.spec
+        query = (sa.select(spec).where(spec["spec"]["dataSchema"]["dataSource"].astext == datasource)
+                 .group_by(spec).order_by(sa.func.max(supervisor_specs.c.seq).desc()))
+        with self.engine.connect() as conn:
+            return [dict(row.spec) for row in conn.execute(query)]
+
     def current_specs(self) -> list[SupervisorRecord]:
         """The newest row of every supervisor id, terminated ones included."""
         newest = sa.select(sa.func.max(supervisor_specs.c.seq)).group_by(supervisor_specs.c.id)
@@ -126,6 +135,16 @@ class MetadataStore:
         with self.engine.begin() as conn:
             conn.execute(tasks.update().where(tasks.c.id == task_id).values(
                 status=status, status_detail=detail, report=dict(report) if report else None,
+                finished_at=sa.func.now()))
+
+    def record_reset(self, supervisor_id: str, datasource: str, before: Mapping[int, int],
+                     after: Mapping[int, int], detail: str) -> None:
+        """Keep a finished ``reset_offsets`` row: which offsets a reset moved, from where to where, and why."""
+        with self.engine.begin() as conn:
+            conn.execute(tasks.insert().values(
+                id=f"reset_offsets_{datasource}_{uuid.uuid4().hex[:12]}", type="reset_offsets",
+                supervisor_id=supervisor_id, datasource=datasource, status="SUCCESS", status_detail=detail,
+                start_offsets=Offsets(before).to_json(), end_offsets=Offsets(after).to_json(),
                 finished_at=sa.func.now()))
 
     def fail_running_tasks(self, detail: str) -> int:
