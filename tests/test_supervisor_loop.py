@@ -359,3 +359,6 @@ def test_reset_offset_automatically_skips_the_gap_and_says_exactly_what(stack, e
     assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 25}, {0: 40})
     assert "skipped records [10, 25) of partition 0" in sup.status.recent_errors[0][1]
     assert sup.status.healthy
+    [skip] = [t for t in sup.ctx.store.tasks(datasource=datasource) if t.type == "reset_offsets"]  # kept for good
+    assert (dict(skip.start_offsets), dict(skip.end_offsets), skip.status) == ({0: 10}, {0: 25}, "SUCCESS")
+    assert skip.status_detail is not None and "skipped records [10, 25) of partition 0" in skip.status_detail

@@ -214,8 +214,11 @@ class Supervisor:
         if not self.spec.spec.tuning_config.reset_offset_automatically:
             raise OffsetsOutOfRange(f"{gaps}; reset the offsets, or set resetOffsetAutomatically to skip them")
         self.stored = reset_offsets(self.ctx.engine, self.spec.datasource, {p: low for p, (_, low) in lost.items()})
-        self.record_error("resetOffsetAutomatically: " + "; ".join(
-            f"skipped records [{start}, {low}) of partition {p}" for p, (start, low) in lost.items()))
+        skipped = "resetOffsetAutomatically: " + "; ".join(
+            f"skipped records [{start}, {low}) of partition {p}" for p, (start, low) in lost.items())
+        self.ctx.store.record_reset(self.id, self.spec.datasource, {p: start for p, (start, _) in lost.items()},
+                                    {p: low for p, (_, low) in lost.items()}, skipped)
+        self.record_error(skipped)
         logger.warning("supervisor %s: %s; offsets reset to the earliest (resetOffsetAutomatically)", self.id, gaps)
 
     def pin_initial_offsets(self) -> None:
