@@ -103,6 +103,25 @@ def test_only_visible_files_are_read(spark, engine, published):
     ("SELECT * FROM (SELECT JAVA_METHOD('java.util.UUID', 'randomUUID'))", "java_method() is not allowed"),
     ("SELECT `try_reflect`('java.util.UUID', 'randomUUID')", "try_reflect() is not allowed"),
     ("SELECT * FROM parquet.`/etc/passwd`", "TABLE_OR_VIEW_NOT_FOUND"),
+    ("SELECT * FROM read_files('/etc/passwd')", "table function read_files() is not allowed"),
+    ("SELECT sum(1) OVER w FROM {ds} WINDOW w AS (ORDER BY reflect('java.util.UUID', 'randomUUID'))",
+     "reflect() is not allowed"),
+    ("SELECT * FROM {ds} LATERAL VIEW explode(array(java_method('java.util.UUID', 'randomUUID'))) t AS u",
+     "java_method() is not allowed"),
+    ("SELECT * FROM {ds} LATERAL VIEW reflect('java.util.UUID', 'randomUUID') t AS u", "reflect() is not allowed"),
+    ("SELECT transform(array(1), x -> reflect('java.util.UUID', 'randomUUID'))", "reflect() is not allowed"),
+    ("SELECT system.builtin.reflect('java.util.UUID', 'randomUUID')", "reflect() is not allowed"),
+    ("SELECT IDENTIFIER('ref' || 'lect')('java.util.UUID', 'randomUUID')", "UNRESOLVED_ROUTINE"),  # dropped
+    ("SELECT /*+ BROADCAST(d) */ reflect('java.util.UUID', 'randomUUID') FROM {ds} d", "reflect() is not allowed"),
+    ("CREATE TEMPORARY FUNCTION f AS 'org.example.Evil'", "only read-only queries"),
+    ("ADD JAR '/tmp/evil.jar'", "only read-only queries"),
+    ("SELECT xpath('<a><b>1</b></a>', 'a/b')", "xpath() is not allowed"),
+    ("SELECT repeat('x', 100000000)", "value-size limit"),
+    ("SELECT repeat(repeat('x', 10000), 10000)", "value-size limit"),
+    ("SELECT lpad('x', 2147483647)", "value-size limit"),
+    ("SELECT sequence(1, 1000000000)", "value-size limit"),
+    ("SELECT array_repeat(1, count(*)) FROM {ds}", "value-size limit"),
+    ("SELECT explode(sequence(1, value_sum)) FROM {ds}", "value-size limit"),
     ("SELECT 1 / 0", "DIVIDE_BY_ZERO"),
 ])
 def test_bad_queries_are_user_errors(spark, engine, published, sql, expected):
@@ -111,6 +130,51 @@ def test_bad_queries_are_user_errors(spark, engine, published, sql, expected):
     assert expected in caught.value.message and "Traceback" not in caught.value.message
     body = caught.value.to_druid()
     assert body["errorCode"] == "invalidInput" and body["errorMessage"] == caught.value.message
+
+
+@pytest.mark.parametrize("hidden", [
+    "SELECT country, count(*) OVER w FROM {ds} WINDOW w AS (PARTITION BY (SELECT max(a) FROM "
+    "(SELECT TRANSFORM(country) USING 'touch {marker}' AS (a) FROM {ds})))",
+    "SELECT (SELECT max(a) FROM (SELECT TRANSFORM(1) USING 'touch {marker}' AS (a)))",
+    "WITH c AS (SELECT TRANSFORM(1) USING 'touch {marker}' AS (a)) SELECT * FROM {ds} WHERE country IN "
+    "(SELECT a FROM c)",
+    "SELECT * FROM {ds} d, LATERAL (SELECT TRANSFORM(d.country) USING 'touch {marker}' AS (a))",
+], ids=["window-definition", "scalar-subquery", "cte", "lateral-subquery"])
+def test_a_hidden_script_transform_is_refused_and_runs_nothing(spark, engine, published, tmp_path, hidden):
+    """The bypass that once ran a shell command: TRANSFORM ... USING hidden where a plan's JSON shows null."""
+    marker = tmp_path / "ran"
+    with pytest.raises(QueryError) as caught:
+        execute_sql(spark, engine, hidden.format(ds=f'"{published[0]}"', marker=marker))
+    assert caught.value.error_class == "NOT_READ_ONLY" and "ScriptTransformation" in caught.value.message
+    assert not marker.exists()
+
+
+def test_the_analyzed_plan_check_refuses_what_the_parse_check_cannot_name(spark):
+    """Plans analyzed where reflect and a Python UDF resolve (the shared session, not the query session)."""
+    from pyspark.sql.functions import udf
+
+    from overlord.query.sandbox import PlanWalker, check_analyzed
+
+    spark.udf.register("plus_one", udf(lambda x: x + 1, "long"))
+    walker = PlanWalker(spark.sparkContext._jvm)
+    for sql, found in [("SELECT reflect('java.util.UUID', 'randomUUID')", "CallMethodViaReflection"),
+                       ("SELECT plus_one(id) FROM range(3)", "PythonUDF"),
+                       ("SELECT * FROM range(3) WHERE id IN (SELECT try_reflect('java.util.UUID', 'randomUUID'))",
+                        "Reflect")]:
+        with pytest.raises(QueryError) as caught:
+            check_analyzed(walker, spark.sql(sql)._jdf.queryExecution().analyzed(), views=())
+        assert found in caught.value.message and caught.value.error_class == "FUNCTION_NOT_ALLOWED"
+    check_analyzed(walker, spark.sql("SELECT id * 2 FROM range(3)")._jdf.queryExecution().analyzed(), views=())
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT repeat('ab', 3) AS r, sequence(1, 5) AS s, lpad('x', 4, '-') AS p",
+    "SELECT country, sum(value_sum) OVER w FROM {ds} WINDOW w AS (PARTITION BY country)",
+    "SELECT u FROM {ds} LATERAL VIEW explode(array(1, 2)) t AS u",
+    "SELECT * FROM range(3)",
+])
+def test_ordinary_queries_pass_the_sandbox(spark, engine, published, sql):
+    assert execute_sql(spark, engine, sql.format(ds=f'"{published[0]}"')).table.num_rows > 0
 
 
 def test_query_command_line_prints_a_table(stack, spark, published, monkeypatch, capsys):

@@ -4,8 +4,9 @@ Each referenced datasource becomes a temporary view over its visible files (``__
 dimensions, the metrics), so a query never reads an unpublished, unused or overshadowed file.
 The dialect is Spark SQL with Druid's quoting: ``"name"`` is an identifier, ``'text'`` a string.
 Queries run on a child session of the shared SparkSession (same cluster, own views, own
-configuration) and must be read-only (:mod:`overlord.query.sandbox`); reading files by path
-(``parquet.`/path```) is switched off (``spark.sql.runSQLOnFiles``).
+configuration) and pass the sandbox (:mod:`overlord.query.sandbox`) twice: on the parsed plan
+before Spark analyses the query, on the analyzed plan before anything runs. Reading files by
+path (``parquet.`/path```) is switched off as well (``spark.sql.runSQLOnFiles``).
 
 User errors (syntax, unknown datasource or column, not read-only, division by zero) raise
 :class:`QueryError`, an HTTP 400 carrying Spark's message; anything else is a server fault.
@@ -16,7 +17,6 @@ result to its first rows (as the cap allows).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from overlord.config import Settings
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
-from overlord.query.sandbox import JVM_FUNCTIONS, check_read_only, plan_nodes, relations
+from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from segment_store.timeline import datasources, visible_segments
 
@@ -87,25 +87,27 @@ class _QuerySession:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         registry = self.session._jsparkSession.sessionState().functionRegistry()
-        for name in JVM_FUNCTIONS:
+        listed = registry.listFunction()
+        self.functions = frozenset(str(listed.apply(i).funcName()).lower() for i in range(listed.length()))
+        for name in DENIED_FUNCTIONS & self.functions:  # gone from the registry too, not just refused
             registry.dropFunction(jvm.org.apache.spark.sql.catalyst.FunctionIdentifier(
                 name, jvm.scala.Some("builtin"), jvm.scala.Some("system")))
+        self.walker = PlanWalker(jvm)
         self._jvm = jvm
         # PySpark logs every captured error with query context at ERROR, stack trace included; a user's
         # bad query is not a server error, and QueryError carries the message.
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
         self._parser = self.session._jsparkSession.sessionState().sqlParser()
-        self._is_expression: dict[str, bool] = {}
         self.lock = threading.Lock()
         self.frames: dict[str, tuple[tuple[str, ...], DataFrame]] = {}
 
     def parse(self, query: str) -> Any:
-        """The parsed (unresolved) plan as JSON; a syntax error raises :class:`QueryError`."""
+        """The parsed (unresolved) plan, a JVM object; a syntax error raises :class:`QueryError`."""
         jvm_session = self._jvm.org.apache.spark.sql.SparkSession
         previous = jvm_session.getActiveSession()
         jvm_session.setActiveSession(self.session._jsparkSession)  # the parser reads this session's conf
         try:
-            return json.loads(self._parser.parsePlan(query).toJSON())
+            return self._parser.parsePlan(query)
         except PySparkException as exc:
             raise _user_error(exc) or exc from None
         finally:
@@ -113,17 +115,6 @@ class _QuerySession:
                 jvm_session.setActiveSession(previous.get())
             else:
                 jvm_session.clearActiveSession()
-
-    def expression_class(self, name: str) -> bool:
-        """Whether the JVM class ``name`` is a Catalyst expression (cached; unknown classes are not)."""
-        if name not in self._is_expression:
-            lang = self._jvm.java.lang
-            try:
-                expression = lang.Class.forName("org.apache.spark.sql.catalyst.expressions.Expression")
-                self._is_expression[name] = bool(expression.isAssignableFrom(lang.Class.forName(name)))
-            except Exception:  # not loadable: treat it as a plan node, i.e. refuse it
-                self._is_expression[name] = False
-        return self._is_expression[name]
 
 
 _sessions: WeakKeyDictionary[SparkSession, _QuerySession] = WeakKeyDictionary()
@@ -188,12 +179,13 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     (otherwise s3fs takes credentials and endpoint from the environment).
     """
     qs = _query_session(spark)
-    nodes = plan_nodes(qs.parse(query))
-    check_read_only(nodes, qs.expression_class)
+    nodes = check_parsed(qs.walker, qs.parse(query), qs.functions)
     try:
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
             _register_views(qs, engine, relations(nodes), storage_options)
             frame = qs.session.sql(query, args=list(parameters) or None)
+            views = {name.lower() for name in qs.frames}
+        check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
         table = frame.limit(max_rows + 1 if outer_limit is None else min(outer_limit, max_rows + 1)).toArrow()
     except PySparkException as exc:
         raise _user_error(exc) or exc from None

@@ -1,60 +1,234 @@
-"""The read-only check: a query's parsed plan may hold only query operators and expressions.
+"""The SQL sandbox: a query runs only if every node of its plan is on an allow-list.
 
-* the text must parse (Spark's own parser) as one statement whose plan consists only of query
-  operators (an allow-list: no commands, inserts, ``EXECUTE IMMEDIATE``, ``TRANSFORM ... USING``);
-* ``reflect``, ``java_method`` and ``try_reflect`` (calls into the JVM) are rejected (the engine
-  also drops them from its session's function registry).
+The check walks Spark's own plan objects in the JVM (through py4j), never a rendering of them:
+every field of every plan node and expression, into sequences, options, maps and tuples, so
+subqueries, CTEs, window definitions (a map, which a plan's JSON renders as ``null``), lateral
+views and hints are all seen. It runs twice:
+
+1. on the **parsed** plan, before Spark analyses or runs anything: operators must be query
+   operators (no command, ``SET``, insert, ``TRANSFORM ... USING``, ``EXECUTE IMMEDIATE``),
+   functions and table functions built-ins minus the denied ones, and functions that build
+   large values (``repeat``, ``sequence``, ...) bounded by integer literals;
+2. on the **analyzed** plan, before anything executes: operators on the analyzed allow-list,
+   relations only the overlord's own datasource views, and expressions Catalyst built-ins
+   (no user-defined function, no call into the JVM however the function was named).
+
+Class names are matched by their simple names, so the check does not depend on one Spark
+version's plan serialisation; a node an allow-list does not know is refused (fail closed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
+
+from py4j.java_gateway import JavaObject
 
 from overlord.query.errors import QueryError
 
-__all__ = ["JVM_FUNCTIONS", "check_read_only", "plan_nodes", "relations"]
+__all__ = ["DENIED_FUNCTIONS", "MAX_BUILT_SIZE", "PlanWalker", "check_analyzed", "check_parsed", "relations"]
 
-JVM_FUNCTIONS = ("reflect", "java_method", "try_reflect")
-_QUERY_OPERATORS = frozenset({
+DENIED_FUNCTIONS = frozenset({
+    "reflect", "java_method", "try_reflect",  # call any Java method
+    "xpath", "xpath_boolean", "xpath_double", "xpath_float", "xpath_int", "xpath_long", "xpath_number",
+    "xpath_short", "xpath_string", "from_xml", "schema_of_xml",  # XML parsers: external entities
+})
+"""Built-in functions a query may not call."""
+
+TABLE_FUNCTIONS = frozenset({
+    "range", "explode", "explode_outer", "inline", "inline_outer", "json_tuple", "posexplode", "posexplode_outer",
+    "stack", "variant_explode", "variant_explode_outer",
+})
+"""Table-valued functions a query may use (``read_files`` and the like are not among them)."""
+
+MAX_BUILT_SIZE = 10_000
+"""The largest count or length a value-building function may be given (characters or elements)."""
+
+SIZE_ARGUMENTS = {"repeat": (1,), "space": (0,), "lpad": (1,), "rpad": (1,), "array_repeat": (1,),
+                  "randstr": (0,), "sequence": ()}
+"""Value-building functions and the positions of their size arguments (``sequence``: its span)."""
+
+PARSED_OPERATORS = frozenset({
     "Aggregate", "Distinct", "Except", "Filter", "Generate", "GlobalLimit", "Intersect", "Join", "LateralJoin",
     "LocalLimit", "LocalRelation", "Offset", "OneRowRelation", "Pivot", "Project", "RepartitionByExpression",
     "Sample", "Sort", "SubqueryAlias", "Union", "Unpivot", "UnresolvedHaving", "UnresolvedHint",
     "UnresolvedInlineTable", "UnresolvedRelation", "UnresolvedSubqueryColumnAliases",
     "UnresolvedTableValuedFunction", "UnresolvedTVFAliases", "UnresolvedWith", "WithWindowDefinition",
 })
-"""Logical plan nodes Spark's parser produces for read-only queries; every other plan node is refused."""
+"""Plan nodes Spark's parser produces for read-only queries."""
+
+ANALYZED_OPERATORS = frozenset({
+    "Aggregate", "CTERelationDef", "CTERelationRef", "Deduplicate", "Distinct", "Except", "Expand", "Filter",
+    "Generate", "GlobalLimit", "Intersect", "Join", "LateralJoin", "LocalLimit", "LocalRelation", "Offset",
+    "OneRowRelation", "Project", "Range", "RebalancePartitions", "Repartition", "RepartitionByExpression",
+    "ResolvedHint", "Sample", "Sort", "SubqueryAlias", "Union", "View", "Window", "WithCTE",
+})
+"""Plan nodes of an analyzed read-only query (a ``View`` must be one of the overlord's datasource views)."""
+
+DENIED_EXPRESSIONS = frozenset({"CallMethodViaReflection", "TryReflect", "ScriptTransformation"})
+"""Catalyst expressions a query may not contain, whatever function name produced them."""
+
+_EXPRESSIONS_PACKAGE = "org.apache.spark.sql.catalyst.expressions."
 
 
-def plan_nodes(tree: Any) -> list[dict[str, Any]]:
-    """Every serialised tree node (plans and expressions, including subqueries and CTEs)."""
-    if isinstance(tree, list):
-        return [node for item in tree for node in plan_nodes(item)]
-    if isinstance(tree, dict):
-        return ([tree] if "class" in tree else []) + [node for value in tree.values() for node in plan_nodes(value)]
-    return []
+@dataclass(frozen=True)
+class Node:
+    """A plan node or expression found in a plan: its kind, simple class name and JVM object."""
+
+    kind: str  # "plan" | "expression"
+    name: str
+    full_name: str
+    obj: Any
 
 
-def check_read_only(nodes: list[dict[str, Any]], is_expression: Callable[[str], bool]) -> None:
-    """Refuse any plan node outside the allow-list and calls into the JVM (:class:`QueryError`)."""
+class PlanWalker:
+    """Walks plan objects in the JVM; knows the class hierarchy it needs (cached per class)."""
+
+    def __init__(self, jvm: Any) -> None:
+        self._name = jvm.org.apache.commons.lang3.ClassUtils.getName
+        cls = jvm.java.lang.Class.forName
+        self._types = [(kind, cls(name)) for kind, name in (
+            ("plan", "org.apache.spark.sql.catalyst.plans.logical.LogicalPlan"),
+            ("expression", "org.apache.spark.sql.catalyst.expressions.Expression"),
+            ("udf", "org.apache.spark.sql.catalyst.expressions.UserDefinedExpression"),
+            ("seq", "scala.collection.Seq"), ("iterable", "scala.collection.Iterable"),
+            ("product", "scala.Product"))]
+        self._kinds: dict[str, tuple[str, bool]] = {}
+
+    def _kind(self, obj: Any, name: str) -> tuple[str, bool]:
+        """(kind, user-defined) of a class: plan, expression, seq, iterable, product or leaf."""
+        if name not in self._kinds:
+            found = [kind for kind, type_ in self._types if type_.isAssignableFrom(obj.getClass())]
+            kind = next((k for k in ("plan", "expression", "seq", "iterable", "product") if k in found), "leaf")
+            self._kinds[name] = (kind, "udf" in found)
+        return self._kinds[name]
+
+    def nodes(self, root: Any, stop: Callable[[Node], bool] = lambda _node: False) -> Iterator[Node]:
+        """Every plan node and expression reachable from ``root`` (depth first); ``stop`` prunes a subtree.
+
+        User-defined expressions are reported with kind ``"udf"``.
+        """
+        todo = [root]
+        while todo:
+            obj = todo.pop()
+            if not isinstance(obj, JavaObject):
+                continue  # strings, numbers, booleans
+            full = self._name(obj)
+            kind, udf = self._kind(obj, full)
+            if kind == "leaf" or (kind == "product" and full.endswith("$")):
+                continue  # types, metadata, ids; case objects (Inner$, Ascending$) have no fields
+            if kind in ("plan", "expression"):
+                node = Node("udf" if udf else kind, full.rsplit(".", 1)[-1].rsplit("$", 1)[-1], full, obj)
+                yield node
+                if stop(node) or node.name in ("Literal", "AttributeReference", "UnresolvedAttribute"):
+                    continue
+            if kind == "seq":
+                todo.extend(obj.apply(i) for i in reversed(range(obj.length())))
+            elif kind == "iterable":
+                iterator = obj.iterator()
+                while iterator.hasNext():
+                    todo.append(iterator.next())
+            else:
+                todo.extend(obj.productElement(i) for i in reversed(range(obj.productArity())))
+
+
+def _refuse(message: str, error_class: str) -> QueryError:
+    return QueryError(message, error_class)
+
+
+def _function_name(node: Node) -> str:
+    return str(node.obj.nameParts().last()).lower()
+
+
+def _integer_literal(walker: PlanWalker, expr: Any) -> int | None:
+    """The value of an integer literal (``-5`` included), None for anything else."""
+    nodes = list(walker.nodes(expr))
+    names = [n.name for n in nodes]
+    if names not in (["Literal"], ["UnaryMinus", "Literal"]):
+        return None
+    value = nodes[-1].obj.value()
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return -value if names[0] == "UnaryMinus" else value
+
+
+def _check_size(walker: PlanWalker, node: Node, name: str) -> None:
+    """A value-building function's sizes are integer literals within :data:`MAX_BUILT_SIZE`, not nested."""
+    args = [node.obj.arguments().apply(i) for i in range(node.obj.arguments().length())]
+    limit = f"{name}() needs integer literals here, at most {MAX_BUILT_SIZE:,} (the query's value-size limit)"
+    for arg in args:
+        if any(n.kind == "expression" and n.name == "UnresolvedFunction" and _function_name(n) in SIZE_ARGUMENTS
+               for n in walker.nodes(arg)):
+            raise _refuse(f"{name}() may not take the result of another value-building function "
+                          "(the query's value-size limit)", "VALUE_TOO_LARGE")
+    if name == "sequence":
+        bounds = [_integer_literal(walker, a) for a in args]
+        if len(bounds) < 2 or any(b is None for b in bounds):
+            raise _refuse(limit, "VALUE_TOO_LARGE")
+        start, stop, step = bounds[0], bounds[1], bounds[2] if len(bounds) > 2 else 1
+        assert start is not None and stop is not None and step is not None
+        if step == 0 or abs(stop - start) // abs(step) + 1 > MAX_BUILT_SIZE:
+            raise _refuse(limit, "VALUE_TOO_LARGE")
+        return
+    for position in SIZE_ARGUMENTS[name]:
+        size = _integer_literal(walker, args[position]) if position < len(args) else 0
+        if size is None or size > MAX_BUILT_SIZE:
+            raise _refuse(limit, "VALUE_TOO_LARGE")
+
+
+def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> list[Node]:
+    """Refuse a parsed plan with anything but query operators and allowed functions; its nodes.
+
+    ``functions``: the names of the built-in functions (lower case) before any were dropped.
+    """
+    nodes = list(walker.nodes(plan))
     for node in nodes:
-        full = str(node["class"])
-        name = full.rsplit(".", 1)[-1]
-        if name == "UnresolvedFunction":
-            called = str(node.get("nameParts", "")).strip("[]").rsplit(",", 1)[-1].strip().lower()
-            if called in JVM_FUNCTIONS:
-                raise QueryError(f"function {called}() is not allowed: it calls into the JVM", "FUNCTION_NOT_ALLOWED")
-        elif name not in _QUERY_OPERATORS and not is_expression(full):
-            raise QueryError(f"only read-only queries (SELECT, WITH, VALUES) are allowed; found {name}",
-                             "NOT_READ_ONLY")
+        if node.kind == "plan" and node.name not in PARSED_OPERATORS:
+            raise _refuse(f"only read-only queries (SELECT, WITH, VALUES) are allowed; found {node.name}",
+                          "NOT_READ_ONLY")
+        if node.name == "UnresolvedFunction":
+            name = _function_name(node)
+            if name in DENIED_FUNCTIONS or name not in functions:
+                raise _refuse(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+            if name in SIZE_ARGUMENTS:
+                _check_size(walker, node, name)
+        elif node.name == "UnresolvedGenerator":  # LATERAL VIEW f(...)
+            name = str(node.obj.name().funcName()).lower()
+            if name in DENIED_FUNCTIONS or name not in functions:
+                raise _refuse(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+        elif node.name == "UnresolvedTableValuedFunction":
+            name = str(node.obj.name().last()).lower()
+            if name not in TABLE_FUNCTIONS:
+                raise _refuse(f"table function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+    return nodes
 
 
-def relations(nodes: list[dict[str, Any]]) -> set[str]:
-    """Single-part table names the query refers to (datasources, or CTE names)."""
+def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> None:
+    """Refuse an analyzed plan with an operator, relation or expression outside the allow-lists.
+
+    ``views``: the names (lower case) of the temporary views the overlord made over datasources;
+    their insides are the overlord's and are not walked.
+    """
+    def ours(node: Node) -> bool:
+        return node.name == "View" and str(node.obj.desc().identifier().table()).lower() in views
+
+    for node in walker.nodes(plan, stop=ours):
+        if node.kind == "plan":
+            if node.name not in ANALYZED_OPERATORS or (node.name == "View" and not ours(node)):
+                raise _refuse(f"only read-only queries over datasources are allowed; found {node.name}",
+                              "NOT_READ_ONLY")
+        elif node.kind == "udf" or node.name in DENIED_EXPRESSIONS or not node.full_name.startswith(
+                _EXPRESSIONS_PACKAGE):
+            raise _refuse(f"expression {node.name} is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+
+
+def relations(nodes: list[Node]) -> set[str]:
+    """Single-part table names a parsed plan refers to (datasources, or CTE names)."""
     names = set()
     for node in nodes:
-        if str(node["class"]).endswith(".UnresolvedRelation"):
-            parts = str(node.get("multipartIdentifier", "")).strip("[]").split(", ")
-            if len(parts) == 1 and parts[0]:
-                names.add(parts[0])
+        if node.name == "UnresolvedRelation":
+            parts = node.obj.multipartIdentifier()
+            if parts.length() == 1:
+                names.add(str(parts.apply(0)))
     return names
