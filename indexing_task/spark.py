@@ -1,13 +1,42 @@
-"""The long-lived SparkSession that indexing tasks (and later queries) run on."""
+"""The long-lived SparkSession that indexing tasks and queries share, and its scheduler pools.
+
+Jobs are scheduled FAIR between two pools: ``ingest`` (indexing and compaction tasks, weight 4,
+at least one core whenever it has work) and ``query`` (SQL, weight 1). A heavy query then
+slows ingestion by at most a share of the cores, never stops it; within each pool jobs run
+FIFO. (Spark does not preempt a running task, so a query's long tasks still hold their cores
+until they end or the query's timeout cancels them.)
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-__all__ = ["get_spark"]
+__all__ = ["INGEST_POOL", "QUERY_POOL", "get_spark", "use_pool"]
+
+INGEST_POOL = "ingest"
+QUERY_POOL = "query"
+_POOLS = f"""<?xml version="1.0"?>
+<allocations>
+  <pool name="{INGEST_POOL}"><schedulingMode>FIFO</schedulingMode><weight>4</weight><minShare>1</minShare></pool>
+  <pool name="{QUERY_POOL}"><schedulingMode>FIFO</schedulingMode><weight>1</weight><minShare>0</minShare></pool>
+</allocations>
+"""
+
+
+def _pools_file() -> str:
+    path = Path(tempfile.gettempdir()) / f"overlord-fair-pools-{os.getpid()}.xml"
+    path.write_text(_POOLS, encoding="utf-8")
+    return str(path)
+
+
+def use_pool(spark: SparkSession, pool: str) -> None:
+    """Run this thread's next Spark jobs in scheduler pool ``pool``."""
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
 
 
 def get_spark(master: str = "local[*]", app_name: str = "overlord-indexer") -> SparkSession:
@@ -29,6 +58,8 @@ def get_spark(master: str = "local[*]", app_name: str = "overlord-indexer") -> S
         .config("spark.python.worker.reuse", "true")
         .config("spark.task.maxFailures", "2")
         .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=WARN")
+        .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", _pools_file())
     )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -35,6 +35,14 @@ class Settings(BaseSettings):
         default=100_000, ge=1, description="the most rows a SQL result may have; a bigger one is refused with a "
         "400 (the result is built in the overlord's memory). Druid's `context.sqlOuterLimit` cuts a result to its "
         "first rows instead")
+    query_timeout_ms: int = Field(
+        default=300_000, ge=1, description="how long a SQL query may run (Druid's `context.timeout` lowers it "
+        "per query, never raises it); past it its Spark jobs are cancelled and it gets a 400 naming the limit")
+    query_max_bytes: int = Field(
+        default=64 * 2**20, ge=1, description="the most bytes (Arrow, in memory) a SQL result may have; a bigger "
+        "one is refused with a 400")
+    query_max_length: int = Field(
+        default=100_000, ge=1, description="the longest SQL text accepted (characters)")
     task_slots: int = Field(
         default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
         "session; more wait for a slot (their `completionTimeout` starts when they run)")

@@ -32,7 +32,16 @@ from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
 from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
-from tests.helpers import committed_total, fresh_database, overlord_cli, spec_json, start_overlord, wait_until
+from tests.helpers import (
+    assert_exact,
+    committed_total,
+    fresh_database,
+    overlord_cli,
+    published_table,
+    spec_json,
+    start_overlord,
+    wait_until,
+)
 
 V1 = "/druid/indexer/v1"
 SECRET = "hunter2"
@@ -464,3 +473,25 @@ def test_sql_and_compaction_endpoints(api: Api, stack: DevStack, make_topic, dat
     assert {r["country"]: (r["events"], r["v"]) for r in ask().json()} == {
         r["country"]: (r["events"], r["v"]) for r in rows}
     assert api.http.post("/druid/indexer/v1/compact/no_such_ds", json={}).status_code == 404
+
+
+def test_an_expensive_query_beside_a_supervisor_times_out_and_ingestion_stays_exact(
+        api: Api, stack: DevStack, make_topic, datasource):
+    """A query of 10^12 pairs runs while a supervisor ingests: it is cancelled at its timeout, with a 400
+    naming the limit, and every record is published exactly once.
+    """
+    topic = make_topic(2)
+    submit(api, spec_json(datasource, topic))
+    heavy = {"query": "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b WHERE a.id * 7 + b.id = 3",
+             "context": {"timeout": 8_000, "sqlQueryId": "heavy-1"}}
+    answers: list[httpx.Response] = []
+    asking = threading.Thread(target=lambda: answers.append(api.http.post("/druid/v2/sql", json=heavy)))
+    asking.start()
+    sample = make_sample_events(5_000, bad_every=0)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    wait_until(lambda: committed_total(api.engine, datasource) == len(sample.records), "ingestion", 120)
+    asking.join(60)
+    [answer] = answers
+    assert answer.status_code == 400 and answer.json()["context"]["errorClass"] == "QUERY_TIMEOUT", answer.text
+    assert "8,000 ms" in answer.json()["errorMessage"]
+    assert_exact(published_table(api.engine, datasource), sample)

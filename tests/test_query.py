@@ -5,6 +5,7 @@ visible files, Druid's result formats, and bad or non-read-only queries rejected
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections import defaultdict
 
@@ -13,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from overlord.cli.main import _parser
-from overlord.query.engine import SqlQuery, execute_sql, run_sql
+from overlord.query.engine import QueryLimits, SqlQuery, execute_sql, run_sql
 from overlord.query.errors import QueryError
 from segment_store.schema import segments as segment_status
+from tests.helpers import wait_until
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
 
 
@@ -212,21 +214,46 @@ def test_results_are_capped_and_sql_outer_limit_cuts_them(spark, engine, publish
     expected = sorted((r["__time"], r["country"]) for r in table.to_pylist())
     n = len(expected)
 
-    assert len(run_sql(spark, engine, sql, "array", max_rows=n)) == n  # exactly at the cap is fine
+    assert len(run_sql(spark, engine, sql, "array", limits=QueryLimits(max_rows=n))) == n  # exactly at the cap is fine
     with pytest.raises(QueryError, match=f"more than {n - 1:,} rows") as refused:
-        run_sql(spark, engine, sql, max_rows=n - 1)
+        run_sql(spark, engine, sql, limits=QueryLimits(max_rows=n - 1))
     assert refused.value.error_class == "RESULT_TOO_LARGE"
 
     def outer(limit):
         return SqlQuery.model_validate({"query": sql, "resultFormat": "array", "context": {"sqlOuterLimit": limit}})
 
-    first = outer(5).run(spark, engine, max_rows=5)  # an outer limit cuts the result to its first rows
+    first = outer(5).run(spark, engine, QueryLimits(max_rows=5))  # an outer limit cuts the result to its first rows
     assert [row[1] for row in first] == [country for _, country in expected[:5]]
     with pytest.raises(QueryError, match="more than 4 rows"):  # and never lifts the cap
-        outer(5).run(spark, engine, max_rows=4)
+        outer(5).run(spark, engine, QueryLimits(max_rows=4))
     for bad in (-1, "5", 2.5, True):
         with pytest.raises(QueryError, match="context.sqlOuterLimit"):
             outer(bad).run(spark, engine)
+
+
+def test_results_past_the_byte_limit_and_texts_past_the_length_limit_are_refused(spark, engine, published):
+    sql = f'SELECT country, __time FROM "{published[0]}"'
+    with pytest.raises(QueryError, match="OVERLORD_QUERY_MAX_BYTES") as refused:
+        execute_sql(spark, engine, sql, limits=QueryLimits(max_bytes=100))
+    assert refused.value.error_class == "RESULT_TOO_LARGE"
+    with pytest.raises(QueryError, match="OVERLORD_QUERY_MAX_LENGTH") as refused:
+        execute_sql(spark, engine, sql, limits=QueryLimits(max_length=len(sql) - 1))
+    assert refused.value.error_class == "QUERY_TOO_LONG"
+
+
+def test_a_query_past_its_timeout_is_cancelled_with_its_jobs(spark, engine):
+    """10^12 pairs would take hours; the timeout cancels the query's jobs within seconds."""
+    started = time.monotonic()
+    with pytest.raises(QueryError, match="context.timeout") as refused:
+        SqlQuery.model_validate({"query": "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b "
+                                          "WHERE a.id * 7 + b.id = 3", "context": {"timeout": 1500}}
+                                ).run(spark, engine)
+    assert refused.value.error_class == "QUERY_TIMEOUT" and time.monotonic() - started < 60
+    tracker = spark.sparkContext.statusTracker()
+    wait_until(lambda: not tracker.getActiveJobsIds(), "the cancelled jobs to end", 30)
+    for bad in (0, -5, "10", 10**12):
+        with pytest.raises(QueryError, match="context.timeout"):
+            SqlQuery.model_validate({"query": "SELECT 1", "context": {"timeout": bad}}).run(spark, engine)
 
 
 def test_the_fsspec_segment_source_reads_every_file_and_fills_missing_columns(spark, tmp_path):

@@ -85,7 +85,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_query(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
     from overlord.config import Settings
-    from overlord.query.engine import execute_sql
+    from overlord.query.engine import QueryLimits, execute_sql
     from overlord.query.errors import QueryError
     from overlord.query.formats import format_table
     from segment_store.database import metadata_engine
@@ -93,7 +93,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     try:
         result = execute_sql(get_spark(settings.spark_master), metadata_engine(settings.database_url), args.sql,
-                             max_rows=settings.query_max_rows)
+                             limits=QueryLimits.from_settings(settings))
     except QueryError as exc:
         print(f"query failed: {exc.message}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexing_task.compaction import CompactionReport
-from overlord.query.engine import SqlQuery
+from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
 from overlord.supervisor.manager import Overlord
@@ -47,11 +47,12 @@ def _report(r: CompactionReport) -> dict[str, Any]:
 def query_routes(overlord: Overlord) -> APIRouter:
     """``POST /druid/v2/sql`` and ``POST /druid/indexer/v1/compact/{datasource}``."""
     spark, engine = overlord.runner.spark, overlord.engine
+    limits = QueryLimits.from_settings(overlord.settings)
     router = APIRouter()
 
     @router.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
     def sql(body: SqlQuery) -> Response:
-        result = body.run(spark, engine, overlord.settings.query_max_rows)
+        result = body.run(spark, engine, limits)
         content = result if isinstance(result, str) else json.dumps(result)
         return Response(content, media_type=CONTENT_TYPES[body.result_format])
 

@@ -10,24 +10,30 @@ path (``parquet.`/path```) is switched off as well (``spark.sql.runSQLOnFiles``)
 
 User errors (syntax, unknown datasource or column, not read-only, division by zero) raise
 :class:`QueryError`, an HTTP 400 carrying Spark's message; anything else is a server fault.
-A result is collected into the overlord's memory, so it is capped (``max_rows``): a bigger one
-is refused with a 400 rather than risking the process. Druid's ``context.sqlOuterLimit`` cuts a
-result to its first rows (as the cap allows).
+Every query runs within :class:`QueryLimits`: its text length, its time (its Spark jobs, in
+the ``query`` scheduler pool, are cancelled when it is up) and its result's rows and bytes (a
+result is collected into the overlord's memory; a bigger one is refused with a 400 rather than
+risking the process). Druid's ``context.sqlOuterLimit`` cuts a result to its first rows (as
+the cap allows), ``context.timeout`` shortens the time limit.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 from weakref import WeakKeyDictionary
 
 import sqlalchemy as sa
+from py4j.protocol import Py4JJavaError
 from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
+from indexing_task.spark import QUERY_POOL, use_pool
 from overlord.config import Settings
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
@@ -35,12 +41,29 @@ from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed,
 from overlord.query.segment_source import read_segments
 from segment_store.timeline import datasources, visible_segments
 
-__all__ = ["SqlQuery", "execute_sql", "run_sql"]
+__all__ = ["QueryLimits", "SqlQuery", "execute_sql", "run_sql"]
 
 logger = logging.getLogger(__name__)
 
-MAX_ROWS: int = Settings.model_fields["query_max_rows"].default
-"""Default cap on a result's rows (``OVERLORD_QUERY_MAX_ROWS``)."""
+
+
+def _default(name: str) -> Any:
+    return Settings.model_fields[name].default
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one query may use; the defaults are the settings' defaults (``OVERLORD_QUERY_*``)."""
+
+    max_rows: int = _default("query_max_rows")
+    max_bytes: int = _default("query_max_bytes")
+    timeout_ms: int = _default("query_timeout_ms")
+    max_length: int = _default("query_max_length")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> QueryLimits:
+        return cls(settings.query_max_rows, settings.query_max_bytes, settings.query_timeout_ms,
+                   settings.query_max_length)
 
 
 class SqlParameter(BaseModel):
@@ -63,14 +86,26 @@ class SqlQuery(BaseModel):
     context: dict[str, Any] = {}
     parameters: tuple[SqlParameter, ...] = ()
 
-    def run(self, spark: SparkSession, engine: sa.Engine, max_rows: int = MAX_ROWS
+    def run(self, spark: SparkSession, engine: sa.Engine, limits: QueryLimits = QueryLimits()
             ) -> list[dict[str, Any]] | list[list[Any]] | str:
-        outer = self.context.get("sqlOuterLimit")
-        if outer is not None and (not isinstance(outer, int) or isinstance(outer, bool) or outer < 0):
-            raise QueryError(f"context.sqlOuterLimit: expected a non-negative integer, got {outer!r}",
-                             "INVALID_CONTEXT")
+        """Run with the context's ``sqlOuterLimit``, ``timeout`` (within ``limits``) and ``sqlQueryId``."""
+        outer = self._context_int("sqlOuterLimit", 0)
+        timeout = self._context_int("timeout", 1)
+        if timeout is not None:
+            if timeout > limits.timeout_ms:
+                raise QueryError(f"context.timeout: at most {limits.timeout_ms} ms (OVERLORD_QUERY_TIMEOUT_MS), "
+                                 f"got {timeout}", "INVALID_CONTEXT")
+            limits = replace(limits, timeout_ms=timeout)
+        query_id = self.context.get("sqlQueryId")
         return run_sql(spark, engine, self.query, self.result_format, self.header,
-                       [p.value for p in self.parameters], max_rows, outer)
+                       [p.value for p in self.parameters], limits, outer,
+                       query_id=str(query_id) if query_id is not None else None)
+
+    def _context_int(self, key: str, minimum: int) -> int | None:
+        value = self.context.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
+            raise QueryError(f"context.{key}: expected an integer >= {minimum}, got {value!r}", "INVALID_CONTEXT")
+        return value
 
 
 class _QuerySession:
@@ -170,40 +205,73 @@ def _user_error(exc: PySparkException) -> QueryError | None:
 
 
 def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: Sequence[Any] = (),
-                max_rows: int = MAX_ROWS, outer_limit: int | None = None,
-                storage_options: Mapping[str, Any] | None = None) -> QueryResult:
+                limits: QueryLimits = QueryLimits(), outer_limit: int | None = None,
+                storage_options: Mapping[str, Any] | None = None, query_id: str | None = None) -> QueryResult:
     """Run a read-only SQL query over the datasources' visible segments; :class:`QueryError` if invalid.
 
-    ``outer_limit`` keeps the first rows of the result; a result of more than ``max_rows`` rows
-    (after that cut) is refused. ``storage_options`` reach fsspec for object-store segments
-    (otherwise s3fs takes credentials and endpoint from the environment).
+    ``outer_limit`` keeps the first rows of the result; a result past ``limits`` is refused.
+    ``storage_options`` reach fsspec for object-store segments (otherwise s3fs takes credentials
+    and endpoint from the environment). ``query_id`` names the query's Spark job group.
     """
+    if len(query) > limits.max_length:
+        raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
+                         "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
     qs = _query_session(spark)
     nodes = check_parsed(qs.walker, qs.parse(query), qs.functions)
+    job_group = f"sql_{query_id or uuid.uuid4().hex}"
+    context = spark.sparkContext
+    context.setJobGroup(job_group, f"SQL query {query_id or ''}".strip(), interruptOnCancel=True)
+    use_pool(spark, QUERY_POOL)
+    timed_out, finished = threading.Event(), threading.Event()
+
+    def cancel() -> None:
+        timed_out.set()
+        while not finished.is_set():  # again and again: a job started after a cancel is not cancelled by it
+            context.cancelJobGroup(job_group)
+            finished.wait(0.5)
+
+    timer = threading.Timer(limits.timeout_ms / 1000, cancel)
+    timer.daemon = True
+    timer.start()
     try:
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
             _register_views(qs, engine, relations(nodes), storage_options)
             frame = qs.session.sql(query, args=list(parameters) or None)
             views = {name.lower() for name in qs.frames}
         check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
-        table = frame.limit(max_rows + 1 if outer_limit is None else min(outer_limit, max_rows + 1)).toArrow()
-    except PySparkException as exc:
-        raise _user_error(exc) or exc from None
-    if table.num_rows > max_rows:
-        raise QueryError(f"the result has more than {max_rows:,} rows (the overlord's limit, "
+        cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
+        table = frame.limit(cut).toArrow()
+    except (PySparkException, Py4JJavaError) as exc:
+        if timed_out.is_set():
+            raise _timed_out(limits) from None
+        raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
+    finally:
+        finished.set()
+        timer.cancel()
+    if table.num_rows > limits.max_rows:
+        raise QueryError(f"the result has more than {limits.max_rows:,} rows (the overlord's limit, "
                          "OVERLORD_QUERY_MAX_ROWS): aggregate further, add a LIMIT or set context.sqlOuterLimit",
+                         "RESULT_TOO_LARGE")
+    if table.nbytes > limits.max_bytes:
+        raise QueryError(f"the result has {table.nbytes:,} bytes, more than the overlord's limit of "
+                         f"{limits.max_bytes:,} (OVERLORD_QUERY_MAX_BYTES): select fewer or smaller columns",
                          "RESULT_TOO_LARGE")
     logger.debug("query returned %d rows: %s", table.num_rows, query)
     return QueryResult(table)
 
 
+def _timed_out(limits: QueryLimits) -> QueryError:
+    return QueryError(f"the query ran longer than its timeout of {limits.timeout_ms:,} ms (context.timeout, at "
+                      "most OVERLORD_QUERY_TIMEOUT_MS); its Spark jobs were cancelled", "QUERY_TIMEOUT")
+
+
 def run_sql(spark: SparkSession, engine: sa.Engine, query: str, result_format: ResultFormat = "object",
-            header: bool = False, parameters: Sequence[Any] = (), max_rows: int = MAX_ROWS,
-            outer_limit: int | None = None) -> list[dict[str, Any]] | list[list[Any]] | str:
+            header: bool = False, parameters: Sequence[Any] = (), limits: QueryLimits = QueryLimits(),
+            outer_limit: int | None = None, query_id: str | None = None
+            ) -> list[dict[str, Any]] | list[list[Any]] | str:
     """Druid's ``POST /druid/v2/sql``: rows as JSON-ready lists/dicts (object, array) or text (csv, *Lines)."""
     if result_format not in CONTENT_TYPES:
         raise QueryError(f"resultFormat must be one of {sorted(CONTENT_TYPES)}, got {result_format!r}",
                          "INVALID_RESULT_FORMAT")
-    return format_result(execute_sql(spark, engine, query, parameters, max_rows, outer_limit), result_format, header)
-
-
+    result = execute_sql(spark, engine, query, parameters, limits, outer_limit, query_id=query_id)
+    return format_result(result, result_format, header)

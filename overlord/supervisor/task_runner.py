@@ -11,6 +11,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.task import BeforePublish, IndexTaskRequest, TaskReport, run_index_task
 
 __all__ = ["TaskRunner"]
@@ -63,6 +64,7 @@ class TaskRunner:
         def run() -> T:
             on_start(task_id)
             self.spark.sparkContext.setJobGroup(task_id, description, interruptOnCancel=True)
+            use_pool(self.spark, INGEST_POOL)
             return work(stop)
 
         future = self._pool.submit(run)
