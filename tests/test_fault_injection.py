@@ -115,6 +115,7 @@ def store_postgres() -> Any:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+@pytest.mark.timeout(max(600, ROUNDS * 15))  # the long mode runs for many minutes
 def test_randomized_faults_lose_and_duplicate_nothing(stack, store_postgres, make_topic, datasource, make_overlord):
     rng = random.Random(int(os.environ.get("FAULT_SEED", "20261122")))
     topic = make_topic(2)
