@@ -9,6 +9,7 @@ records, because transaction markers and compacted topics leave gaps in the offs
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -16,12 +17,31 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from indexing_task.errors import RangeNotReadableError
-from specs import EXACT_READ_CONSUMER_PROPERTIES
+from specs import DYNAMIC_CONFIG_PROVIDER, EXACT_READ_CONSUMER_PROPERTIES, SpecError
+from specs.errors import join_path, key_path
 
-__all__ = ["consumer_config", "read_range"]
+__all__ = ["consumer_config", "read_range", "resolved_consumer_properties"]
 
 _POLL_BATCH = 10_000
 _POLL_TIMEOUT_S = 0.5
+
+
+def resolved_consumer_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec's consumerProperties with Druid's dynamic config provider replaced by the values it names.
+
+    The provider (validated with the spec) maps properties to environment variables of the
+    overlord's process; one that is not set is a :class:`SpecError` naming its path.
+    """
+    resolved = {k: v for k, v in properties.items() if k != DYNAMIC_CONFIG_PROVIDER}
+    provider = properties.get(DYNAMIC_CONFIG_PROVIDER)
+    for key, variable in (provider or {}).get("variables", {}).items():
+        value = os.environ.get(variable)
+        if value is None:
+            provider_path = join_path("spec.ioConfig.consumerProperties", key_path(DYNAMIC_CONFIG_PROVIDER))
+            path = join_path(join_path(provider_path, "variables"), key_path(key))
+            raise SpecError.at(path, f"environment variable {variable} is not set")
+        resolved[key] = value
+    return resolved
 
 
 def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.errors import TaskStopped, TooManyParseErrors
 from indexing_task.ranges import plan_splits
-from indexing_task.reader import consumer_config
+from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.results import RESULT_DDL, WorkerResult, read_results
 from indexing_task.rollup import RollupSchema
 from indexing_task.worker import TaskPayload, run_splits
@@ -96,7 +96,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     """
     spec = request.spec
     data_schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
-    properties = dict(io.consumer_properties)
+    properties = resolved_consumer_properties(io.consumer_properties)
     if request.bootstrap_servers and "bootstrap.servers" not in properties:
         properties["bootstrap.servers"] = request.bootstrap_servers
     splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism,

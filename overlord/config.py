@@ -43,6 +43,8 @@ class Settings(BaseSettings):
         "one is refused with a 400")
     query_max_length: int = Field(
         default=100_000, ge=1, description="the longest SQL text accepted (characters)")
+    http_max_body_bytes: int = Field(
+        default=1_048_576, ge=1, description="the largest HTTP request body accepted; a bigger one gets a 413")
     task_slots: int = Field(
         default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
         "session; more wait for a slot (their `completionTimeout` starts when they run)")

@@ -20,7 +20,9 @@ from specs.errors import SpecError
 from specs.granularity import Granularity
 from specs.loader import EXAMPLES_DIR, load_example, load_supervisor_spec
 from specs.supervisor import (
+    DYNAMIC_CONFIG_PROVIDER,
     EXACT_READ_CONSUMER_PROPERTIES,
+    SECRET_ENV_PREFIX,
     UNLIMITED_PARSE_EXCEPTIONS,
     InputFormatSpec,
     KafkaIOConfigSpec,
@@ -32,7 +34,9 @@ from specs.supervisor import (
 
 __all__ = [
     "check_update",
+    "DYNAMIC_CONFIG_PROVIDER",
     "EXACT_READ_CONSUMER_PROPERTIES",
+    "SECRET_ENV_PREFIX",
     "EXAMPLES_DIR",
     "UNLIMITED_PARSE_EXCEPTIONS",
     "DataSchemaSpec",

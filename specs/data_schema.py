@@ -45,6 +45,8 @@ AggregatorType = Literal[
     "doubleMin", "doubleMax", "floatMin", "floatMax",
 ]  # fmt: skip
 _AGGREGATOR_TYPES: tuple[str, ...] = get_args(AggregatorType)
+_UNSAFE_NAME_CHARACTERS = frozenset('*?[]{}`"')
+"""Not in a datasource name: glob characters (its files are listed by pattern) and identifier quotes."""
 
 
 def _duplicates(names: list[str], list_path: str, what: str) -> list[tuple[str, str]]:
@@ -249,9 +251,15 @@ class DataSchemaSpec(SpecModel):
             raise SpecError.at("", "must not be empty")
         if value.startswith("."):
             raise SpecError.at("", f"must not start with '.', got {value!r}")
-        for bad in ("/", "\\", "..", "\x00"):
+        for bad in ("/", "\\", ".."):
             if bad in value:
                 raise SpecError.at("", f"must be usable as a path component (no {bad!r}), got {value!r}")
+        if len(value.encode()) > 255:
+            raise SpecError.at("", f"must be at most 255 bytes, got {len(value.encode())}")
+        unsafe = sorted({c for c in value if c in _UNSAFE_NAME_CHARACTERS or not c.isprintable()})
+        if unsafe:
+            raise SpecError.at("", f"characters {', '.join(map(repr, unsafe))} are not allowed (glob patterns, "
+                                   f"identifier quotes and control characters), got {value!r}")
         return value
 
     @model_validator(mode="after")

@@ -9,7 +9,7 @@ dotted, with list indices in brackets: ``spec.dataSchema.metricsSpec[1].type``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["SpecError", "join_path", "json_type_name", "key_path"]
 
@@ -38,6 +38,10 @@ class SpecError(ValueError):
     def prefixed(self, prefix: str) -> SpecError:
         """Return a copy whose paths are relative to ``prefix``."""
         return SpecError((join_path(prefix, path), message) for path, message in self.errors)
+
+    def scrubbed(self, scrub: Callable[[str], str]) -> SpecError:
+        """Return a copy with ``scrub`` applied to every message (e.g. to mask secret values)."""
+        return SpecError((path, scrub(message)) for path, message in self.errors)
 
     def _render(self) -> str:
         lines = [f"{path}: {message}" if path else message for path, message in self.errors]

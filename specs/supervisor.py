@@ -13,7 +13,10 @@ from specs.durations import IsoDuration, UtcTimestamp
 from specs.errors import SpecError, join_path, json_type_name, key_path
 
 __all__ = [
+    "DYNAMIC_CONFIG_PROVIDER",
     "EXACT_READ_CONSUMER_PROPERTIES",
+    "REFUSED_CONSUMER_PROPERTIES",
+    "SECRET_ENV_PREFIX",
     "check_update",
     "UNLIMITED_PARSE_EXCEPTIONS",
     "InputFormatSpec",
@@ -52,6 +55,59 @@ EXACT_READ_CONSUMER_PROPERTIES: dict[str, str | bool] = {
 ``consumerProperties``, and a spec that sets one of them to another value is refused."""
 
 
+REFUSED_CONSUMER_PROPERTIES = frozenset({
+    "plugin.library.paths", "ssl.engine.location", "ssl.providers",  # load native code
+    "sasl.kerberos.kinit.cmd",  # a command line
+    "interceptor.classes",  # Java classes (the Java client's; librdkafka has none)
+    "error_cb", "throttle_cb", "stats_cb", "oauth_cb", "oauthbearer_token_refresh_cb", "on_commit", "logger",
+    "on_delivery",  # Python callbacks
+})
+"""consumerProperties that would make the overlord load code or run a command; so is every key
+ending in ``.location`` or ``.keytab`` (a file on the server: give PEM text, e.g. ``ssl.ca.pem``)."""
+
+DYNAMIC_CONFIG_PROVIDER = "druid.dynamic.config.provider"
+"""The consumerProperties key of Druid's dynamic config provider (values taken from elsewhere)."""
+
+SECRET_ENV_PREFIX = "OVERLORD_SECRET_"
+"""A dynamic config provider may read only environment variables with this prefix: a spec must not
+be able to copy the overlord's own secrets (database URL, cloud keys) into properties sent to a broker."""
+
+
+def _refusal(key: str, value: object) -> str | None:
+    """Why consumerProperties may not set ``key`` to ``value``, or None."""
+    if key in REFUSED_CONSUMER_PROPERTIES or key.endswith((".location", ".keytab")):
+        return (f"{key} is not allowed: it makes the overlord load code, run a command or read a file on "
+                "the server (give certificates and keys as PEM text, e.g. ssl.ca.pem, ssl.key.pem)")
+    required = EXACT_READ_CONSUMER_PROPERTIES.get(key)
+    if required is not None and _property_text(value) != _property_text(required):
+        return (f"the exact range read needs {key}={_property_text(required)}, got {_property_text(value)}; "
+                "remove it from consumerProperties")
+    return None
+
+
+def _provider_errors(value: object) -> list[tuple[str, str]]:
+    """Problems of a ``druid.dynamic.config.provider`` value (paths relative to it)."""
+    if not isinstance(value, dict):
+        return [("", f"expected an object such as {{\"type\": \"environment\", \"variables\": {{...}}}}, "
+                     f"got {json_type_name(value)}")]
+    if value.get("type") != "environment" or set(value) - {"type", "variables"}:
+        return [("type", "only the environment provider is supported: "
+                         '{"type": "environment", "variables": {"property": "VARIABLE"}}')]
+    variables = value.get("variables")
+    if not isinstance(variables, dict):
+        return [("variables", f"expected an object, got {json_type_name(variables)}")]
+    errors = []
+    for key, name in variables.items():
+        path = join_path("variables", key_path(str(key)))
+        problem = _refusal(str(key), "<from the environment>")
+        if problem is not None:
+            errors.append((path, problem))
+        elif not isinstance(name, str) or not name.startswith(SECRET_ENV_PREFIX):
+            errors.append((path, f"expected the name of an environment variable starting with {SECRET_ENV_PREFIX}, "
+                                 f"got {name!r}"))
+    return errors
+
+
 class KafkaIOConfigSpec(SpecModel):
     """Where to read from and how the supervisor schedules its tasks."""
 
@@ -59,8 +115,9 @@ class KafkaIOConfigSpec(SpecModel):
     """I/O config type."""
     topic: str = Field(min_length=1)
     """Kafka topic to read from."""
-    consumer_properties: dict[str, str | int | bool] = Field(default_factory=dict)
-    """Properties for the Kafka consumer; bootstrap.servers defaults to the service's configuration."""
+    consumer_properties: dict[str, Any] = Field(default_factory=dict)
+    """Properties for the Kafka consumer (strings, integers, booleans; bootstrap.servers defaults to the
+    service's configuration), and Druid's ``druid.dynamic.config.provider`` for values from the environment."""
     input_format: InputFormatSpec = InputFormatSpec()
     """Format of the record values."""
     task_count: int = Field(default=1, ge=1)
@@ -89,17 +146,15 @@ class KafkaIOConfigSpec(SpecModel):
     def _property_values(cls, value: object) -> object:
         if not isinstance(value, dict):
             return value
-        errors = [
-            (key_path(str(key)), f"expected a string, integer or boolean, got {json_type_name(item)}")
-            for key, item in value.items()
-            if not isinstance(item, str | int | bool)
-        ]
-        errors += [
-            (key_path(key), f"the exact range read needs {key}={_property_text(required)}, "
-                            f"got {_property_text(value[key])}; remove it from consumerProperties")
-            for key, required in EXACT_READ_CONSUMER_PROPERTIES.items()
-            if key in value and _property_text(value[key]) != _property_text(required)
-        ]
+        errors: list[tuple[str, str]] = []
+        for key, item in value.items():
+            path = key_path(str(key))
+            if key == DYNAMIC_CONFIG_PROVIDER:
+                errors += [(join_path(path, sub), message) for sub, message in _provider_errors(item)]
+            elif not isinstance(item, str | int | bool):
+                errors.append((path, f"expected a string, integer or boolean, got {json_type_name(item)}"))
+            elif (problem := _refusal(str(key), item)) is not None:
+                errors.append((path, problem))
         if errors:
             raise SpecError(errors)
         return value

@@ -189,6 +189,25 @@ def test_secrets_in_consumer_properties_appear_in_no_response(api: Api, make_top
     assert masked == {"sasl.password": "<masked>", "sasl.jaas.config": "<masked>", "client.id": "api-test"}
 
 
+def test_secrets_are_learned_only_from_accepted_specs(api: Api, make_topic, monkeypatch):
+    refused = spec_json("never_accepted", make_topic(1), consumerProperties={"sasl.password": "unseen-4711"},
+                        taskCount=0)
+    response = api.post("/supervisor", json=refused)
+    assert response.status_code == 400 and "unseen-4711" not in response.text
+    assert api.secrets.scrub("unseen-4711") == "unseen-4711"  # a refused body registers nothing
+
+
+def test_a_provider_naming_an_unset_variable_is_refused_at_submission(api: Api, make_topic, monkeypatch):
+    monkeypatch.delenv("OVERLORD_SECRET_NOT_SET", raising=False)
+    provider = {"type": "environment", "variables": {"sasl.password": "OVERLORD_SECRET_NOT_SET"}}
+    response = api.post("/supervisor", json=spec_json("needs_env", make_topic(1), consumerProperties={
+        "druid.dynamic.config.provider": provider}))
+    assert response.status_code == 400, response.text
+    [error] = response.json()["errors"]
+    assert error["path"].endswith('.variables["sasl.password"]') and "OVERLORD_SECRET_NOT_SET is not set" in (
+        error["message"])
+
+
 def test_log_lines_are_scrubbed_of_known_secrets():
     registry = SecretRegistry()
     registry.learn([spec_json("ds", "t", consumerProperties={"sasl.password": SECRET})])
@@ -495,3 +514,16 @@ def test_an_expensive_query_beside_a_supervisor_times_out_and_ingestion_stays_ex
     assert answer.status_code == 400 and answer.json()["context"]["errorClass"] == "QUERY_TIMEOUT", answer.text
     assert "8,000 ms" in answer.json()["errorMessage"]
     assert_exact(published_table(api.engine, datasource), sample)
+
+
+def test_bodies_past_the_size_limit_get_413_whether_declared_or_chunked(api: Api):
+    limit = api.overlord.settings.http_max_body_bytes
+    big = b'{"query": "SELECT 1", "pad": "' + b"x" * limit + b'"}'
+    declared = api.http.post("/druid/v2/sql", content=big, headers={"Content-Type": "application/json"})
+    chunked = api.http.post("/druid/v2/sql", content=iter([big[:1000], big[1000:]]),
+                            headers={"Content-Type": "application/json"})
+    for response in (declared, chunked):
+        assert response.status_code == 413 and "OVERLORD_HTTP_MAX_BODY_BYTES" in response.json()["error"]
+    small = api.http.post("/druid/v2/sql", content=iter([b'{"query": ', b'"SELECT 1 AS one"}']),
+                          headers={"Content-Type": "application/json"})
+    assert small.status_code == 200 and small.json() == [{"one": 1}]

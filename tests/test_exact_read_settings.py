@@ -1,4 +1,6 @@
-"""A spec cannot weaken the exact range read: refused at submission, and forced in the reader anyway."""
+"""A spec cannot weaken the exact range read (refused at submission, and forced in the reader anyway), nor
+make the reader load code or files; secrets may come from the environment instead of the spec.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 
 from indexing_task.reader import consumer_config
 from specs import SpecError, load_supervisor_spec
+from specs.errors import join_path, key_path
 from tests.helpers import spec_json
 
 WEAKENING = {
@@ -41,3 +44,54 @@ def test_the_reader_applies_its_exact_read_settings_after_the_spec_properties() 
     assert config["enable.partition.eof"] is True and config["enable.auto.commit"] is False
     assert config["enable.auto.offset.store"] is False
     assert config["fetch.wait.max.ms"] == 10 and config["bootstrap.servers"] == "b:9092"  # tuning stays the user's
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("plugin.library.paths", "/tmp/evil.so"),
+    ("ssl.engine.location", "/tmp/engine.so"),
+    ("ssl.providers", "legacy"),
+    ("sasl.kerberos.kinit.cmd", "touch /tmp/pwned"),
+    ("sasl.kerberos.keytab", "/etc/krb5.keytab"),
+    ("ssl.key.location", "/etc/shadow"),
+    ("ssl.ca.location", "/etc/passwd"),
+    ("https.ca.location", "/etc/passwd"),
+    ("interceptor.classes", "com.example.Evil"),
+    ("error_cb", "print"),
+])
+def test_properties_that_load_code_or_files_are_refused_naming_them(key: str, value: Any) -> None:
+    raw = spec_json("ds", "topic", consumerProperties={"bootstrap.servers": "b:9092", key: value})
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    (path, message), = refused.value.errors
+    assert path == join_path("spec.ioConfig.consumerProperties", key_path(key)) and "not allowed" in message
+
+
+def test_secrets_come_from_the_environment_through_druids_dynamic_config_provider(monkeypatch) -> None:
+    from indexing_task.reader import resolved_consumer_properties
+
+    provider = {"type": "environment", "variables": {"sasl.password": "OVERLORD_SECRET_KAFKA_PASSWORD"}}
+    spec = load_supervisor_spec(spec_json("ds", "topic", consumerProperties={
+        "bootstrap.servers": "b:9092", "sasl.username": "indexer", "druid.dynamic.config.provider": provider}))
+    monkeypatch.setenv("OVERLORD_SECRET_KAFKA_PASSWORD", "s3cret")
+    assert resolved_consumer_properties(spec.spec.io_config.consumer_properties) == {
+        "bootstrap.servers": "b:9092", "sasl.username": "indexer", "sasl.password": "s3cret"}
+    assert "s3cret" not in str(spec.to_druid_json())  # the spec holds the variable's name, not its value
+    monkeypatch.delenv("OVERLORD_SECRET_KAFKA_PASSWORD")
+    with pytest.raises(SpecError, match="OVERLORD_SECRET_KAFKA_PASSWORD is not set"):
+        resolved_consumer_properties(spec.spec.io_config.consumer_properties)
+
+
+@pytest.mark.parametrize(("provider", "fragment"), [
+    ({"type": "environment", "variables": {"client.id": "AWS_SECRET_ACCESS_KEY"}}, "OVERLORD_SECRET_"),
+    ({"type": "file", "variables": {"sasl.password": "OVERLORD_SECRET_X"}}, "environment"),
+    ({"type": "environment", "variables": {"plugin.library.paths": "OVERLORD_SECRET_X"}}, "not allowed"),
+    ({"type": "environment", "variables": {"isolation.level": "OVERLORD_SECRET_X"}}, "exact"),
+    ("KAFKA_PASSWORD", "object"),
+])
+def test_a_provider_can_read_only_the_overlords_secret_variables(provider: Any, fragment: str) -> None:
+    raw = spec_json("ds", "topic", consumerProperties={"druid.dynamic.config.provider": provider})
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    [(path, message)] = refused.value.errors
+    assert path.startswith('spec.ioConfig.consumerProperties["druid.dynamic.config.provider"]')
+    assert fragment in message, message

@@ -323,6 +323,10 @@ REJECTIONS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "must not start with '.'",
     ),
     ("datasource-empty", _patched(*DS, "dataSource", value=""), f"{P_DS}.dataSource", "must not be empty"),
+    *((f"datasource-{name}", _patched(*DS, "dataSource", value=f"a{char}b"), f"{P_DS}.dataSource", "not allowed")
+      for name, char in [("glob-star", "*"), ("glob-question", "?"), ("glob-bracket", "["), ("glob-brace", "{"),
+                         ("backtick", "`"), ("quote", '"'), ("tab", "\t"), ("newline", "\n")]),
+    ("datasource-too-long", _patched(*DS, "dataSource", value="x" * 256), f"{P_DS}.dataSource", "at most 255"),
 ]
 
 

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from overlord.errors import NotFound, NotLeader
+from overlord.http.body_limit import BodySizeLimit
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
@@ -104,4 +105,5 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     app.openapi = openapi  # type: ignore[method-assign]
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), query_routes(overlord)):
         app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
     return app

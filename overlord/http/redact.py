@@ -41,11 +41,18 @@ def secret_values(value: Any) -> set[str]:
 
 
 class SecretRegistry:
-    """Secret values seen in specs, for scrubbing free text. Thread-safe; values are never forgotten."""
+    """Secret values of accepted specs, for scrubbing free text. Thread-safe; values are never forgotten."""
 
     def __init__(self) -> None:
         self._values: tuple[str, ...] = ()  # longest first
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, specs: Iterable[Any]) -> SecretRegistry:
+        """A registry of just the secret values in ``specs``."""
+        registry = cls()
+        registry.learn(specs)
+        return registry
 
     def learn(self, specs: Iterable[Any]) -> None:
         """Remember the secret values found in ``specs`` (Druid JSON of supervisor specs)."""

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from overlord.supervisor.status import SupervisorStatus
+from specs import DYNAMIC_CONFIG_PROVIDER
 
 __all__ = ["MASK", "mask_secrets", "stats_payload", "status_payload"]
 
@@ -16,7 +17,8 @@ MASK = "<masked>"
 def mask_secrets(value: Any) -> Any:
     """A copy of a spec (or any JSON) with secret-looking consumer properties replaced by a mask."""
     if isinstance(value, dict):
-        return {k: (MASK if isinstance(k, str) and _SECRET_KEY.search(k) and not isinstance(v, dict | list)
+        return {k: (v if k == DYNAMIC_CONFIG_PROVIDER  # names environment variables, holds no secret
+                    else MASK if isinstance(k, str) and _SECRET_KEY.search(k) and not isinstance(v, dict | list)
                     else mask_secrets(v))
                 for k, v in value.items()}
     if isinstance(value, list):

@@ -10,10 +10,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
 from overlord.http.status import stats_payload, status_payload
 from overlord.http.views import history_entry, list_entry, spec_view
-from specs.errors import key_path
+from specs.errors import SpecError, key_path
 
 __all__ = ["PREFIX", "ResetOffsetsRequest", "supervisor_routes"]
 
@@ -49,10 +50,13 @@ def supervisor_routes(out: Replies) -> APIRouter:
         body: Any = await request.body()
         try:
             body = json.loads(body)
-            secrets.learn([body])  # before validation, so even an error message cannot echo one
         except (ValueError, UnicodeDecodeError):
             pass  # not JSON: submit reports it
-        supervisor_id = await run_in_threadpool(overlord.submit, body)
+        try:
+            supervisor_id = await run_in_threadpool(overlord.submit, body)
+        except SpecError as exc:  # scrubbed of this body's secrets, which are not remembered
+            raise exc.scrubbed(SecretRegistry.of([body]).scrub) from None
+        secrets.learn([body])  # accepted: its secrets are scrubbed from free text from now on
         return reply({"id": supervisor_id})
 
     @router.get(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Supervisor ids, or their state and specs")

@@ -26,6 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
 from indexing_task.compaction import CompactionReport, compact
+from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from overlord.config import Settings
 from overlord.errors import NotFound, NotLeader
@@ -194,6 +195,7 @@ class Overlord:
     def submit(self, raw: Mapping[str, Any] | str | bytes) -> str:
         """Create or update a supervisor. Tasks of a previous spec finish and publish under it."""
         spec = load_supervisor_spec(raw)
+        resolved_consumer_properties(spec.spec.io_config.consumer_properties)  # every secret it names is set
         self._require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)

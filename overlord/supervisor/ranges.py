@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
 from indexing_task.watermarks import topic_watermarks
 from overlord.config import Settings
@@ -38,8 +39,8 @@ class TopicChanged(OverlordError):
 
 
 def consumer_properties(spec: SupervisorSpec, settings: Settings) -> dict[str, Any]:
-    """The spec's consumerProperties, with the overlord's bootstrap servers if the spec names none."""
-    properties = dict(spec.spec.io_config.consumer_properties)
+    """The spec's consumerProperties (secrets resolved), with the overlord's brokers if the spec names none."""
+    properties = resolved_consumer_properties(spec.spec.io_config.consumer_properties)
     if settings.kafka_bootstrap_servers and "bootstrap.servers" not in properties:
         properties["bootstrap.servers"] = settings.kafka_bootstrap_servers
     return properties
