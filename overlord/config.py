@@ -43,6 +43,10 @@ class Settings(BaseSettings):
         "one is refused with a 400")
     query_max_length: int = Field(
         default=100_000, ge=1, description="the longest SQL text accepted (characters)")
+    auth_file: str | None = Field(
+        default=None, description="JSON file of users (argon2 password hashes) and bearer tokens (SHA-256 "
+        "digests) with their roles, `read` or `write` (`overlord auth --help`); `overlord serve` refuses to start "
+        "without it unless given `--insecure-open`")
     http_max_body_bytes: int = Field(
         default=1_048_576, ge=1, description="the largest HTTP request body accepted; a bigger one gets a 413")
     task_slots: int = Field(

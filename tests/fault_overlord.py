@@ -23,7 +23,7 @@ def main() -> int:
     def pause(_request: IndexTaskRequest) -> None:
         time.sleep(args.pause_before_publish)
 
-    return serve(Settings.from_env(), port=args.port, before_publish=pause)
+    return serve(Settings.from_env(), port=args.port, before_publish=pause, insecure_open=True)
 
 
 if __name__ == "__main__":

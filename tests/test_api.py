@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,24 +69,31 @@ class Api:
         return self.http.post(V1 + path, **kwargs)
 
 
+@contextmanager
+def served(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, "the API server to start", 10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 @pytest.fixture(scope="module")
 def api(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")))
     db = overlord.engine
     secrets = SecretRegistry()
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(overlord, secrets), host="127.0.0.1", port=port,
-                                           log_config=None, lifespan="off"))
-    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, "the API server to start", 10)
-    url = f"http://127.0.0.1:{port}"
     try:
-        with httpx.Client(base_url=url, timeout=30) as http:
+        with served(create_app(overlord, secrets, authenticator=None)) as url, \
+                httpx.Client(base_url=url, timeout=30) as http:
             yield Api(http, url, overlord, db, secrets)
     finally:
-        server.should_exit = True
-        thread.join(10)
         overlord.stop(grace_s=10)
         db.dispose()
 
@@ -425,7 +433,8 @@ def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, en
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "overlord.cli", "serve", "--port", str(port), "--shutdown-grace", str(grace_s)],
+            [sys.executable, "-m", "overlord.cli", "serve", "--port", str(port), "--shutdown-grace", str(grace_s),
+             "--insecure-open"],
             stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

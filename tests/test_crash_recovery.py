@@ -28,7 +28,7 @@ class Server:
         self.log = log.open("ab")
         port = self.url.rsplit(":", 1)[1]
         command = (["tests.fault_overlord", "--pause-before-publish", str(pause_before_publish_s), "--port", port]
-                   if pause_before_publish_s else ["overlord.cli", "serve", "--port", port])
+                   if pause_before_publish_s else ["overlord.cli", "serve", "--port", port, "--insecure-open"])
         self.process = subprocess.Popen(
             [sys.executable, "-m", *command],
             env={**os.environ, **stack.as_env(), "OVERLORD_DEEP_STORAGE": str(deep),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import getpass
 import os
 import sys
 from collections.abc import Callable
@@ -35,7 +36,7 @@ class OverlordClient:
 
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url + PREFIX, timeout=timeout_s)
+        self._http = httpx.Client(base_url=self.url + PREFIX, timeout=timeout_s, auth=_credentials())
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Send a request and return the decoded JSON; raises :class:`ClientError` on 4xx/5xx or no answer."""
@@ -46,6 +47,24 @@ class OverlordClient:
         if response.status_code >= 400:
             raise ClientError(_error_message(response))
         return response.json()
+
+
+def _credentials() -> httpx.Auth | None:
+    """Credentials from the environment: ``OVERLORD_TOKEN``, or ``OVERLORD_USER`` and ``OVERLORD_PASSWORD``."""
+    token = os.environ.get("OVERLORD_TOKEN")
+    if token:
+        return _Bearer(token)
+    user = os.environ.get("OVERLORD_USER")
+    return httpx.BasicAuth(user, os.environ.get("OVERLORD_PASSWORD", "")) if user else None
+
+
+class _Bearer(httpx.Auth):
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -148,7 +167,27 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from overlord.config import Settings
     from overlord.http.server import serve
 
-    return serve(Settings.from_env(), args.host, args.port, args.shutdown_grace)
+    return serve(Settings.from_env(), args.host, args.port, args.shutdown_grace, insecure_open=args.insecure_open)
+
+
+def _cmd_hash_password(_args: argparse.Namespace) -> int:
+    from overlord.http.auth import hash_password
+
+    password = getpass.getpass("password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+    if not password:
+        print("no password given", file=sys.stderr)
+        return 2
+    print(hash_password(password))
+    return 0
+
+
+def _cmd_new_token(_args: argparse.Namespace) -> int:
+    from overlord.http.auth import new_token
+
+    token, digest = new_token()
+    print(f"token (give it to the client, e.g. OVERLORD_TOKEN):  {token}")
+    print(f"tokenSha256 (put it in OVERLORD_AUTH_FILE):            {digest}")
+    return 0
 
 
 def add_commands(sub: Any) -> None:
@@ -159,7 +198,16 @@ def add_commands(sub: Any) -> None:
     serve.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
                        help="on SIGINT/SIGTERM, how long running tasks may take to publish before they are "
                             "stopped unpublished (default: %(default)s)")
+    serve.add_argument("--insecure-open", action="store_true",
+                       help="run without authentication when OVERLORD_AUTH_FILE is not set (development only)")
     serve.set_defaults(func=_cmd_serve)
+
+    auth = sub.add_parser("auth", help="make entries for OVERLORD_AUTH_FILE").add_subparsers(
+        dest="auth_command", required=True)
+    auth.add_parser("hash-password", help="print the argon2 hash of a password (read from the terminal or "
+                                          "stdin) for a user's passwordHash").set_defaults(func=_cmd_hash_password)
+    auth.add_parser("new-token", help="print a new bearer token and its tokenSha256").set_defaults(
+        func=_cmd_new_token)
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=os.environ.get("OVERLORD_URL", DEFAULT_URL),

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from overlord.errors import NotFound, NotLeader
+from overlord.http.auth import Authenticator, AuthMiddleware
 from overlord.http.body_limit import BodySizeLimit
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
@@ -48,8 +49,12 @@ def _spec_openapi() -> dict[str, Any]:
     return {**defs, "SupervisorSpec": schema}
 
 
-def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> FastAPI:
-    """The ASGI app over ``overlord`` (already started). ``secrets`` is shared with the log filter."""
+def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
+               authenticator: Authenticator | None) -> FastAPI:
+    """The ASGI app over ``overlord`` (already started). ``secrets`` is shared with the log filter.
+
+    ``authenticator`` None runs the API open to anyone who can reach it (the dev stack and tests).
+    """
     secrets = secrets or SecretRegistry()
     secrets.learn(sup.spec.to_druid_json() for sup in list(overlord.supervisors.values()))
     app = FastAPI(title="overlord", version="0.1.0",
@@ -106,4 +111,6 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None) -> Fas
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), query_routes(overlord)):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
+    if authenticator is not None:
+        app.add_middleware(AuthMiddleware, authenticator=authenticator)  # outermost: before any body is read
     return app

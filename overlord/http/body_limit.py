@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from overlord.http.replies import send_error
 
 __all__ = ["BodySizeLimit"]
 
@@ -27,7 +26,7 @@ class BodySizeLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
             if not declared.isdigit() or int(declared) > self.max_bytes:
-                await self._refuse(send)
+                await self._too_large(send)
                 return
             await self.app(scope, receive, send)
             return
@@ -40,7 +39,7 @@ class BodySizeLimit:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.max_bytes:
-                await self._refuse(send)
+                await self._too_large(send)
                 return
         whole: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
@@ -49,10 +48,6 @@ class BodySizeLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
-        body: dict[str, Any] = {"error": f"the request body is larger than {self.max_bytes:,} bytes, the overlord's "
-                                         "limit (OVERLORD_HTTP_MAX_BODY_BYTES)"}
-        content = json.dumps(body).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+    async def _too_large(self, send: Send) -> None:
+        await send_error(send, 413, f"the request body is larger than {self.max_bytes:,} bytes, the overlord's "
+                                    "limit (OVERLORD_HTTP_MAX_BODY_BYTES)")

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi.responses import Response
+from starlette.types import Send
 
 from overlord.http.redact import SecretRegistry
 from overlord.http.status import mask_secrets, status_payload
 from overlord.supervisor.manager import Overlord
 from overlord.supervisor.status import SupervisorStatus
 
-__all__ = ["ApiError", "Replies"]
+__all__ = ["ApiError", "Replies", "send_error"]
 
 
 class ApiError(Exception):
@@ -28,6 +29,14 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, errors: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(message)
         self.status, self.message, self.errors = status, message, list(errors)
+
+
+async def send_error(send: Send, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """Answer a request from ASGI middleware (before any route): ``{"error", "errorMessage"}`` (Druid's key)."""
+    content = json.dumps({"error": message, "errorMessage": message}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": content})
 
 
 @dataclass(frozen=True)

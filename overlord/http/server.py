@@ -16,10 +16,11 @@ import uvicorn
 from indexing_task.task import BeforePublish
 from overlord.config import Settings
 from overlord.http.app import create_app
+from overlord.http.auth import Authenticator, AuthFile
 from overlord.http.redact import SecretLogFilter, SecretRegistry
 from segment_store.database import metadata_engine
 
-__all__ = ["HTTP_DRAIN_S", "install_log_filter", "serve"]
+__all__ = ["HTTP_DRAIN_S", "authenticator_for", "install_log_filter", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +38,26 @@ def install_log_filter(secrets: SecretRegistry) -> None:
             handler.addFilter(SecretLogFilter(secrets))
 
 
+def authenticator_for(settings: Settings, insecure_open: bool) -> Authenticator | None:
+    """The authenticator of ``settings.auth_file``; None (open) only when asked for explicitly."""
+    if settings.auth_file:
+        return Authenticator(AuthFile.load(settings.auth_file))
+    if not insecure_open:
+        raise SystemExit("refusing to start without authentication: set OVERLORD_AUTH_FILE to a file of users "
+                         "and tokens (`overlord auth hash-password`, `overlord auth new-token`), or pass "
+                         "--insecure-open to let anyone who reaches the port manage supervisors and run SQL")
+    logger.warning("AUTHENTICATION IS OFF (--insecure-open): anyone who reaches this port can submit, reset and "
+                   "terminate supervisors and run SQL")
+    return None
+
+
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdown_grace: float = 30.0,
-          before_publish: BeforePublish | None = None) -> int:
+          before_publish: BeforePublish | None = None, insecure_open: bool = False) -> int:
     """Run the overlord until SIGINT/SIGTERM; returns the process exit code (0 after a clean stop)."""
     from indexing_task.spark import get_spark
     from overlord.supervisor.manager import Overlord
 
+    authenticator = authenticator_for(settings, insecure_open)
     secrets = SecretRegistry()
     install_log_filter(secrets)
     engine = metadata_engine(settings.database_url)
@@ -53,8 +68,9 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
         overlord.start()
         started = True
         drain_s = max(1, min(HTTP_DRAIN_S, int(shutdown_grace)))
-        config = uvicorn.Config(create_app(overlord, secrets), host=host, port=port, log_config=None,
-                                lifespan="off", timeout_graceful_shutdown=drain_s)
+        app = create_app(overlord, secrets, authenticator=authenticator)
+        config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
+                                timeout_graceful_shutdown=drain_s)
         logger.info("overlord API on http://%s:%d (dashboard at /, API under /druid/indexer/v1)", host, port)
         try:
             uvicorn.Server(config).run()

@@ -1,0 +1,138 @@
+"""Authentication and roles on real HTTP: every route of the app's route table but liveness needs
+credentials, the read role cannot change anything, and pydruid connects with HTTP Basic as to Druid.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+from starlette.routing import Route
+
+from overlord.http.app import create_app
+from overlord.http.auth import LIVENESS_PATHS, Authenticator, AuthFile, hash_password, new_token, required_role
+from overlord.http.redact import SecretRegistry
+from tests.helpers import overlord_cli, start_overlord
+from tests.test_api import served
+
+READER, WRITER = ("grafana", "read-pw-1"), ("admin", "write-pw-2")
+
+
+@pytest.fixture(scope="module")
+def token() -> tuple[str, str]:
+    return new_token()
+
+
+@pytest.fixture(scope="module")
+def auth_file(tmp_path_factory: pytest.TempPathFactory, token: tuple[str, str]) -> Path:
+    path = tmp_path_factory.mktemp("auth") / "auth.json"
+    path.write_text(json.dumps({
+        "users": {READER[0]: {"role": "read", "passwordHash": hash_password(READER[1])},
+                  WRITER[0]: {"role": "write", "passwordHash": hash_password(WRITER[1])}},
+        "tokens": {"ci": {"role": "write", "tokenSha256": token[1]}}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def secured(stack, engine, spark, tmp_path_factory, auth_file) -> Iterator[tuple[str, Any]]:
+    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")))
+    app = create_app(overlord, SecretRegistry(), authenticator=Authenticator(AuthFile.load(auth_file)))
+    try:
+        with served(app) as url:
+            yield url, app
+    finally:
+        overlord.stop(grace_s=10)
+        overlord.engine.dispose()
+
+
+def routes(table: list[Any], prefix: str = "") -> list[tuple[str, str]]:
+    """Every (method, path) of a route table, included routers too, path parameters filled in."""
+    found = []
+    for route in table:
+        if isinstance(route, APIRoute | Route):
+            path = re.sub(r"\{[^}]+\}", "x", prefix + route.path)
+            found += [(method, path) for method in sorted(route.methods or ()) if method != "HEAD"]
+        elif hasattr(route, "original_router"):  # FastAPI's included router
+            found += routes(route.original_router.routes, prefix + route.include_context.prefix)
+        else:
+            raise AssertionError(f"a route of an unknown kind: {route!r}")
+    return found
+
+
+def test_every_route_but_liveness_needs_credentials_and_writes_need_the_write_role(secured):
+    url, app = secured
+    table = routes(app.routes)
+    assert len(table) > 20 and any(p == "/openapi.json" for _, p in table)
+    with httpx.Client(base_url=url, timeout=30) as anonymous, \
+            httpx.Client(base_url=url, timeout=30, auth=READER) as reader, \
+            httpx.Client(base_url=url, timeout=30, auth=(READER[0], "wrong")) as wrong:
+        for method, path in table:
+            answer = anonymous.request(method, path, json={})
+            if path in LIVENESS_PATHS:
+                assert answer.status_code == 200, (method, path)
+                continue
+            assert answer.status_code == 401, (method, path, answer.status_code)
+            assert answer.headers["www-authenticate"].startswith("Basic")
+            assert wrong.request(method, path, json={}).status_code == 401, (method, path)
+            if required_role(method, path) == "write":
+                refused = reader.request(method, path, json={})
+                assert refused.status_code == 403 and "write role" in refused.json()["error"], (method, path)
+
+
+def test_the_right_credentials_pass_for_reads_and_writes(secured, token, make_topic, datasource):
+    url, _app = secured
+    from tests.helpers import spec_json
+
+    with httpx.Client(base_url=url, timeout=30, auth=READER) as reader:
+        assert reader.get("/druid/indexer/v1/supervisor").status_code == 200
+        assert reader.post("/druid/v2/sql", json={"query": "SELECT 1 AS one"}).json() == [{"one": 1}]
+    bearer = {"Authorization": f"Bearer {token[0]}"}
+    with httpx.Client(base_url=url, timeout=30, headers=bearer) as ci:
+        created = ci.post("/druid/indexer/v1/supervisor", json=spec_json(datasource, make_topic(1)))
+        assert created.status_code == 200, created.text
+        assert ci.post(f"/druid/indexer/v1/supervisor/{datasource}/terminate").status_code == 200
+    with httpx.Client(base_url=url, timeout=30, headers={"Authorization": "Bearer not-a-token"}) as bad:
+        assert bad.get("/druid/indexer/v1/supervisor").status_code == 401
+
+
+def test_pydruid_connects_with_basic_credentials(secured):
+    from pydruid.db import connect
+    from pydruid.db.exceptions import Error
+
+    url, _app = secured
+    port = int(url.rsplit(":", 1)[1])
+    cursor = connect(host="127.0.0.1", port=port, path="/druid/v2/sql", scheme="http",
+                     user=READER[0], password=READER[1]).cursor()
+    cursor.execute("SELECT 1 + 1 AS two")
+    assert cursor.fetchall() == [(2,)]
+    with pytest.raises(Error):
+        connect(host="127.0.0.1", port=port, path="/druid/v2/sql", scheme="http", user=READER[0],
+                password="wrong").cursor().execute("SELECT 1")
+
+
+def test_serve_refuses_to_start_without_credentials_unless_told_to_run_open(stack):
+    refused = overlord_cli("serve", "--port", "1", env={**stack.as_env(), "OVERLORD_AUTH_FILE": ""})
+    assert refused.returncode != 0 and "refusing to start without authentication" in refused.stderr
+    assert "--insecure-open" in refused.stderr
+
+
+def test_an_auth_file_with_plain_passwords_is_refused(tmp_path: Path):
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps({"users": {"admin": {"role": "write", "passwordHash": "hunter2"}}}))
+    with pytest.raises(SystemExit, match="passwordHash"):
+        AuthFile.load(path)
+
+
+def test_the_command_line_client_sends_credentials_from_the_environment(secured):
+    url, _app = secured
+    anonymous = overlord_cli("supervisor", "list", "--url", url)
+    assert anonymous.returncode == 1 and "401" in anonymous.stderr
+    listed = overlord_cli("supervisor", "list", "--url", url,
+                          env={"OVERLORD_USER": READER[0], "OVERLORD_PASSWORD": READER[1]})
+    assert listed.returncode == 0, listed.stderr
