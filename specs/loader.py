@@ -36,11 +36,27 @@ def load_supervisor_spec(data: Mapping[str, Any] | str | bytes) -> SupervisorSpe
             raise SpecError.at("$", f"not valid JSON: {exc}") from None
     if not isinstance(decoded, Mapping):
         raise SpecError.at("$", f"expected a JSON object, got {json_type_name(decoded)}")
+    nul = _nul_paths(decoded)
+    if nul:
+        raise SpecError((path, "contains a NUL character (\\u0000), which a spec may not hold") for path in nul)
     flat = "spec" not in decoded and any(key in decoded for key in _FLAT_SECTIONS)
     try:
         return SupervisorSpec.model_validate(dict(decoded))
     except ValidationError as exc:
         raise spec_error_from_validation(exc, strip_prefix="spec" if flat else "") from None
+
+
+def _nul_paths(value: object, path: str = "") -> list[str]:
+    """Paths of the strings (keys included) holding a NUL character: PostgreSQL cannot store one in JSON."""
+    if isinstance(value, str):
+        return [path or "$"] if "\x00" in value else []
+    if isinstance(value, Mapping):
+        return [p for key, item in value.items()
+                for p in ([join_path(path, key_path(str(key)))] if "\x00" in str(key) else
+                          _nul_paths(item, join_path(path, key_path(str(key)))))]
+    if isinstance(value, list):
+        return [p for index, item in enumerate(value) for p in _nul_paths(item, f"{path}[{index}]")]
+    return []
 
 
 def load_example(name: str) -> SupervisorSpec:

@@ -6,6 +6,7 @@ Tests that use none of them are marked ``unit``: ``pytest -m unit`` runs just th
 
 from __future__ import annotations
 
+import json
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -89,7 +90,48 @@ def make_overlord(stack: DevStack, engine: sa.Engine, spark: object, tmp_path: P
         overlord.engine.dispose()
 
 
-_INFRASTRUCTURE = {"stack", "engine", "spark", "make_topic", "make_overlord"}
+@pytest.fixture(scope="module")
+def token() -> tuple[str, str]:
+    """A bearer token of the write role and its SHA-256 digest."""
+    from overlord.http.auth import new_token
+
+    return new_token()
+
+
+@pytest.fixture(scope="module")
+def auth_file(tmp_path_factory: pytest.TempPathFactory, token: tuple[str, str]) -> Path:
+    """An auth file with a reader (READER), a writer (WRITER) and ``token``."""
+    from overlord.http.auth import hash_password
+    from tests.helpers import READER, WRITER
+
+    path = tmp_path_factory.mktemp("auth") / "auth.json"
+    path.write_text(json.dumps({
+        "users": {READER[0]: {"role": "read", "passwordHash": hash_password(READER[1])},
+                  WRITER[0]: {"role": "write", "passwordHash": hash_password(WRITER[1])}},
+        "tokens": {"ci": {"role": "write", "tokenSha256": token[1]}}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def secured(stack: DevStack, engine: sa.Engine, spark: object, tmp_path_factory: pytest.TempPathFactory,
+            auth_file: Path) -> Iterator[tuple[str, Any]]:
+    """An overlord's HTTP API with authentication on, over real HTTP: (base URL, app)."""
+    from overlord.http.app import create_app
+    from overlord.http.auth import Authenticator, AuthFile
+    from overlord.http.redact import SecretRegistry
+    from tests.helpers import served, start_overlord
+
+    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")))
+    app = create_app(overlord, SecretRegistry(), authenticator=Authenticator(AuthFile.load(auth_file)))
+    try:
+        with served(app) as url:
+            yield url, app
+    finally:
+        overlord.stop(grace_s=10)
+        overlord.engine.dispose()
+
+
+_INFRASTRUCTURE = {"stack", "engine", "spark", "make_topic", "make_overlord", "secured"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,26 +6,32 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
+import uvicorn
 
 from overlord.config import Settings
 from overlord.dev.sample_data import SampleEvents, make_sample_events
-from overlord.dev.stack import DevStack
+from overlord.dev.stack import DevStack, free_port
 from overlord.supervisor.manager import Overlord
 from overlord.supervisor.policy import SupervisorPolicy
 from segment_store import committed_offsets
 from segment_store.database import metadata_engine
 from segment_store.timeline import visible_segments
 from specs import EXAMPLES_DIR, SupervisorSpec, load_example, load_supervisor_spec
+
+READER, WRITER = ("grafana", "read-pw-1"), ("admin", "write-pw-2")
+"""Users of the ``auth_file`` fixture: (name, password) with the read and the write role."""
 
 
 def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
@@ -140,3 +146,18 @@ def example_json(name: str) -> dict[str, Any]:
     """An example spec of ``specs/examples`` as a JSON object."""
     loaded: dict[str, Any] = json.loads((EXAMPLES_DIR / f"{name}.json").read_text(encoding="utf-8"))
     return loaded
+
+
+@contextmanager
+def served(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, "the API server to start", 10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

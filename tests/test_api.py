@@ -17,7 +17,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-import uvicorn
 
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.dev.stack import DevStack, free_port
@@ -39,6 +37,7 @@ from tests.helpers import (
     fresh_database,
     overlord_cli,
     published_table,
+    served,
     spec_json,
     start_overlord,
     wait_until,
@@ -67,21 +66,6 @@ class Api:
 
     def post(self, path: str, **kwargs: Any) -> httpx.Response:
         return self.http.post(V1 + path, **kwargs)
-
-
-@contextmanager
-def served(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
-    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, "the API server to start", 10)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,40 +14,8 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from overlord.http.app import create_app
-from overlord.http.auth import LIVENESS_PATHS, Authenticator, AuthFile, hash_password, new_token, required_role
-from overlord.http.redact import SecretRegistry
-from tests.helpers import overlord_cli, start_overlord
-from tests.test_api import served
-
-READER, WRITER = ("grafana", "read-pw-1"), ("admin", "write-pw-2")
-
-
-@pytest.fixture(scope="module")
-def token() -> tuple[str, str]:
-    return new_token()
-
-
-@pytest.fixture(scope="module")
-def auth_file(tmp_path_factory: pytest.TempPathFactory, token: tuple[str, str]) -> Path:
-    path = tmp_path_factory.mktemp("auth") / "auth.json"
-    path.write_text(json.dumps({
-        "users": {READER[0]: {"role": "read", "passwordHash": hash_password(READER[1])},
-                  WRITER[0]: {"role": "write", "passwordHash": hash_password(WRITER[1])}},
-        "tokens": {"ci": {"role": "write", "tokenSha256": token[1]}}}))
-    return path
-
-
-@pytest.fixture(scope="module")
-def secured(stack, engine, spark, tmp_path_factory, auth_file) -> Iterator[tuple[str, Any]]:
-    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")))
-    app = create_app(overlord, SecretRegistry(), authenticator=Authenticator(AuthFile.load(auth_file)))
-    try:
-        with served(app) as url:
-            yield url, app
-    finally:
-        overlord.stop(grace_s=10)
-        overlord.engine.dispose()
+from overlord.http.auth import LIVENESS_PATHS, AuthFile, required_role
+from tests.helpers import READER, overlord_cli
 
 
 def routes(table: list[Any], prefix: str = "") -> list[tuple[str, str]]:

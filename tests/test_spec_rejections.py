@@ -391,3 +391,11 @@ def test_bad_documents_are_rejected_at_the_root(document: str | bytes, fragment:
     assert len(errors) == 1
     assert errors[0][0] == "$"
     assert fragment in errors[0][1]
+
+
+def test_a_nul_character_anywhere_is_refused_naming_its_path() -> None:
+    """Found by fuzzing: PostgreSQL cannot store a NUL character in JSON; the submission failed with a 500."""
+    doc = example_json("events")
+    doc["spec"]["ioConfig"]["topic"] = "a\x00b"
+    doc["spec"]["tuningConfig"]["extra\x00key"] = 1
+    assert sorted(p for p, _ in load_errors(doc)) == ['spec.ioConfig.topic', 'spec.tuningConfig["extra\\u0000key"]']
