@@ -167,7 +167,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from overlord.config import Settings
     from overlord.http.server import serve
 
-    return serve(Settings.from_env(), args.host, args.port, args.shutdown_grace, insecure_open=args.insecure_open)
+    return serve(Settings.from_env(), args.host, args.port, args.shutdown_grace, insecure_open=args.insecure_open,
+                 ssl=(args.ssl_certfile, args.ssl_keyfile) if args.ssl_certfile else None)
 
 
 def _cmd_hash_password(_args: argparse.Namespace) -> int:
@@ -198,6 +199,8 @@ def add_commands(sub: Any) -> None:
     serve.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
                        help="on SIGINT/SIGTERM, how long running tasks may take to publish before they are "
                             "stopped unpublished (default: %(default)s)")
+    serve.add_argument("--ssl-certfile", help="serve HTTPS with this PEM certificate (chain)")
+    serve.add_argument("--ssl-keyfile", help="the certificate's PEM private key")
     serve.add_argument("--insecure-open", action="store_true",
                        help="run without authentication when OVERLORD_AUTH_FILE is not set (development only)")
     serve.set_defaults(func=_cmd_serve)

@@ -52,8 +52,12 @@ def authenticator_for(settings: Settings, insecure_open: bool) -> Authenticator 
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdown_grace: float = 30.0,
-          before_publish: BeforePublish | None = None, insecure_open: bool = False) -> int:
-    """Run the overlord until SIGINT/SIGTERM; returns the process exit code (0 after a clean stop)."""
+          before_publish: BeforePublish | None = None, insecure_open: bool = False,
+          ssl: tuple[str, str | None] | None = None) -> int:
+    """Run the overlord until SIGINT/SIGTERM; returns the process exit code (0 after a clean stop).
+
+    ``ssl``: (certificate file, key file) to serve HTTPS.
+    """
     from indexing_task.spark import get_spark
     from overlord.supervisor.manager import Overlord
 
@@ -69,9 +73,11 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
         started = True
         drain_s = max(1, min(HTTP_DRAIN_S, int(shutdown_grace)))
         app = create_app(overlord, secrets, authenticator=authenticator)
+        certfile, keyfile = ssl or (None, None)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
-                                timeout_graceful_shutdown=drain_s)
-        logger.info("overlord API on http://%s:%d (dashboard at /, API under /druid/indexer/v1)", host, port)
+                                timeout_graceful_shutdown=drain_s, ssl_certfile=certfile, ssl_keyfile=keyfile)
+        logger.info("overlord API on %s://%s:%d (dashboard at /, API under /druid/indexer/v1)",
+                    "https" if ssl else "http", host, port)
         try:
             uvicorn.Server(config).run()
         except KeyboardInterrupt:
