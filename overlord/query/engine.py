@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 from weakref import WeakKeyDictionary
@@ -218,36 +219,19 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
     qs = _query_session(spark)
     nodes = check_parsed(qs.walker, qs.parse(query), qs.functions)
-    job_group = f"sql_{query_id or uuid.uuid4().hex}"
-    context = spark.sparkContext
-    context.setJobGroup(job_group, f"SQL query {query_id or ''}".strip(), interruptOnCancel=True)
-    use_pool(spark, QUERY_POOL)
-    timed_out, finished = threading.Event(), threading.Event()
-
-    def cancel() -> None:
-        timed_out.set()
-        while not finished.is_set():  # again and again: a job started after a cancel is not cancelled by it
-            context.cancelJobGroup(job_group)
-            finished.wait(0.5)
-
-    timer = threading.Timer(limits.timeout_ms / 1000, cancel)
-    timer.daemon = True
-    timer.start()
-    try:
-        with qs.lock:  # views and analysis together: the plan binds the file lists registered here
-            _register_views(qs, engine, relations(nodes), storage_options)
-            frame = qs.session.sql(query, args=list(parameters) or None)
-            views = {name.lower() for name in qs.frames}
-        check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
-        cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
-        table = frame.limit(cut).toArrow()
-    except (PySparkException, Py4JJavaError) as exc:
-        if timed_out.is_set():
-            raise _timed_out(limits) from None
-        raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
-    finally:
-        finished.set()
-        timer.cancel()
+    with _deadline(spark, query_id, limits.timeout_ms / 1000) as timed_out:
+        try:
+            with qs.lock:  # views and analysis together: the plan binds the file lists registered here
+                _register_views(qs, engine, relations(nodes), storage_options)
+                frame = qs.session.sql(query, args=list(parameters) or None)
+                views = {name.lower() for name in qs.frames}
+            check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
+            cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
+            table = frame.limit(cut).toArrow()
+        except (PySparkException, Py4JJavaError) as exc:
+            if timed_out.is_set():
+                raise _timed_out(limits) from None
+            raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
     if table.num_rows > limits.max_rows:
         raise QueryError(f"the result has more than {limits.max_rows:,} rows (the overlord's limit, "
                          "OVERLORD_QUERY_MAX_ROWS): aggregate further, add a LIMIT or set context.sqlOuterLimit",
@@ -258,6 +242,35 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
                          "RESULT_TOO_LARGE")
     logger.debug("query returned %d rows: %s", table.num_rows, query)
     return QueryResult(table)
+
+
+@contextmanager
+def _deadline(spark: SparkSession, query_id: str | None, timeout_s: float) -> Iterator[threading.Event]:
+    """Run the block's Spark jobs as one job group in the ``query`` pool; cancel them after ``timeout_s``.
+
+    Yields an event that is set once the time is up. The group is cancelled again and again until
+    the block ends: a job that starts after a cancel is not cancelled by it.
+    """
+    context = spark.sparkContext
+    job_group = f"sql_{query_id or ''}_{uuid.uuid4().hex[:12]}"
+    context.setJobGroup(job_group, f"SQL query {query_id or ''}".strip(), interruptOnCancel=True)
+    use_pool(spark, QUERY_POOL)
+    timed_out, finished = threading.Event(), threading.Event()
+
+    def cancel() -> None:
+        timed_out.set()
+        while not finished.is_set():
+            context.cancelJobGroup(job_group)
+            finished.wait(0.5)
+
+    timer = threading.Timer(timeout_s, cancel)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield timed_out
+    finally:
+        finished.set()
+        timer.cancel()
 
 
 def _timed_out(limits: QueryLimits) -> QueryError:
