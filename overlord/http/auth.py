@@ -116,6 +116,7 @@ class Authenticator:
         self._users = config.users
         self._tokens = {entry.token_sha256: entry.role for entry in config.tokens.values()}
         self._verified: dict[str, tuple[Role, float]] = {}
+        self._decoy = _hasher.hash(secrets.token_hex(16))
         self._lock = threading.Lock()
 
     def remembered(self, authorization: str) -> Role | None:
@@ -150,13 +151,11 @@ class Authenticator:
         except (binascii.Error, UnicodeDecodeError):
             return None
         entry = self._users.get(user)
-        if entry is None:
-            return None
-        try:
-            _hasher.verify(entry.password_hash, password)
+        try:  # an unknown user costs a hash check too: the time taken does not tell which users exist
+            _hasher.verify(entry.password_hash if entry else self._decoy, password)
         except (VerificationError, InvalidHashError):
             return None
-        return entry.role
+        return entry.role if entry else None
 
 
 class AuthMiddleware:
