@@ -520,3 +520,14 @@ def test_bodies_past_the_size_limit_get_413_whether_declared_or_chunked(api: Api
     small = api.http.post("/druid/v2/sql", content=iter([b'{"query": ', b'"SELECT 1 AS one"}']),
                           headers={"Content-Type": "application/json"})
     assert small.status_code == 200 and small.json() == [{"one": 1}]
+
+
+def test_druid_status_endpoints_and_the_sql_path_pydruid_uses(api: Api):
+    status = api.http.get("/status")
+    assert status.status_code == 200 and status.json()["version"] not in ("", None)
+    health = api.http.get("/status/health")
+    assert health.status_code == 200 and health.json() is True
+    answer = api.http.post("/druid/v2/sql/", json={"query": "SELECT 2 AS two"}, follow_redirects=False)
+    assert answer.status_code == 200 and answer.json() == [{"two": 2}]
+    missing = api.http.get(V1 + "/supervisor/no_such_id")
+    assert missing.status_code == 404 and missing.json()["errorMessage"] == missing.json()["error"]

@@ -51,6 +51,7 @@ def query_routes(overlord: Overlord) -> APIRouter:
     router = APIRouter()
 
     @router.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
+    @router.post("/druid/v2/sql/", tags=["query"], include_in_schema=False)  # pydruid's path: no redirect
     def sql(body: SqlQuery) -> Response:
         result = body.run(spark, engine, limits)
         content = result if isinstance(result, str) else json.dumps(result)

@@ -2,7 +2,8 @@
 
 Every JSON body goes through :meth:`Replies.view`: secret-looking keys are masked
 (:func:`overlord.http.status.mask_secrets`) and known secret values scrubbed from every string.
-Errors are ``{"error": message}``; invalid input adds ``"errors": [{"path", "message"}]``.
+Errors are ``{"error": message, "errorMessage": message}`` (pydruid reads Druid's ``errorMessage``);
+invalid input adds ``"errors": [{"path", "message"}]``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Replies:
         return Response(json.dumps(self.view(content)), status, media_type="application/json")
 
     def error(self, status: int, message: str, errors: Sequence[tuple[str, str]] = ()) -> Response:
-        body: dict[str, Any] = {"error": message}
+        body: dict[str, Any] = {"error": message, "errorMessage": message}  # errorMessage: what Druid clients read
         if errors:
             body["errors"] = [{"path": path, "message": msg} for path, msg in errors]
         return self.reply(body, status)

@@ -1,6 +1,8 @@
-"""Outside Druid's prefix: liveness, Prometheus metrics and the status page."""
+"""Outside Druid's prefix: liveness, Druid's ``/status``, Prometheus metrics and the status page."""
 
 from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
@@ -12,13 +14,21 @@ __all__ = ["service_routes"]
 
 
 def service_routes(out: Replies) -> APIRouter:
-    """``/health``, ``/metrics`` and ``/``."""
+    """``/health``, ``/status``, ``/status/health``, ``/metrics`` and ``/``."""
     overlord, reply, statuses = out.overlord, out.reply, out.statuses
     router = APIRouter()
 
     @router.get("/health", tags=["service"], summary="Liveness")
     def health() -> Response:
         return reply({"healthy": True, "leader": overlord.leading, "supervisors": len(overlord.supervisors)})
+
+    @router.get("/status/health", tags=["service"], summary="Liveness, as Druid answers it: true")
+    def status_health() -> Response:
+        return reply(True)
+
+    @router.get("/status", tags=["service"], summary="Version, as Druid's /status (Grafana's Druid plugin asks it)")
+    def status() -> Response:
+        return reply({"version": _version(), "modules": []})
 
     @router.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:
@@ -29,3 +39,10 @@ def service_routes(out: Replies) -> APIRouter:
         return HTMLResponse(render_dashboard(statuses()))
 
     return router
+
+
+def _version() -> str:
+    try:
+        return version("kafka-segment-indexer")
+    except PackageNotFoundError:  # running from a source tree that was not installed
+        return "unknown"
