@@ -531,3 +531,20 @@ def test_druid_status_endpoints_and_the_sql_path_pydruid_uses(api: Api):
     assert answer.status_code == 200 and answer.json() == [{"two": 2}]
     missing = api.http.get(V1 + "/supervisor/no_such_id")
     assert missing.status_code == 404 and missing.json()["errorMessage"] == missing.json()["error"]
+
+
+def test_a_running_query_is_cancelled_by_its_sql_query_id(api: Api):
+    """Druid's DELETE /druid/v2/sql/{id}: 202, the query ends with a 400 QUERY_CANCELLED; unknown ids 404."""
+    heavy = {"query": "SELECT count(*) FROM range(1000000) a CROSS JOIN range(1000000) b WHERE a.id * 7 + b.id = 3",
+             "context": {"sqlQueryId": "cancel-me-1"}}
+    answers: list[httpx.Response] = []
+    asking = threading.Thread(target=lambda: answers.append(api.http.post("/druid/v2/sql", json=heavy)))
+    asking.start()
+    wait_until(lambda: api.http.delete("/druid/v2/sql/cancel-me-1").status_code == 202, "a cancellable query", 30)
+    asking.join(60)
+    [answer] = answers
+    assert answer.status_code == 400 and answer.json()["context"]["errorClass"] == "QUERY_CANCELLED", answer.text
+    assert api.http.delete("/druid/v2/sql/cancel-me-1").status_code == 404
+    done = api.http.post("/druid/v2/sql", json={"query": "SELECT 1 AS one", "context": {"sqlQueryId": "named-2"}})
+    assert done.headers["X-Druid-SQL-Query-Id"] == "named-2"
+    assert len(api.http.post("/druid/v2/sql", json={"query": "SELECT 1"}).headers["X-Druid-SQL-Query-Id"]) == 32

@@ -1,4 +1,4 @@
-"""HTTP routes over published segments: Druid's SQL endpoint and a compaction trigger."""
+"""HTTP routes over published segments: Druid's SQL endpoint (run, cancel) and a compaction trigger."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexing_task.compaction import CompactionReport
+from overlord.errors import NotFound
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
+from overlord.query.running import cancel_query
 from overlord.supervisor.manager import Overlord
 from specs.durations import parse_utc_interval
 
@@ -53,9 +55,17 @@ def query_routes(overlord: Overlord) -> APIRouter:
     @router.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
     @router.post("/druid/v2/sql/", tags=["query"], include_in_schema=False)  # pydruid's path: no redirect
     def sql(body: SqlQuery) -> Response:
-        result = body.run(spark, engine, limits)
+        query_id = body.query_id()
+        result = body.run(spark, engine, limits, query_id)
         content = result if isinstance(result, str) else json.dumps(result)
-        return Response(content, media_type=CONTENT_TYPES[body.result_format])
+        return Response(content, media_type=CONTENT_TYPES[body.result_format],
+                        headers={"X-Druid-SQL-Query-Id": query_id})
+
+    @router.delete("/druid/v2/sql/{query_id}", tags=["query"], summary="Cancel a running query (202, or 404)")
+    def cancel(query_id: str) -> Response:
+        if not cancel_query(query_id):
+            raise NotFound(f"no running query with sqlQueryId {query_id!r}")
+        return Response(status_code=202)
 
     @router.post("/druid/indexer/v1/compact/{datasource}", tags=["query"],
               summary="Compact a datasource's intervals now, as a task (answers when it has finished)")

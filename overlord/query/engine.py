@@ -22,8 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 from weakref import WeakKeyDictionary
@@ -34,10 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from indexing_task.spark import QUERY_POOL, use_pool
 from overlord.config import Settings
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
+from overlord.query.running import running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from segment_store.timeline import datasources, visible_segments
@@ -87,9 +86,14 @@ class SqlQuery(BaseModel):
     context: dict[str, Any] = {}
     parameters: tuple[SqlParameter, ...] = ()
 
-    def run(self, spark: SparkSession, engine: sa.Engine, limits: QueryLimits = QueryLimits()
-            ) -> list[dict[str, Any]] | list[list[Any]] | str:
-        """Run with the context's ``sqlOuterLimit``, ``timeout`` (within ``limits``) and ``sqlQueryId``."""
+    def query_id(self) -> str:
+        """The context's ``sqlQueryId``, or a new random id."""
+        given = self.context.get("sqlQueryId")
+        return str(given) if given is not None else uuid.uuid4().hex
+
+    def run(self, spark: SparkSession, engine: sa.Engine, limits: QueryLimits = QueryLimits(),
+            query_id: str | None = None) -> list[dict[str, Any]] | list[list[Any]] | str:
+        """Run with the context's ``sqlOuterLimit`` and ``timeout`` (within ``limits``) as ``query_id``."""
         outer = self._context_int("sqlOuterLimit", 0)
         timeout = self._context_int("timeout", 1)
         if timeout is not None:
@@ -97,10 +101,8 @@ class SqlQuery(BaseModel):
                 raise QueryError(f"context.timeout: at most {limits.timeout_ms} ms (OVERLORD_QUERY_TIMEOUT_MS), "
                                  f"got {timeout}", "INVALID_CONTEXT")
             limits = replace(limits, timeout_ms=timeout)
-        query_id = self.context.get("sqlQueryId")
         return run_sql(spark, engine, self.query, self.result_format, self.header,
-                       [p.value for p in self.parameters], limits, outer,
-                       query_id=str(query_id) if query_id is not None else None)
+                       [p.value for p in self.parameters], limits, outer, query_id=query_id or self.query_id())
 
     def _context_int(self, key: str, minimum: int) -> int | None:
         value = self.context.get(key)
@@ -212,14 +214,14 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
 
     ``outer_limit`` keeps the first rows of the result; a result past ``limits`` is refused.
     ``storage_options`` reach fsspec for object-store segments (otherwise s3fs takes credentials
-    and endpoint from the environment). ``query_id`` names the query's Spark job group.
+    and endpoint from the environment). ``query_id`` (Druid's ``sqlQueryId``) lets it be cancelled.
     """
     if len(query) > limits.max_length:
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
     qs = _query_session(spark)
     nodes = check_parsed(qs.walker, qs.parse(query), qs.functions)
-    with _deadline(spark, query_id, limits.timeout_ms / 1000) as timed_out:
+    with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
         try:
             with qs.lock:  # views and analysis together: the plan binds the file lists registered here
                 _register_views(qs, engine, relations(nodes), storage_options)
@@ -229,8 +231,11 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
             cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
             table = frame.limit(cut).toArrow()
         except (PySparkException, Py4JJavaError) as exc:
-            if timed_out.is_set():
+            if running.reason == "timeout":
                 raise _timed_out(limits) from None
+            if running.reason == "cancelled":
+                raise QueryError(f"query {running.query_id} was cancelled (DELETE /druid/v2/sql/{{id}})",
+                                 "QUERY_CANCELLED") from None
             raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
     if table.num_rows > limits.max_rows:
         raise QueryError(f"the result has more than {limits.max_rows:,} rows (the overlord's limit, "
@@ -242,35 +247,6 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
                          "RESULT_TOO_LARGE")
     logger.debug("query returned %d rows: %s", table.num_rows, query)
     return QueryResult(table)
-
-
-@contextmanager
-def _deadline(spark: SparkSession, query_id: str | None, timeout_s: float) -> Iterator[threading.Event]:
-    """Run the block's Spark jobs as one job group in the ``query`` pool; cancel them after ``timeout_s``.
-
-    Yields an event that is set once the time is up. The group is cancelled again and again until
-    the block ends: a job that starts after a cancel is not cancelled by it.
-    """
-    context = spark.sparkContext
-    job_group = f"sql_{query_id or ''}_{uuid.uuid4().hex[:12]}"
-    context.setJobGroup(job_group, f"SQL query {query_id or ''}".strip(), interruptOnCancel=True)
-    use_pool(spark, QUERY_POOL)
-    timed_out, finished = threading.Event(), threading.Event()
-
-    def cancel() -> None:
-        timed_out.set()
-        while not finished.is_set():
-            context.cancelJobGroup(job_group)
-            finished.wait(0.5)
-
-    timer = threading.Timer(timeout_s, cancel)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield timed_out
-    finally:
-        finished.set()
-        timer.cancel()
 
 
 def _timed_out(limits: QueryLimits) -> QueryError:
