@@ -133,10 +133,6 @@ class PlanWalker:
                 todo.extend(obj.productElement(i) for i in reversed(range(obj.productArity())))
 
 
-def _refuse(message: str, error_class: str) -> QueryError:
-    return QueryError(message, error_class)
-
-
 def _function_name(node: Node) -> str:
     return str(node.obj.nameParts().last()).lower()
 
@@ -160,21 +156,21 @@ def _check_size(walker: PlanWalker, node: Node, name: str) -> None:
     for arg in args:
         if any(n.kind == "expression" and n.name == "UnresolvedFunction" and _function_name(n) in SIZE_ARGUMENTS
                for n in walker.nodes(arg)):
-            raise _refuse(f"{name}() may not take the result of another value-building function "
+            raise QueryError(f"{name}() may not take the result of another value-building function "
                           "(the query's value-size limit)", "VALUE_TOO_LARGE")
     if name == "sequence":
         bounds = [_integer_literal(walker, a) for a in args]
         if len(bounds) < 2 or any(b is None for b in bounds):
-            raise _refuse(limit, "VALUE_TOO_LARGE")
+            raise QueryError(limit, "VALUE_TOO_LARGE")
         start, stop, step = bounds[0], bounds[1], bounds[2] if len(bounds) > 2 else 1
         assert start is not None and stop is not None and step is not None
         if step == 0 or abs(stop - start) // abs(step) + 1 > MAX_BUILT_SIZE:
-            raise _refuse(limit, "VALUE_TOO_LARGE")
+            raise QueryError(limit, "VALUE_TOO_LARGE")
         return
     for position in SIZE_ARGUMENTS[name]:
         size = _integer_literal(walker, args[position]) if position < len(args) else 0
         if size is None or size > MAX_BUILT_SIZE:
-            raise _refuse(limit, "VALUE_TOO_LARGE")
+            raise QueryError(limit, "VALUE_TOO_LARGE")
 
 
 def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> list[Node]:
@@ -185,22 +181,22 @@ def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> l
     nodes = list(walker.nodes(plan))
     for node in nodes:
         if node.kind == "plan" and node.name not in PARSED_OPERATORS:
-            raise _refuse(f"only read-only queries (SELECT, WITH, VALUES) are allowed; found {node.name}",
+            raise QueryError(f"only read-only queries (SELECT, WITH, VALUES) are allowed; found {node.name}",
                           "NOT_READ_ONLY")
         if node.name == "UnresolvedFunction":
             name = _function_name(node)
             if name in DENIED_FUNCTIONS or name not in functions:
-                raise _refuse(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+                raise QueryError(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
             if name in SIZE_ARGUMENTS:
                 _check_size(walker, node, name)
         elif node.name == "UnresolvedGenerator":  # LATERAL VIEW f(...)
             name = str(node.obj.name().funcName()).lower()
             if name in DENIED_FUNCTIONS or name not in functions:
-                raise _refuse(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+                raise QueryError(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
         elif node.name == "UnresolvedTableValuedFunction":
             name = str(node.obj.name().last()).lower()
             if name not in TABLE_FUNCTIONS:
-                raise _refuse(f"table function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+                raise QueryError(f"table function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
     return nodes
 
 
@@ -216,11 +212,11 @@ def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> Non
     for node in walker.nodes(plan, stop=ours):
         if node.kind == "plan":
             if node.name not in ANALYZED_OPERATORS or (node.name == "View" and not ours(node)):
-                raise _refuse(f"only read-only queries over datasources are allowed; found {node.name}",
+                raise QueryError(f"only read-only queries over datasources are allowed; found {node.name}",
                               "NOT_READ_ONLY")
         elif node.kind == "udf" or node.name in DENIED_EXPRESSIONS or not node.full_name.startswith(
                 _EXPRESSIONS_PACKAGE):
-            raise _refuse(f"expression {node.name} is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+            raise QueryError(f"expression {node.name} is not allowed in queries", "FUNCTION_NOT_ALLOWED")
 
 
 def relations(nodes: list[Node]) -> set[str]:
