@@ -49,6 +49,12 @@ _UNSAFE_NAME_CHARACTERS = frozenset('*?[]{}`"')
 """Not in a datasource name: glob characters (its files are listed by pattern) and identifier quotes."""
 
 
+def unsupported(path: str, what: str, fix: str = "remove it") -> tuple[str, str]:
+    """The error for a Druid field that would change what is ingested and is not implemented."""
+    return (path, f"{what} is not supported yet; ignoring it would ingest other data than Druid does, "
+                  f"so the spec is refused: {fix}")
+
+
 def _duplicates(names: list[str], list_path: str, what: str) -> list[tuple[str, str]]:
     first: dict[str, int] = {}
     errors: list[tuple[str, str]] = []
@@ -159,6 +165,12 @@ class DimensionsSpec(SpecModel):
     @model_validator(mode="after")
     def _unique_names(self) -> DimensionsSpec:
         errors = _duplicates(self.names, "dimensions", "dimension")
+        extra = self.model_extra or {}
+        if extra.get("useSchemaDiscovery") is True or extra.get("includeAllDimensions") is True:
+            key = "useSchemaDiscovery" if extra.get("useSchemaDiscovery") is True else "includeAllDimensions"
+            errors.append(unsupported(key, "schema discovery"))
+        if extra.get("spatialDimensions"):
+            errors.append(unsupported("spatialDimensions", "spatial dimensions"))
         if errors:
             raise SpecError(errors)
         return self
@@ -266,6 +278,13 @@ class DataSchemaSpec(SpecModel):
     def _column_names(self) -> DataSchemaSpec:
         metric_names = [metric.name for metric in self.metrics_spec]
         errors = _duplicates(metric_names, "metricsSpec", "metric")
+        if not self.dimensions_spec.dimensions:
+            errors.append(unsupported("dimensionsSpec.dimensions", "an empty or missing dimension list (Druid then "
+                                      "discovers the dimensions from the data)", "list the dimensions"))
+        transform = (self.model_extra or {}).get("transformSpec")
+        if transform is not None and (not isinstance(transform, dict) or transform.get("filter")
+                                      or transform.get("transforms")):
+            errors.append(unsupported("transformSpec", "a transformSpec filter or transforms"))
         for index, name in enumerate(self.dimensions_spec.names):
             path = f"dimensionsSpec.dimensions[{index}].name"
             if name == self.timestamp_spec.column:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from specs.data_schema import DataSchemaSpec, SpecModel
+from specs.data_schema import DataSchemaSpec, SpecModel, unsupported
 from specs.durations import IsoDuration, UtcTimestamp
 from specs.errors import SpecError, join_path, json_type_name, key_path
 
@@ -42,6 +42,14 @@ class InputFormatSpec(SpecModel):
 
     type: Literal["json"] = "json"
     """Input format type."""
+
+    @model_validator(mode="after")
+    def _no_flattening(self) -> InputFormatSpec:
+        flatten = (self.model_extra or {}).get("flattenSpec")
+        if flatten is not None and (not isinstance(flatten, dict) or flatten.get("fields")
+                                    or flatten.get("useFieldDiscovery") is False):
+            raise SpecError([unsupported("flattenSpec", "a flattenSpec with fields (or without field discovery)")])
+        return self
 
 
 EXACT_READ_CONSUMER_PROPERTIES: dict[str, str | bool] = {
@@ -167,7 +175,7 @@ class KafkaIOConfigSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _one_late_rejection(self) -> KafkaIOConfigSpec:
+    def _no_rejection_windows(self) -> KafkaIOConfigSpec:
         if (
             self.late_message_rejection_period is not None
             and self.late_message_rejection_start_date_time is not None
@@ -176,6 +184,13 @@ class KafkaIOConfigSpec(SpecModel):
                 "lateMessageRejectionStartDateTime",
                 "cannot be combined with lateMessageRejectionPeriod",
             )
+        windows = {"lateMessageRejectionPeriod": self.late_message_rejection_period,
+                   "earlyMessageRejectionPeriod": self.early_message_rejection_period,
+                   "lateMessageRejectionStartDateTime": self.late_message_rejection_start_date_time}
+        errors = [unsupported(key, "rejecting messages by their time") for key, value in windows.items()
+                  if value is not None]
+        if errors:
+            raise SpecError(errors)
         return self
 
 
