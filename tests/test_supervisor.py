@@ -188,3 +188,21 @@ def test_a_backlog_is_worked_off_by_bounded_tasks_exactly(stack, make_topic, dat
     ranges = [t for t in overlord.store.tasks(datasource=datasource) if t.status == "SUCCESS"]
     assert len(ranges) >= 5
     assert all(sum(t.end_offsets.values()) - sum(t.start_offsets.values()) <= 5_000 for t in ranges)
+
+
+def test_a_stored_spec_that_no_longer_loads_does_not_stop_the_others(make_topic, datasource, make_overlord, caplog):
+    """After an upgrade that refuses a field, the other supervisors resume and the refused one is named."""
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, make_topic(1)))
+    stale = spec_json("stale_" + datasource, make_topic(1))
+    stale["spec"]["ioConfig"]["lateMessageRejectionPeriod"] = "PT1H"  # refused now, stored by an older version
+    overlord.store.append_spec("stale_" + datasource, stale)
+    overlord.stop(grace_s=10)
+
+    restarted = make_overlord(database_url=overlord.settings.database_url)
+    assert datasource in restarted.supervisors and "stale_" + datasource not in restarted.supervisors
+    assert any(f"stale_{datasource}" in r.getMessage() and "lateMessageRejectionPeriod" in r.getMessage()
+               for r in caplog.records if r.levelname == "ERROR")
+    fixed = spec_json("stale_" + datasource, stale["spec"]["ioConfig"]["topic"])
+    restarted.submit(fixed)  # the refused earlier spec does not block a corrected one
+    assert "stale_" + datasource in restarted.supervisors

@@ -37,7 +37,7 @@ from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import create_schema, reset_offsets
 from segment_store.timeline import Interval
-from specs import SupervisorSpec, check_update, load_supervisor_spec
+from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 
 __all__ = ["Overlord"]
 
@@ -96,8 +96,15 @@ class Overlord:
             if abandoned:
                 logger.info("marked %d tasks of a previous leader as failed (they cannot publish now)", abandoned)
             for record in self.store.current_specs():
-                if not record.terminated:
-                    self._start_supervisor(record.id, load_supervisor_spec(record.spec), record.suspended)
+                if record.terminated:
+                    continue
+                try:
+                    spec = load_supervisor_spec(record.spec)
+                except SpecError as exc:  # stored by an older version that accepted it: the others go on
+                    logger.error("supervisor %s is not resumed: its stored spec is refused now (%s); submit a "
+                                 "corrected spec", record.id, exc)
+                    continue
+                self._start_supervisor(record.id, spec, record.suspended)
             logger.info("leading with %d supervisors (epoch %d)", len(self.supervisors), epoch)
 
     def _step_down(self) -> None:
@@ -199,7 +206,7 @@ class Overlord:
         self._require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)
-            check_update([load_supervisor_spec(raw) for raw in self.store.datasource_specs(spec.datasource)], spec)
+            check_update(_loadable(self.store.datasource_specs(spec.datasource)), spec)
             suspended = bool((spec.model_extra or {}).get("suspended", False))
             self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended)
             if existing is None:
@@ -309,3 +316,15 @@ class Overlord:
             ok, detail, report = False, f"{type(error).__name__}: {error}", None
         self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report)
         (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail)
+
+
+def _loadable(raws: list[dict[str, Any]]) -> list[SupervisorSpec]:
+    """The stored specs that still load (an older version may have accepted what is refused now)."""
+    specs = []
+    for raw in raws:
+        try:
+            specs.append(load_supervisor_spec(raw))
+        except SpecError as exc:
+            logger.warning("an earlier spec of %s no longer loads and is not compared: %s",
+                           raw.get("spec", {}).get("dataSchema", {}).get("dataSource"), exc)
+    return specs
