@@ -2,8 +2,10 @@
 
 Routes live by concern: :mod:`overlord.http.supervisors` and :mod:`overlord.http.tasks`
 (Druid's calls under ``/druid/indexer/v1``), :mod:`overlord.http.query_routes` (SQL and
-compaction), :mod:`overlord.http.service` (``/``, ``/metrics``, ``/health``). Every answer
-leaves through :class:`overlord.http.replies.Replies`.
+compaction), :mod:`overlord.http.service` (``/``, ``/metrics``, ``/health``, ``/status``). Every
+answer leaves through :class:`overlord.http.replies.Replies`. Before any route, two ASGI
+middlewares: :mod:`overlord.http.auth` (credentials and roles) and
+:mod:`overlord.http.body_limit` (the request body cap).
 """
 
 from __future__ import annotations
