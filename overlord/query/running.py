@@ -32,7 +32,7 @@ class RunningQuery:
     def __init__(self, spark: SparkSession, query_id: str) -> None:
         self.query_id = query_id
         self.reason: Reason | None = None
-        self._context = spark.sparkContext
+        self._spark, self._context = spark, spark.sparkContext
         self._job_group = f"sql_{uuid.uuid4().hex[:12]}"
         self._finished = threading.Event()
 
@@ -49,6 +49,15 @@ class RunningQuery:
             self._context.cancelJobGroup(self._job_group)
             self._finished.wait(0.5)
 
+    def begin(self) -> None:
+        """Make this thread's next Spark jobs the query's: its job group, in the ``query`` pool."""
+        self._context.setJobGroup(self._job_group, f"SQL query {self.query_id}", interruptOnCancel=True)
+        use_pool(self._spark, QUERY_POOL)
+
+    def end(self) -> None:
+        """The query has returned: stop cancelling."""
+        self._finished.set()
+
 
 @contextmanager
 def running_query(spark: SparkSession, query_id: str, timeout_s: float) -> Iterator[RunningQuery]:
@@ -58,15 +67,14 @@ def running_query(spark: SparkSession, query_id: str, timeout_s: float) -> Itera
         if query_id in _running:
             raise QueryError(f"a query with sqlQueryId {query_id!r} is already running", "QUERY_ID_IN_USE")
         _running[query_id] = query
-    spark.sparkContext.setJobGroup(query._job_group, f"SQL query {query_id}", interruptOnCancel=True)
-    use_pool(spark, QUERY_POOL)
     timer = threading.Timer(timeout_s, query.stop, ["timeout"])
     timer.daemon = True
-    timer.start()
     try:
+        query.begin()
+        timer.start()
         yield query
     finally:
-        query._finished.set()
+        query.end()
         timer.cancel()
         with _lock:
             del _running[query_id]
