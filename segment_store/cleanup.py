@@ -75,7 +75,7 @@ def _known_datasources(engine: sa.Engine, storage: DeepStorage) -> list[str]:
         names = set(conn.execute(sa.select(s.datasource).distinct()).scalars())
         names |= set(conn.execute(sa.select(o.datasource)).scalars())
     try:
-        listed = storage.fs.ls(storage.root, detail=True)
+        listed = storage.fs.ls(storage.root, detail=True, refresh=True)  # never an object store's cached listing
     except FileNotFoundError:
         listed = []
     names |= {str(i["name"]).rstrip("/").rsplit("/", 1)[-1] for i in listed if i.get("type") == "directory"}
@@ -148,8 +148,11 @@ def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cut
             young += 1
             continue
         candidates[path] = int(info.get("size") or 0)
+    def url(path: str) -> str:  # as segment rows name files: under the root, with its protocol
+        return f"{storage.root}/{datasource}/{path[len(prefix):]}"
+
     if dry_run:
-        return list(candidates), young, sum(candidates.values())
+        return [url(p) for p in candidates], young, sum(candidates.values())
     orphans: list[str] = []
     paths = list(candidates)
     for start in range(0, len(paths), _ORPHAN_BATCH):
@@ -158,7 +161,7 @@ def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cut
             batch = [p for p in paths[start:start + _ORPHAN_BATCH] if p not in _referenced(conn, storage, datasource)]
             _delete_files(storage, batch)
         orphans += batch
-    return orphans, young, sum(candidates[p] for p in orphans)
+    return [url(p) for p in orphans], young, sum(candidates[p] for p in orphans)
 
 
 def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = None, *,

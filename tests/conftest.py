@@ -40,7 +40,31 @@ def engine(stack: DevStack) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def s3_endpoint() -> Iterator[str]:
+    """Moto's S3 server on loopback, configured the way a deployment is: the standard ``AWS_*``
+    environment, which s3fs, pyarrow and the Spark workers (started after this) all read.
+    """
+    from moto.server import ThreadedMotoServer
+
+    from overlord.dev.stack import free_port
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("AWS_PROFILE", raising=False)
+            for name, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+                mp.setenv(name, value)
+            yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(s3_endpoint: str) -> Iterator[object]:
+    """A local Spark, started after the S3 environment is set so its Python workers inherit it."""
     from indexing_task.spark import get_spark
 
     session = get_spark("local[2]")
@@ -49,8 +73,18 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture()
-def deep_storage(tmp_path: Path) -> str:
-    return str(tmp_path / "deep")
+def deep_storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty segment root: a local directory, or a new S3 bucket when parametrized
+    ``indirect`` with ``"s3"`` (see ``tests.helpers.ON_EVERY_DEEP_STORAGE``).
+    """
+    if getattr(request, "param", "local") == "local":
+        return str(tmp_path / "deep")
+    import s3fs
+
+    request.getfixturevalue("s3_endpoint")
+    bucket = f"deep-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
+    return f"s3://{bucket}/deep"
 
 
 @pytest.fixture()
@@ -73,14 +107,17 @@ def datasource() -> str:
 
 
 @pytest.fixture()
-def make_overlord(stack: DevStack, engine: sa.Engine, spark: object, tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """``make_overlord(policy=..., **settings) -> Overlord``: started on a fresh database, stopped at teardown."""
+def make_overlord(stack: DevStack, engine: sa.Engine, spark: object, deep_storage: str
+                  ) -> Iterator[Callable[..., Any]]:
+    """``make_overlord(policy=..., **settings) -> Overlord``: started on a fresh database and the
+    test's ``deep_storage``, stopped at teardown.
+    """
     from tests.helpers import start_overlord
 
     started: list[Any] = []
 
     def start(**options: Any) -> Any:
-        overlord = start_overlord(stack, engine, spark, str(tmp_path / "deep"), **options)
+        overlord = start_overlord(stack, engine, spark, deep_storage, **options)
         started.append(overlord)
         return overlord
 
@@ -131,7 +168,7 @@ def secured(stack: DevStack, engine: sa.Engine, spark: object, tmp_path_factory:
         overlord.engine.dispose()
 
 
-_INFRASTRUCTURE = {"stack", "engine", "spark", "make_topic", "make_overlord", "secured"}
+_INFRASTRUCTURE = {"stack", "engine", "spark", "s3_endpoint", "make_topic", "make_overlord", "secured"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 import uvicorn
+from fsspec.core import url_to_fs
 
 from overlord.config import Settings
 from overlord.dev.sample_data import SampleEvents, make_sample_events
@@ -29,6 +31,9 @@ from segment_store import committed_offsets
 from segment_store.database import metadata_engine
 from segment_store.timeline import visible_segments
 from specs import EXAMPLES_DIR, SupervisorSpec, load_example, load_supervisor_spec
+
+ON_EVERY_DEEP_STORAGE = pytest.mark.parametrize("deep_storage", ["local", "s3"], indirect=True)
+"""Run a test (or, as ``pytestmark``, a module) on a local segment root and on S3 (moto)."""
 
 READER, WRITER = ("grafana", "read-pw-1"), ("admin", "write-pw-2")
 """Users of the ``auth_file`` fixture: (name, password) with the read and the write role."""
@@ -72,6 +77,19 @@ def committed_total(engine: sa.Engine, datasource: str) -> int:
     """The sum of a datasource's committed offsets, -1 if it has none."""
     stored = committed_offsets(engine, datasource)
     return sum(stored.offsets.values()) if stored is not None else -1
+
+
+def file_exists(path: str) -> bool:
+    """Whether a local or ``s3://`` file exists (never a cached listing)."""
+    fs, local = url_to_fs(path, skip_instance_cache=True) if path.startswith("s3://") else url_to_fs(path)
+    return bool(fs.exists(local))
+
+
+def read_bytes(path: str) -> bytes:
+    """A local or ``s3://`` file's bytes."""
+    with fsspec.open(path, "rb") as file:
+        data: bytes = file.read()
+    return data
 
 
 def published_table(engine: sa.Engine, datasource: str) -> pa.Table:

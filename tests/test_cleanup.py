@@ -14,8 +14,10 @@ import sqlalchemy as sa
 
 from segment_store import DeepStorage, cleanup, visible_segments
 from segment_store.schema import segments as segments_t
-from tests.helpers import overlord_cli
+from tests.helpers import ON_EVERY_DEEP_STORAGE, file_exists, overlord_cli
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
+
+pytestmark = ON_EVERY_DEEP_STORAGE
 
 
 def _setup(engine: sa.Engine, root: str, datasource: str) -> dict[str, object]:
@@ -29,8 +31,9 @@ def _setup(engine: sa.Engine, root: str, datasource: str) -> dict[str, object]:
         publish_random(engine, root, datasource, rng, T0 + HOUR, 20)
     orphans = [write_segment(root, datasource, T0 + HOUR, random_rows(rng, 5, T0 + HOUR, T0 + 2 * HOUR)).path
                for _ in range(2)]
-    foreign = Path(root) / datasource / "README.txt"
-    foreign.write_text("not a segment file")
+    foreign = f"{root}/{datasource}/README.txt"
+    with DeepStorage(root).fs.open(foreign, "w") as out:
+        out.write("not a segment file")
     return {"replaced": replaced, "orphans": orphans, "foreign": foreign}
 
 
@@ -61,9 +64,10 @@ def test_zero_retention_and_grace_delete_unused_and_orphans_but_never_a_used_fil
     replaced = made["replaced"]
     assert sorted(report.unused_segments) == sorted(s.id for s in replaced)
     assert sorted(report.orphan_files) == sorted(made["orphans"]) and report.young_orphans_kept == 0
-    assert not any(Path(p).exists() for p in [*made["orphans"], *(s.path for s in replaced)])
-    assert all(not Path(s.path).parent.exists() for s in replaced)  # empty attempt directories go too
-    assert made["foreign"].exists()
+    assert not any(file_exists(p) for p in [*made["orphans"], *(s.path for s in replaced)])
+    if DeepStorage(deep_storage).is_local:  # object stores have no directories
+        assert all(not Path(s.path).parent.exists() for s in replaced)  # empty attempt directories go too
+    assert file_exists(made["foreign"])
     assert [(s.id, s.path) for s in visible_segments(engine, datasource)] == visible_before
     assert _used_files_read_back(engine, datasource) == rows_before  # every used file exists and reads back
     again = cleanup(engine, DeepStorage(deep_storage), datasource, retention=timedelta(0),
@@ -80,13 +84,12 @@ def test_young_orphans_and_recently_unused_segments_are_kept(engine, datasource,
 
     assert dry.dry_run and len(dry.unused_segments) == 3 and len(dry.orphan_files) == 2
     assert kept.unused_segments == () and kept.orphan_files == () and kept.young_orphans_kept == 2
-    assert all(Path(p).exists() for p in [*made["orphans"], *(s.path for s in made["replaced"])])
+    assert all(file_exists(p) for p in [*made["orphans"], *(s.path for s in made["replaced"])])
 
 
-def test_cleanup_command_line(stack, engine, datasource, tmp_path):
-    deep = str(tmp_path / "deep")
-    _setup(engine, deep, datasource)
-    env = {**stack.as_env(), "OVERLORD_DEEP_STORAGE": deep}
+def test_cleanup_command_line(stack, engine, datasource, deep_storage):
+    _setup(engine, deep_storage, datasource)
+    env = {**stack.as_env(), "OVERLORD_DEEP_STORAGE": deep_storage}
 
     result = overlord_cli("cleanup", "--retention", "PT0S", "--orphan-grace", "PT0S", env=env)
 

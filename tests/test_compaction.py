@@ -1,5 +1,6 @@
 """Compaction on real PostgreSQL, Spark and Parquet: the swap's truth table, equal query results
-before and after on random data, and compaction racing real indexing runs that append.
+before and after on random data, and compaction racing real indexing runs that append; each test
+on a local segment root and on S3 (moto).
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from overlord.query.engine import execute_sql
 from overlord.supervisor.ranges import index_once
 from segment_store import CompactionSwap, swap_compacted, visible_segments
 from segment_store.schema import segments as segment_status
-from tests.helpers import assert_exact, events_spec, merged, overlord_cli, published_table, settings_for
+from tests.helpers import (
+    ON_EVERY_DEEP_STORAGE,
+    assert_exact,
+    events_spec,
+    merged,
+    overlord_cli,
+    published_table,
+    settings_for,
+)
 from tests.test_timeline import (
     HOUR,
     SCHEMA,
@@ -37,6 +46,8 @@ from tests.test_timeline import (
     random_rows,
     write_segment,
 )
+
+pytestmark = ON_EVERY_DEEP_STORAGE
 
 
 def swap(engine, datasource, read, new, job="job"):
@@ -273,10 +284,10 @@ def test_compaction_racing_repeated_indexing_is_exact(stack, spark, engine, make
     print(f"compactions: {statuses.count('compaction ok')}, appended segments carried over: {sum(carried)}")
 
 
-def test_compact_command_line(stack, spark, engine, datasource, tmp_path, monkeypatch, capsys):
+def test_compact_command_line(stack, spark, engine, datasource, deep_storage, tmp_path, monkeypatch, capsys):
     """``overlord compact`` in-process (the session's Spark is reused); a wrong datasource as a user would."""
     rng = random.Random(10)
-    deep = str(tmp_path / "deep")
+    deep = deep_storage
     for _ in range(3):
         publish_random(engine, deep, datasource, rng, T0, 30)
     spec_file = tmp_path / "spec.json"

@@ -1,11 +1,12 @@
-"""End to end on the real broker, PostgreSQL and local Spark: produce, index, read the Parquet back."""
+"""End to end on the real broker, PostgreSQL and local Spark: produce, index, read the Parquet back,
+each test on a local segment root and on S3 (moto).
+"""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +14,19 @@ from indexing_task.errors import TooManyParseErrors
 from indexing_task.task import IndexTaskRequest, run_index_task
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.supervisor.ranges import index_once, next_task_request
-from segment_store import committed_offsets, reset_offsets, used_segments
+from segment_store import DeepStorage, committed_offsets, reset_offsets, used_segments
 from specs import load_supervisor_spec
-from tests.helpers import assert_exact, events_spec, merged, published_table, settings_for
+from tests.helpers import (
+    ON_EVERY_DEEP_STORAGE,
+    assert_exact,
+    events_spec,
+    merged,
+    published_table,
+    read_bytes,
+    settings_for,
+)
+
+pytestmark = ON_EVERY_DEEP_STORAGE
 
 
 def test_index_publishes_exact_counts_and_sums(stack, engine, spark, make_topic, datasource, deep_storage):
@@ -35,8 +46,13 @@ def test_index_publishes_exact_counts_and_sums(stack, engine, spark, make_topic,
     assert stored is not None and sum(stored.offsets.values()) == len(sample.records)
     # Rows were rolled up: one row per (minute, country, device) at most, per split and hour.
     assert report.rows_out < 30_000
-    assert all(seg.interval_end - seg.interval_start == timedelta(hours=1)
-               for seg in used_segments(engine, datasource))
+    segments = used_segments(engine, datasource)
+    assert all(seg.interval_end - seg.interval_start == timedelta(hours=1) for seg in segments)
+    # Deep storage holds exactly the published files, under the datasource's directory.
+    storage = DeepStorage(deep_storage)
+    stored_files = storage.fs.find(f"{storage.root}/{datasource}", detail=True, refresh=True)
+    assert {storage.fs._strip_protocol(seg.path): seg.size_bytes for seg in segments} == {
+        name: info["size"] for name, info in stored_files.items()}
 
 
 def test_incremental_runs_read_only_new_records(stack, engine, spark, make_topic, datasource, deep_storage):
@@ -68,8 +84,8 @@ def test_same_range_twice_publishes_once(stack, engine, spark, make_topic, datas
     assert "expected" in retry.outcome.message and "found" in retry.outcome.message
     assert retry.segments, "the retry wrote files, which must stay unpublished orphans"
     # Same range, same segment ids and byte-identical files, under attempt-specific paths.
-    first_files = {s.id: (s.path, Path(s.path).read_bytes()) for s in first.segments}
-    retry_files = {s.id: (s.path, Path(s.path).read_bytes()) for s in retry.segments}
+    first_files = {s.id: (s.path, read_bytes(s.path)) for s in first.segments}
+    retry_files = {s.id: (s.path, read_bytes(s.path)) for s in retry.segments}
     assert first_files.keys() == retry_files.keys()
     for seg_id, (path, data) in first_files.items():
         assert retry_files[seg_id][0] != path and retry_files[seg_id][1] == data

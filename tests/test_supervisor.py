@@ -10,9 +10,18 @@ from overlord.config import Settings
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.dev.stack import TansuBroker, free_port
 from overlord.supervisor.manager import Overlord
-from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
+from tests.helpers import (
+    ON_EVERY_DEEP_STORAGE,
+    assert_exact,
+    committed_total,
+    merged,
+    published_table,
+    spec_json,
+    wait_until,
+)
 
 
+@ON_EVERY_DEEP_STORAGE
 def test_supervisor_keeps_ingesting_exactly(stack, make_topic, datasource, make_overlord):
     topic = make_topic(3)
     overlord = make_overlord()
@@ -51,6 +60,7 @@ def test_replicas_both_run_one_publishes(stack, make_topic, datasource, make_ove
     assert sup.status.healthy and not any(t.status == "FAILED" for t in sup.status.recent_tasks)
 
 
+@ON_EVERY_DEEP_STORAGE
 def test_restart_resumes_from_committed_offsets(stack, make_topic, datasource, make_overlord):
     topic = make_topic(2)
     first, second = make_sample_events(3_000, seed=1), make_sample_events(3_000, seed=2)

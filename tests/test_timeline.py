@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 
 from segment_store import (
     CompactionSwap,
+    DeepStorage,
     PublishRequest,
     SegmentDescriptor,
     committed_offsets,
@@ -61,10 +61,12 @@ def write_segment(root: str, datasource: str, start: datetime, table: pa.Table, 
     end = end or start + HOUR
     attempt = attempt or f"test-{uuid.uuid4().hex[:8]}"
     path = segment_file_path(root, datasource, start, end, attempt, part)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression="zstd")
+    storage = DeepStorage(root)
+    storage.makedirs_for(path)
+    with storage.fs.open(path, "wb") as out:
+        pq.write_table(table, out, compression="zstd")
     return SegmentDescriptor(id=f"{datasource}_{start:%Y%m%dT%H%M}_{attempt}_{part}", datasource=datasource,
-                             interval_start=start, interval_end=end, path=path, size_bytes=Path(path).stat().st_size,
+                             interval_start=start, interval_end=end, path=path, size_bytes=storage.size(path),
                              num_rows=table.num_rows)
 
 
