@@ -24,13 +24,17 @@ class Settings(BaseSettings):
         min_length=1, description="SQLAlchemy URL of the metadata store, e.g. "
         "`postgresql+psycopg://user:pw@db:5432/indexer`")
     deep_storage: str = Field(
-        default="./deep-storage", description="segment root: a local directory or `s3://bucket/prefix` (s3fs; "
-        "credentials and `AWS_ENDPOINT_URL` for S3-compatible stores from the usual AWS environment, set before "
-        "the overlord starts: Spark's workers inherit it)")
+        default="./deep-storage", description="segment root: a local directory (one every executor sees, "
+        "on a cluster) or `s3://bucket/prefix` (s3fs; credentials, region and `AWS_ENDPOINT_URL` for S3-compatible "
+        "stores from the overlord's usual `AWS_*` environment, which it hands to every executor)")
     kafka_bootstrap_servers: str | None = Field(
         default=None, description="Kafka brokers, used when a spec's `consumerProperties` has no "
         "`bootstrap.servers`")
     spark_master: str = Field(default="local[*]", description="`local[*]`, `spark://host:7077`, `k8s://...`, `yarn`")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="more Spark properties, as a JSON object: executor sizing "
+        "(`spark.executor.memory`, `spark.cores.max`), the address executors reach the driver at "
+        "(`spark.driver.host`), ... (see the README's Spark cluster section)")
     query_max_rows: int = Field(
         default=100_000, ge=1, description="the most rows a SQL result may have; a bigger one is refused with a "
         "400 (the result is built in the overlord's memory). Druid's `context.sqlOuterLimit` cuts a result to its "
@@ -76,6 +80,7 @@ def settings_table() -> str:
     """The README's configuration table (Markdown), from the declarations above."""
     rows = ["| variable | meaning | default |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        default = "required" if field.is_required() else ("none" if field.default is None else f"`{field.default}`")
+        value = None if field.is_required() else field.get_default(call_default_factory=True)
+        default = "required" if field.is_required() else ("none" if value is None else f"`{value}`")
         rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {field.description} | {default} |")
     return "\n".join(rows)

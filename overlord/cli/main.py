@@ -57,7 +57,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     engine = metadata_engine(settings.database_url)
     create_schema(engine)
-    report = index_once(get_spark(settings.spark_master), engine, settings, spec)
+    report = index_once(get_spark(settings.spark_master, settings.spark_conf), engine, settings, spec)
     print(format_report(report))
     return 0 if report.outcome.ok else 2
 
@@ -92,7 +92,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     try:
-        result = execute_sql(get_spark(settings.spark_master), metadata_engine(settings.database_url), args.sql,
+        spark = get_spark(settings.spark_master, settings.spark_conf)
+        result = execute_sql(spark, metadata_engine(settings.database_url), args.sql,
                              limits=QueryLimits.from_settings(settings))
     except QueryError as exc:
         print(f"query failed: {exc.message}", file=sys.stderr)
@@ -133,7 +134,8 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     engine = metadata_engine(settings.database_url)
     create_schema(engine)
-    reports = compact(get_spark(settings.spark_master), engine, spec, settings.deep_storage, args.interval,
+    spark = get_spark(settings.spark_master, settings.spark_conf)
+    reports = compact(spark, engine, spec, settings.deep_storage, args.interval,
                       max_rows_per_segment=args.max_rows_per_segment)
     if not reports:
         print(f"nothing to compact in {args.datasource}: no interval has two or more visible segments")

@@ -45,7 +45,7 @@ def run_demo(events: int = 200_000, partitions: int = 4) -> int:
         _step("starting Spark (local) and indexing once")
         engine = metadata_engine(stack.database_url)
         create_schema(engine)
-        spark = get_spark(settings.spark_master)
+        spark = get_spark(settings.spark_master, settings.spark_conf)
         report = index_once(spark, engine, settings, spec)
         print(format_report(report))
 
