@@ -7,8 +7,11 @@ a test).
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import json
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings", "settings_table"]
 
@@ -31,7 +34,7 @@ class Settings(BaseSettings):
         default=None, description="Kafka brokers, used when a spec's `consumerProperties` has no "
         "`bootstrap.servers`")
     spark_master: str = Field(default="local[*]", description="`local[*]`, `spark://host:7077`, `k8s://...`, `yarn`")
-    spark_conf: dict[str, str] = Field(
+    spark_conf: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="more Spark properties, as a JSON object: executor sizing "
         "(`spark.executor.memory`, `spark.cores.max`), the address executors reach the driver at "
         "(`spark.driver.host`), ... (see the README's Spark cluster section)")
@@ -59,6 +62,17 @@ class Settings(BaseSettings):
     task_max_records: int = Field(
         default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
         "by a sequence of tasks, each well inside `completionTimeout`")
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        """A JSON text from the environment (a dict when given directly)."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected a JSON object such as {{\"spark.executor.memory\": \"4g\"}}: {exc}") from None
 
     @classmethod
     def from_env(cls) -> Settings:

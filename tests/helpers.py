@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,9 +13,11 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import fsspec
+import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -164,6 +167,38 @@ def example_json(name: str) -> dict[str, Any]:
     """An example spec of ``specs/examples`` as a JSON object."""
     loaded: dict[str, Any] = json.loads((EXAMPLES_DIR / f"{name}.json").read_text(encoding="utf-8"))
     return loaded
+
+
+class OverlordProcess:
+    """``overlord serve`` as a real child process, the environment plus ``env``; with fault options
+    (``--pause-before-publish``, ...) it runs ``tests.fault_overlord`` instead.
+    """
+
+    def __init__(self, env: dict[str, str], log: Path, *faults: str, ready_s: float = 90) -> None:
+        port = str(free_port())
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        command = ["tests.fault_overlord", *faults] if faults else ["overlord.cli", "serve", "--insecure-open"]
+        with log.open("ab") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", *command, "--port", port],
+                                            env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+        wait_until(self._healthy, "the overlord to answer /health", ready_s)
+
+    def _healthy(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"overlord exited with {self.process.returncode}; see {self.log}")
+        try:
+            return httpx.get(f"{self.url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def terminate(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(60)
 
 
 @contextmanager

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,50 +11,20 @@ import pytest
 import sqlalchemy as sa
 
 from overlord.dev.sample_data import make_sample_events, produce
-from overlord.dev.stack import DevStack, free_port
+from overlord.dev.stack import DevStack
 from segment_store import used_segments
-from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
-
-
-class Server:
-    """``overlord serve`` as a real child process."""
-
-    def __init__(self, stack: DevStack, deep: Path, log: Path, pause_before_publish_s: float = 0) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = log.open("ab")
-        port = self.url.rsplit(":", 1)[1]
-        command = (["tests.fault_overlord", "--pause-before-publish", str(pause_before_publish_s), "--port", port]
-                   if pause_before_publish_s else ["overlord.cli", "serve", "--port", port, "--insecure-open"])
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", *command],
-            env={**os.environ, **stack.as_env(), "OVERLORD_DEEP_STORAGE": str(deep),
-                 "OVERLORD_SPARK_MASTER": "local[2]"},
-            stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(self._healthy, "the overlord to answer /health", 90)
-
-    def _healthy(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"overlord exited with {self.process.returncode}; see {self.log.name}")
-        try:
-            return httpx.get(f"{self.url}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def terminate(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(60)
+from tests.helpers import OverlordProcess, assert_exact, committed_total, merged, published_table, spec_json, wait_until
 
 
 @pytest.fixture()
-def servers(stack: DevStack, tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    started: list[Server] = []
+def servers(stack: DevStack, tmp_path: Path) -> Iterator[Callable[..., OverlordProcess]]:
+    started: list[OverlordProcess] = []
 
-    def start(pause_before_publish_s: float = 0) -> Server:
-        server = Server(stack, tmp_path / "deep", tmp_path / "overlord.log", pause_before_publish_s)
+    def start(pause_before_publish_s: float = 0) -> OverlordProcess:
+        faults = ("--pause-before-publish", str(pause_before_publish_s)) if pause_before_publish_s else ()
+        server = OverlordProcess(stack.as_env() | {"OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"),
+                                                   "OVERLORD_SPARK_MASTER": "local[2]"},
+                                 tmp_path / "overlord.log", *faults)
         started.append(server)
         return server
 

@@ -83,7 +83,8 @@ def run_suite(options: Options) -> dict[str, Any]:
         if bench.spark is not None:
             bench.spark.stop()
     results["scaling"]["spark_standalone"] = (
-        "skipped: the scale-out issue (tasks on a Spark standalone cluster) has not landed")
+        "measured separately: `python -m benchmarks.scenarios.cluster` (results/cluster.json), local[2] and "
+        "a two-worker cluster on the same topic")
     results["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     results["machine"]["load_average_end"] = machine.load_average()
     return results

@@ -1,0 +1,185 @@
+"""The overlord on a real Spark standalone cluster (a master and two workers from pyspark's
+``spark-class``, on loopback) with segments on S3 (moto): supervisors, SQL, compaction and
+cleanup with exact results; a deposed leader's task fenced at publish; a killed overlord's
+cluster application stopped.
+
+Overlords run as child processes, as deployed: a process has one SparkContext, and the test
+session's is local.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import s3fs
+import sqlalchemy as sa
+
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.dev.spark_cluster import SparkCluster, spark_cluster
+from overlord.dev.stack import DevStack
+from overlord.supervisor.metadata_store import tasks as tasks_t
+from segment_store import used_segments
+from tests.helpers import (
+    OverlordProcess,
+    assert_exact,
+    committed_total,
+    merged,
+    overlord_cli,
+    published_table,
+    spec_json,
+    wait_until,
+)
+from tests.test_leadership import kill_lock_session
+
+API = "/druid/indexer/v1"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    with spark_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, memory="1g") as running:
+        yield running
+
+
+@pytest.fixture()
+def overlords(stack: DevStack, cluster: SparkCluster, s3_endpoint: str, tmp_path: Path
+              ) -> Iterator[Callable[..., OverlordProcess]]:
+    """``overlords(*faults, **spark_conf)``: an overlord process on the cluster and a fresh S3 bucket."""
+    bucket = f"deep-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
+    started: list[OverlordProcess] = []
+
+    def start(*faults: str, **spark_conf: str) -> OverlordProcess:
+        env = stack.as_env() | {
+            "OVERLORD_SPARK_MASTER": cluster.master_url, "OVERLORD_DEEP_STORAGE": f"s3://{bucket}/deep",
+            "OVERLORD_SPARK_CONF": json.dumps({"spark.driver.host": "127.0.0.1", **spark_conf}),
+            "SPARK_LOCAL_IP": "127.0.0.1"}
+        started.append(OverlordProcess(env, tmp_path / f"overlord-{len(started)}.log", *faults, ready_s=180))
+        return started[-1]
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.kill()
+
+
+def _sql(server: OverlordProcess, sql: str) -> list[dict[str, object]]:
+    answer = httpx.post(f"{server.url}/druid/v2/sql", json={"query": sql}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    rows: list[dict[str, object]] = answer.json()
+    return rows
+
+
+def _by_country(server: OverlordProcess, datasource: str) -> dict[str, tuple[int, int]]:
+    rows = _sql(server, f'SELECT country, SUM("count") AS n, SUM(value_sum) AS v FROM "{datasource}" GROUP BY 1')
+    return {str(r["country"]): (int(r["n"]), int(r["v"])) for r in rows}  # type: ignore[call-overload]
+
+
+def _app_of(cluster: SparkCluster, state: str) -> list[dict[str, object]]:
+    return [app for app in cluster.state()[state] if app.get("name") == "overlord-indexer"]
+
+
+def test_supervisor_sql_compaction_and_cleanup_on_the_cluster(stack, engine, cluster, overlords, make_topic,
+                                                              datasource):
+    topic = make_topic(2)
+    first, second = make_sample_events(20_000, seed=31), make_sample_events(10_000, seed=32)
+    server = overlords()
+    [app] = _app_of(cluster, "activeapps")
+    assert app["cores"] == 2  # one executor on each worker: every Spark job below runs there
+
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    answer = httpx.post(f"{server.url}{API}/supervisor", json=spec_json(datasource, topic), timeout=30)
+    assert answer.status_code == 200, answer.text
+    wait_until(lambda: committed_total(engine, datasource) == len(first.records), "the first publish", 240)
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    total = len(first.records) + len(second.records)
+    wait_until(lambda: committed_total(engine, datasource) == total, "everything published", 240)
+    expected = merged(first, second)
+    exact = {c: (n, expected.value_by_country[c]) for c, n in expected.count_by_country.items()}
+    assert _by_country(server, datasource) == exact
+    before = used_segments(engine, datasource)
+
+    compacted = httpx.post(f"{server.url}{API}/compact/{datasource}", json={}, timeout=300)
+
+    assert compacted.status_code == 200, compacted.text
+    intervals = compacted.json()["intervals"]
+    assert intervals and all(i["status"] == "ok" for i in intervals), intervals
+    after = used_segments(engine, datasource)
+    assert len(after) < len(before) and _by_country(server, datasource) == exact
+
+    cleaned = overlord_cli("cleanup", "--retention", "PT0S", "--orphan-grace", "PT0S",
+                           env=stack.as_env() | {"OVERLORD_DEEP_STORAGE": _deep_storage(engine, datasource)})
+
+    assert cleaned.returncode == 0, cleaned.stderr
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    assert {f"s3://{key}" for key in fs.find(_deep_storage(engine, datasource))} == {s.path for s in after}
+    assert _by_country(server, datasource) == exact
+    assert_exact(published_table(engine, datasource), expected)
+    assert server.terminate() == 0
+
+
+def _deep_storage(engine: sa.Engine, datasource: str) -> str:
+    """The segment root a datasource's files were published under (``s3://bucket/deep``)."""
+    path = used_segments(engine, datasource)[0].path
+    return path[:path.index(f"/{datasource}/")]
+
+
+def test_a_deposed_leaders_task_cannot_publish_after_the_new_leader_took_over(
+        stack, engine, overlords, make_topic, datasource, tmp_path):
+    """The zombie writes its files, is deposed without noticing, and tries to publish after its
+    successor has published the same range: the publish transaction refuses it on the leader epoch.
+    """
+    topic = make_topic(2)
+    sample = make_sample_events(6_000, seed=41)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    one_core = {"spark.cores.max": "1", "spark.executor.memory": "768m"}  # both overlords fit on the cluster
+    zombie = overlords("--hold-before-publish", str(hold), "--deaf-leader", **one_core)
+    answer = httpx.post(f"{zombie.url}{API}/supervisor", json=spec_json(datasource, topic), timeout=30)
+    assert answer.status_code == 200, answer.text
+    wait_until(lambda: any(hold.glob("held-*")), "the zombie's task to write its files", 240)
+    [held] = [p.name.removeprefix("held-") for p in hold.glob("held-*")]
+
+    kill_lock_session(engine)  # the zombie's leader session ends; it does not notice
+    successor = overlords(**one_core)
+    wait_until(lambda: httpx.get(f"{successor.url}{API}/isLeader", timeout=5).status_code == 200,
+               "the successor to lead", 60)
+    wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "the successor publishes", 240)
+    (hold / "release").touch()
+
+    def zombie_outcome() -> str | None:
+        with engine.connect() as conn:
+            return conn.execute(sa.select(tasks_t.c.status_detail).where(tasks_t.c.id == held)).scalar()
+
+    wait_until(lambda: "leader epoch" in (zombie_outcome() or ""), "the zombie's publish to be refused", 120)
+    assert "no longer the leader" in str(zombie_outcome())
+    assert committed_total(engine, datasource) == len(sample.records)
+    assert not any(f"/{held}/" in s.path for s in used_segments(engine, datasource))
+    assert_exact(published_table(engine, datasource), sample)
+
+
+def test_a_killed_overlords_cluster_application_is_stopped_and_its_range_read_again(
+        stack, engine, cluster, overlords, make_topic, datasource):
+    topic = make_topic(2)
+    sample = make_sample_events(60_000, seed=51)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    doomed = overlords()
+    [app] = _app_of(cluster, "activeapps")
+    answer = httpx.post(f"{doomed.url}{API}/supervisor", json=spec_json(datasource, topic), timeout=30)
+    assert answer.status_code == 200, answer.text
+    wait_until(lambda: httpx.get(f"{doomed.url}{API}/tasks?state=running", timeout=5).json() != [],
+               "a task running on the cluster", 120)
+
+    doomed.kill()
+
+    wait_until(lambda: not _app_of(cluster, "activeapps"), "the master to end the dead driver's application", 60)
+    assert app["id"] in {a["id"] for a in _app_of(cluster, "completedapps")}
+    assert committed_total(engine, datasource) in (-1, 0)  # the first task never published
+    overlords()
+    wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "the restart publishes", 240)
+    assert_exact(published_table(engine, datasource), sample)
