@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
 
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.dev.stack import DevStack, free_port
@@ -361,9 +362,26 @@ def test_ingestion_shows_in_status_tasks_dashboard_and_metrics(api: Api, stack: 
     assert datasource in page.text and 'http-equiv="refresh"' in page.text
     metrics = api.http.get("/metrics")
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
-    assert f'overlord_supervisor_lag{{supervisor="{datasource}",partition="0"}} 0' in metrics.text
-    assert f'overlord_supervisor_processed_total{{supervisor="{datasource}"}} 300' in metrics.text
-    assert f'overlord_supervisor_healthy{{supervisor="{datasource}"}} 1' in metrics.text
+    families = {f.name: f for f in text_string_to_metric_families(metrics.text)}  # the library's own parser
+
+    def value(family: str, sample: str = "", **labels: str) -> float:
+        [found] = [s.value for s in families[family].samples
+                   if s.name == (sample or family) and labels.items() <= s.labels.items()]
+        return found
+
+    ours = {"supervisor": datasource}
+    assert value("overlord_supervisor_lag_records", partition="0", **ours) == 0
+    assert value("overlord_supervisor_lag_seconds", partition="0", **ours) == 0
+    assert value("overlord_records", "overlord_records_total", kind="processed", **ours) == 300
+    assert value("overlord_supervisor_healthy", **ours) == 1
+    published = value("overlord_publishes", "overlord_publishes_total", outcome="ok", **ours)
+    assert published == len([t for t in tasks if t["status"] == "SUCCESS"]) >= 1
+    assert families["overlord_task_duration_seconds"].type == "histogram"
+    assert value("overlord_task_duration_seconds", "overlord_task_duration_seconds_count", **ours) == published
+    assert value("overlord_publish_duration_seconds", "overlord_publish_duration_seconds_count", **ours) == published
+    assert value("overlord_segments_published", "overlord_segments_published_total", **ours) >= 1
+    assert value("overlord_segment_bytes_published", "overlord_segment_bytes_published_total", **ours) > 0
+    assert "process_resident_memory_bytes" in families and "python_gc_objects_collected" in families
 
 
 def test_health_and_openapi(api: Api):

@@ -362,3 +362,38 @@ def test_reset_offset_automatically_skips_the_gap_and_says_exactly_what(stack, e
     [skip] = [t for t in sup.ctx.store.tasks(datasource=datasource) if t.type == "reset_offsets"]  # kept for good
     assert (dict(skip.start_offsets), dict(skip.end_offsets), skip.status) == ({0: 10}, {0: 25}, "SUCCESS")
     assert skip.status_detail is not None and "skipped records [10, 25) of partition 0" in skip.status_detail
+
+
+def test_the_5_and_15_minute_rates_count_every_task_in_their_window():
+    """Three tasks a second for 15 minutes: every window sees the same 300 records/s (the old
+    512-sample buffer spanned under three minutes and read the longer windows several times low).
+    """
+    from overlord.supervisor.loop import Counters
+
+    counters = Counters()
+    for i in range(3 * 900):
+        counters.count_processed(now=i / 3, records=100)
+    now = 900.0
+    for window in (60, 300, 900):
+        assert counters.rate(now, window) == pytest.approx(300, rel=0.02), window
+
+
+def test_lag_in_seconds_is_how_long_the_oldest_unpublished_record_has_waited(stack, engine, world, runner,
+                                                                             datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()  # offsets 0-9 first seen at t=1000; a task reads [0, 10)
+    [first] = runner.running()
+    world.time, world.marks = 1030.0, {0: (0, 25)}  # 10-24 arrive, first seen at t=1030
+    sup.run_once()
+    assert sup.status.lag_seconds == {0: 30.0}  # offset 0 has waited since t=1000
+
+    world.time = 1045.0
+    finish(runner, first, really_publish=True, engine=engine)
+    sup.run_once()  # [0, 10) published: the oldest unpublished record, offset 10, was first seen at t=1030
+    assert sup.status.lag_seconds == {0: 15.0}
+    [second] = runner.running()
+    world.time = 1050.0
+    finish(runner, second, really_publish=True, engine=engine)
+    sup.run_once()
+    assert sup.status.lag == {0: 0} and sup.status.lag_seconds == {0: 0.0}

@@ -1,17 +1,17 @@
-"""The status page at ``/`` and the Prometheus text at ``/metrics``, both rendered from status payloads.
+"""The status page at ``/``, rendered from status payloads.
 
-Both take the (already masked) ``status_payload`` dicts of the running supervisors, so they
+It takes the (already masked) ``status_payload`` dicts of the running supervisors, so they
 show exactly what ``GET /druid/indexer/v1/supervisor/{id}/status`` shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-__all__ = ["render_dashboard", "render_metrics"]
+__all__ = ["render_dashboard"]
 
 REFRESH_SECONDS = 5
 
@@ -81,39 +81,3 @@ def render_dashboard(statuses: Sequence[Mapping[str, Any]], now: datetime | None
         f'<h1>overlord</h1><p class="muted">{now:%Y-%m-%d %H:%M:%S} UTC, refreshes every {REFRESH_SECONDS} s; '
         '<a href="/metrics">metrics</a>, <a href="/docs">API</a></p>'
         + overview + "".join(_section(s) for s in statuses) + "</body></html>")
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-_METRICS: tuple[tuple[str, str, str, Callable[[Mapping[str, Any]], float]], ...] = (
-    ("overlord_supervisor_aggregate_lag", "gauge", "Records not yet published, summed over partitions.",
-     lambda p: p["aggregateLag"]),
-    ("overlord_supervisor_processed_total", "counter", "Records indexed and published since the overlord started.",
-     lambda p: p["counters"]["processed"]),
-    ("overlord_supervisor_unparseable_total", "counter", "Unparseable records skipped since the overlord started.",
-     lambda p: p["counters"]["unparseable"]),
-    ("overlord_supervisor_thrown_away_total", "counter", "Records thrown away since the overlord started.",
-     lambda p: p["counters"]["thrownAway"]),
-    ("overlord_supervisor_active_tasks", "gauge", "Indexing tasks running now.", lambda p: len(p["activeTasks"])),
-    ("overlord_supervisor_healthy", "gauge", "1 if the supervisor is healthy, else 0.", lambda p: int(p["healthy"])),
-    ("overlord_supervisor_suspended", "gauge", "1 if the supervisor is suspended, else 0.",
-     lambda p: int(p["suspended"])),
-)
-
-
-def render_metrics(statuses: Sequence[Mapping[str, Any]]) -> str:
-    """Prometheus text exposition format (version 0.0.4)."""
-    lines = ["# HELP overlord_supervisor_lag Records between the committed and the latest offset of a partition.",
-             "# TYPE overlord_supervisor_lag gauge"]
-    for s in statuses:
-        sid = _label(s["id"])
-        for partition, lag in s["payload"]["minimumLag"].items():
-            lines.append(f'overlord_supervisor_lag{{supervisor="{sid}",partition="{_label(partition)}"}} {lag}')
-    for name, kind, help_text, value in _METRICS:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        lines += [f'{name}{{supervisor="{_label(s["id"])}"}} {value(s["payload"])}' for s in statuses]
-    lines += ["# HELP overlord_supervisors Supervisors running in this overlord.", "# TYPE overlord_supervisors gauge",
-              f"overlord_supervisors {len(statuses)}"]
-    return "\n".join(lines) + "\n"

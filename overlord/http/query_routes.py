@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 from typing import Any
 
@@ -56,7 +57,12 @@ def query_routes(overlord: Overlord) -> APIRouter:
     @router.post("/druid/v2/sql/", tags=["query"], include_in_schema=False)  # pydruid's path: no redirect
     def sql(body: SqlQuery) -> Response:
         query_id = body.query_id()
-        result = body.run(spark, engine, limits, query_id)
+        started, outcome = time.perf_counter(), "error"
+        try:
+            result = body.run(spark, engine, limits, query_id)
+            outcome = "ok"
+        finally:
+            overlord.metrics.query_seconds.labels(outcome).observe(time.perf_counter() - started)
         content = result if isinstance(result, str) else json.dumps(result)
         return Response(content, media_type=CONTENT_TYPES[body.result_format],
                         headers={"X-Druid-SQL-Query-Id": query_id})

@@ -6,8 +6,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from overlord.http.dashboard import render_dashboard, render_metrics
+from overlord.http.dashboard import render_dashboard
 from overlord.http.replies import Replies
 
 __all__ = ["service_routes"]
@@ -32,7 +33,7 @@ def service_routes(out: Replies) -> APIRouter:
 
     @router.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:
-        return PlainTextResponse(render_metrics(statuses()), media_type="text/plain; version=0.0.4")
+        return Response(overlord.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @router.get("/", tags=["service"], summary="Status dashboard", response_class=HTMLResponse)
     def dashboard() -> Response:

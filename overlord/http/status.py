@@ -45,6 +45,8 @@ def status_payload(status: SupervisorStatus) -> dict[str, Any]:
             "durationSeconds": t.duration_s} for t in status.recent_tasks],
         "latestOffsets": status.latest.to_json(), "committedOffsets": status.committed.to_json(),
         "minimumLag": status.lag.to_json(), "aggregateLag": sum(status.lag.values()),
+        "minimumLagMillis": {str(p): round(s * 1000) for p, s in status.lag_seconds.items()},
+        "maxLagMillis": round(max(status.lag_seconds.values(), default=0.0) * 1000),
         "offsetsLastUpdated": status.offsets_updated.isoformat() if status.offsets_updated else None,
         "suspended": status.suspended, "healthy": status.healthy, "state": status.state,
         "detailedState": status.detailed_state,

@@ -24,7 +24,7 @@ from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -50,6 +50,9 @@ from overlord.supervisor.status import (
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, reset_offsets
 from specs import SupervisorSpec
+
+if TYPE_CHECKING:
+    from overlord.metrics import Metrics
 
 __all__ = ["Supervisor", "SupervisorContext"]
 
@@ -81,6 +84,7 @@ class SupervisorContext:
     watermarks: WatermarkSource = topic_watermarks
     leader_epoch: int | None = None
     """The leader epoch this overlord plans tasks under (checked at publish); None outside leader election."""
+    metrics: Metrics | None = None
 
 
 @dataclass
@@ -100,18 +104,32 @@ class GroupState:
     retry_after: float = 0.0
 
 
+RATE_HORIZON_S = 900
+"""The longest window a processing rate is given for (15 minutes)."""
+
+
 @dataclass
 class Counters:
     processed: int = 0
     unparseable: int = 0
     thrown_away: int = 0
     lost_publish_races: int = 0
-    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=512))
+    per_second: deque[list[int]] = field(default_factory=deque)
+    """[second, records processed in it], for the last :data:`RATE_HORIZON_S` seconds."""
+
+    def count_processed(self, now: float, records: int) -> None:
+        self.processed += records
+        second = int(now)
+        if self.per_second and self.per_second[-1][0] == second:
+            self.per_second[-1][1] += records
+        else:
+            self.per_second.append([second, records])
+        while self.per_second[0][0] <= now - RATE_HORIZON_S:
+            self.per_second.popleft()
 
     def rate(self, now: float, window_s: float) -> float:
-        """Processed records per second over the last ``window_s`` seconds."""
-        recent = [(t, n) for t, n in self.samples if now - t <= window_s]
-        return sum(n for _, n in recent) / window_s if recent else 0.0
+        """Processed records per second over the last ``window_s`` seconds (at most the horizon)."""
+        return sum(n for second, n in self.per_second if now - second <= window_s) / window_s
 
 
 class Supervisor:
@@ -134,6 +152,8 @@ class Supervisor:
         self.recent_errors: deque[tuple[datetime, str]] = deque(maxlen=10)
         self.recent_tasks: deque[FinishedTaskStatus] = deque(maxlen=20)
         self.watermarks: dict[int, tuple[int, int]] = {}
+        self.arrivals: dict[int, deque[tuple[int, float]]] = {}
+        """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
         self.stored: CommittedOffsets | None = None
         self.offsets_updated: datetime | None = None
         self.failed_runs = 0
@@ -171,6 +191,20 @@ class Supervisor:
         topic = self.spec.spec.io_config.topic
         self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings), topic))
         self.offsets_updated = self.ctx.now()
+        now = self.ctx.clock()
+        for p, (_, high) in self.watermarks.items():
+            seen = self.arrivals.setdefault(p, deque(maxlen=100_000))
+            if not seen or high > seen[-1][0]:
+                seen.append((high, now))
+
+    def lag_seconds(self, committed: Offsets, now: float) -> dict[int, float]:
+        """How long the oldest unpublished record of each partition has waited, since a refresh first saw it."""
+        waited = {}
+        for p, seen in self.arrivals.items():
+            while seen and p in committed and seen[0][0] <= committed[p]:
+                seen.popleft()  # everything up to that latest offset is published
+            waited[p] = round(now - seen[0][1], 3) if seen and p in committed else 0.0
+        return waited
 
     def update_task_status(self) -> None:
         """Book finished tasks; stop those past ``completionTimeout``."""
@@ -289,10 +323,9 @@ class Supervisor:
         if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
             state.failures = 0
-            self.counters.processed += report.processed
+            self.counters.count_processed(self.ctx.clock(), report.processed)
             self.counters.unparseable += report.unparseable
             self.counters.thrown_away += report.thrown_away
-            self.counters.samples.append((self.ctx.clock(), report.processed))
         elif outcome == "already_published":
             status, detail = "SUCCESS", "another replica published this range first"
             self.counters.lost_publish_races += 1
@@ -305,9 +338,12 @@ class Supervisor:
             state.retry_after = self.ctx.clock() + delay
             self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)")
         self.ctx.store.finish_task(task_id, status, detail, _report_json(report))
+        duration = round(self.ctx.clock() - task.launched, 3)
         self.recent_tasks.appendleft(FinishedTaskStatus(
             task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.launched_at,
-            round(self.ctx.clock() - task.launched, 3)))
+            duration))
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.task_finished(self.id, report, duration)
         log = logger.info if status == "SUCCESS" else logger.warning
         log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail)
 
@@ -343,7 +379,8 @@ class Supervisor:
         return SupervisorStatus(
             id=self.id, spec=self.spec, state=state, detailed_state=self.detailed_state,
             suspended=self.suspended, healthy=state not in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS"),
-            latest=latest, committed=committed, lag=lag, offsets_updated=self.offsets_updated,
+            latest=latest, committed=committed, lag=lag, lag_seconds=self.lag_seconds(committed, now),
+            offsets_updated=self.offsets_updated,
             active_tasks=tuple(ActiveTaskStatus(task_id, t.request.start_offsets, t.request.end_offsets,
                                                 t.launched_at) for task_id, t in self.active.items()),
             recent_tasks=tuple(self.recent_tasks), recent_errors=tuple(self.recent_errors),

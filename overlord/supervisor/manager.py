@@ -30,6 +30,7 @@ from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from overlord.config import Settings
 from overlord.errors import NotFound, NotLeader
+from overlord.metrics import Metrics
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
@@ -62,8 +63,10 @@ class Overlord:
         self.engine = engine
         self.store = MetadataStore(engine)
         self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish)
+        self.metrics = Metrics(lambda: [sup.status for sup in list(self.supervisors.values())])
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
-                                         policy or SupervisorPolicy(max_records_per_task=settings.task_max_records))
+                                         policy or SupervisorPolicy(max_records_per_task=settings.task_max_records),
+                                         metrics=self.metrics)
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()
@@ -299,11 +302,11 @@ class Overlord:
             task_id, f"compaction of {datasource}",
             lambda _stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
                                   max_rows_per_segment=max_rows_per_segment))
-        future.add_done_callback(lambda done: self._finish_compaction(task_id, done))
+        future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all")
         return task_id, future
 
-    def _finish_compaction(self, task_id: str, done: Future[list[CompactionReport]]) -> None:
+    def _finish_compaction(self, task_id: str, datasource: str, done: Future[list[CompactionReport]]) -> None:
         error = done.exception()
         if error is None:
             reports = done.result()
@@ -315,6 +318,7 @@ class Overlord:
         else:
             ok, detail, report = False, f"{type(error).__name__}: {error}", None
         self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report)
+        self.metrics.compactions.labels(datasource, "ok" if ok else "failed").inc()
         (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail)
 
 

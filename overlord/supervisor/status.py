@@ -63,6 +63,8 @@ class SupervisorStatus:
     latest: Offsets
     committed: Offsets
     lag: Offsets
+    lag_seconds: Mapping[int, float]
+    """How long the oldest unpublished record of each partition has waited."""
     offsets_updated: datetime | None
     active_tasks: tuple[ActiveTaskStatus, ...]
     recent_tasks: tuple[FinishedTaskStatus, ...]
