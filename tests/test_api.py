@@ -172,7 +172,7 @@ def test_secrets_in_consumer_properties_appear_in_no_response(api: Api, make_top
                  f"/supervisor/{datasource}/health", f"/supervisor/{datasource}/history", "/supervisor/history",
                  f"/tasks?datasource={datasource}"):
         bodies.append(api.http.get(V1 + path).text)
-    bodies += [api.http.get(path).text for path in ("/", "/metrics")]
+    bodies += [api.http.get(path).text for path in ("/console/api/overview", "/metrics")]
     bodies.append(api.post(f"/supervisor/{datasource}/terminate").text)
     bodies.append(api.http.get(V1 + "/supervisor/history").text)
 
@@ -321,10 +321,10 @@ def test_unexpected_errors_are_500_with_a_logged_traceback(api: Api, monkeypatch
     assert any(r.exc_info and "metadata store on fire" in str(r.exc_info[1]) for r in caplog.records)
 
 
-# --- ingestion, tasks, dashboard, metrics ------------------------------------------------------
+# --- ingestion, tasks, console, metrics ------------------------------------------------------
 
 
-def test_ingestion_shows_in_status_tasks_dashboard_and_metrics(api: Api, stack: DevStack, make_topic, datasource):
+def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: DevStack, make_topic, datasource):
     topic = make_topic(2)
     sample = make_sample_events(300, bad_every=0)
     produce(stack.bootstrap_servers, topic, sample.records, 2)
@@ -357,9 +357,13 @@ def test_ingestion_shows_in_status_tasks_dashboard_and_metrics(api: Api, stack: 
     processed = api.get(f"/supervisor/{datasource}/stats")["0"][datasource]["totals"]["buildSegments"]["processed"]
     assert processed == 300
 
-    page = api.http.get("/")
+    page = api.http.get("/")  # the console; tests/test_console.py drives it in a browser
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert datasource in page.text and 'http-equiv="refresh"' in page.text
+    overview = api.http.get("/console/api/overview").json()
+    [shown] = [s for s in overview["supervisors"] if s["id"] == datasource]
+    assert shown["payload"]["aggregateLag"] == 0 and shown["history"]
+    [segments] = [d for d in overview["datasources"] if d["name"] == datasource]
+    assert segments["rows"] == sum(i["rows"] for i in segments["intervals"]) > 0
     metrics = api.http.get("/metrics")
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(metrics.text)}  # the library's own parser

@@ -193,7 +193,7 @@ def _cmd_new_token(_args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register ``serve`` and ``supervisor ...`` on the ``overlord`` command's subparsers."""
-    serve = sub.add_parser("serve", help="run the overlord: supervisors, the HTTP API, dashboard and metrics")
+    serve = sub.add_parser("serve", help="run the overlord: supervisors, the HTTP API, the console and metrics")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8090, help="port to listen on (default: %(default)s)")
     serve.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",

@@ -1,1 +1,1 @@
-"""The overlord's HTTP API (Druid's supervisor, task and SQL calls), status page and metrics."""
+"""The overlord's HTTP API (Druid's supervisor, task and SQL calls), console and metrics."""

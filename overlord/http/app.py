@@ -2,7 +2,8 @@
 
 Routes live by concern: :mod:`overlord.http.supervisors` and :mod:`overlord.http.tasks`
 (Druid's calls under ``/druid/indexer/v1``), :mod:`overlord.http.query_routes` (SQL and
-compaction), :mod:`overlord.http.service` (``/``, ``/metrics``, ``/health``, ``/status``). Every
+compaction), :mod:`overlord.http.service` (``/metrics``, ``/health``, ``/status``), :mod:`overlord.http.console`
+(the console at ``/``). Every
 answer leaves through :class:`overlord.http.replies.Replies`. Before any route, two ASGI
 middlewares: :mod:`overlord.http.auth` (credentials and roles) and
 :mod:`overlord.http.body_limit` (the request body cap).
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from overlord.errors import NotFound, NotLeader
 from overlord.http.auth import Authenticator, AuthMiddleware
 from overlord.http.body_limit import BodySizeLimit
+from overlord.http.console import console_routes
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
@@ -110,7 +112,8 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]
-    for router in (supervisor_routes(out), task_routes(out), service_routes(out), query_routes(overlord)):
+    for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
+                   query_routes(overlord)):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
     if authenticator is not None:

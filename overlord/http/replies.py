@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from starlette.types import Send
 
 from overlord.http.redact import SecretRegistry
-from overlord.http.status import mask_secrets, status_payload
+from overlord.http.status import mask_secrets
 from overlord.supervisor.manager import Overlord
 from overlord.supervisor.status import SupervisorStatus
 
@@ -64,7 +64,3 @@ class Replies:
     def supervisors(self) -> list[SupervisorStatus]:
         """The latest status snapshot of every supervisor, by id."""
         return sorted((sup.status for sup in list(self.overlord.supervisors.values())), key=lambda s: s.id)
-
-    def statuses(self) -> list[dict[str, Any]]:
-        """Every supervisor's status payload, as it may leave."""
-        return [self.view(status_payload(status)) for status in self.supervisors()]

@@ -76,7 +76,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
         certfile, keyfile = ssl or (None, None)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
                                 timeout_graceful_shutdown=drain_s, ssl_certfile=certfile, ssl_keyfile=keyfile)
-        logger.info("overlord API on %s://%s:%d (dashboard at /, API under /druid/indexer/v1)",
+        logger.info("overlord API on %s://%s:%d (console at /, API under /druid/indexer/v1)",
                     "https" if ssl else "http", host, port)
         try:
             uvicorn.Server(config).run()

@@ -1,22 +1,21 @@
-"""Outside Druid's prefix: liveness, Druid's ``/status``, Prometheus metrics and the status page."""
+"""Outside Druid's prefix: liveness, Druid's ``/status`` and Prometheus metrics."""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from overlord.http.dashboard import render_dashboard
 from overlord.http.replies import Replies
 
 __all__ = ["service_routes"]
 
 
 def service_routes(out: Replies) -> APIRouter:
-    """``/health``, ``/status``, ``/status/health``, ``/metrics`` and ``/``."""
-    overlord, reply, statuses = out.overlord, out.reply, out.statuses
+    """``/health``, ``/status``, ``/status/health`` and ``/metrics``."""
+    overlord, reply = out.overlord, out.reply
     router = APIRouter()
 
     @router.get("/health", tags=["service"], summary="Liveness")
@@ -34,10 +33,6 @@ def service_routes(out: Replies) -> APIRouter:
     @router.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:
         return Response(overlord.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-    @router.get("/", tags=["service"], summary="Status dashboard", response_class=HTMLResponse)
-    def dashboard() -> Response:
-        return HTMLResponse(render_dashboard(statuses()))
 
     return router
 

@@ -21,7 +21,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -105,7 +105,8 @@ class GroupState:
 
 
 RATE_HORIZON_S = 900
-"""The longest window a processing rate is given for (15 minutes)."""
+"""The longest window a processing rate is given for, and the span of the charted history (15 minutes)."""
+HISTORY_STEP_S = 2.0
 
 
 @dataclass
@@ -151,6 +152,8 @@ class Supervisor:
         self.counters = Counters()
         self.recent_errors: deque[tuple[datetime, str]] = deque(maxlen=10)
         self.recent_tasks: deque[FinishedTaskStatus] = deque(maxlen=20)
+        self.history: deque[tuple[float, int, float]] = deque()
+        """(unix time, aggregate lag, records/s over 1 min), every 2 s at most, for 15 minutes: the console's charts."""
         self.watermarks: dict[int, tuple[int, int]] = {}
         self.arrivals: dict[int, deque[tuple[int, float]]] = {}
         """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
@@ -278,8 +281,17 @@ class Supervisor:
         self.detailed_state = "RUNNING" if self.active else "IDLE"
 
     def publish_status(self) -> None:
-        """Replace :attr:`status` with a snapshot of now (callers hold ``lock``)."""
-        self.status = self.snapshot()
+        """Replace :attr:`status` with a snapshot of now, and remember its lag and rate (callers hold ``lock``)."""
+        status = self.snapshot()
+        point = (round(status.generated_at.timestamp(), 3), sum(status.lag.values()),
+                 status.counters.processed_per_second["1m"])
+        if self.history and point[0] - self.history[-1][0] < HISTORY_STEP_S:
+            self.history[-1] = point
+        else:
+            self.history.append(point)
+        while point[0] - self.history[0][0] > RATE_HORIZON_S:
+            self.history.popleft()
+        self.status = replace(status, history=tuple(self.history))
 
     # --- helpers ---------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """A supervisor's status as an immutable snapshot, published at the end of every run of its loop.
 
-Readers (the HTTP API, the status page, metrics) take the latest snapshot: one attribute read,
+Readers (the HTTP API, the console, metrics) take the latest snapshot: one attribute read,
 no lock, never a half-updated view.
 """
 
@@ -71,3 +71,5 @@ class SupervisorStatus:
     recent_errors: tuple[tuple[datetime, str], ...]
     counters: CounterStatus
     generated_at: datetime
+    history: tuple[tuple[float, int, float], ...] = ()
+    """(unix time, aggregate lag, records/s over 1 min) over the last 15 minutes, oldest first."""

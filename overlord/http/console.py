@@ -1,0 +1,76 @@
+"""The operator's console: the page at ``/``, its assets and the JSON call it polls.
+
+The script and stylesheet are bundled in the package (no CDN: it works offline). The page is
+static; a small script without a framework (``console/console.js``) polls
+``GET /console/api/overview`` every 2 s, redraws its tables and SVG charts in place, and sends
+every action to the same Druid API other clients use, so the console can do nothing the API
+does not allow (authentication included: the browser's Basic credentials go with every call).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, Response
+
+from overlord.errors import NotFound
+from overlord.http.replies import Replies
+from overlord.http.status import status_payload
+from overlord.http.views import task_view
+from segment_store import visible_by_interval
+from segment_store.timeline import datasources, read_segments
+
+__all__ = ["console_routes"]
+
+ASSETS = Path(__file__).parent / "console"
+_MEDIA_TYPES = {"console.js": "text/javascript", "console.css": "text/css"}
+MAX_INTERVALS = 48
+"""Newest intervals shown per datasource."""
+
+
+def console_routes(out: Replies) -> APIRouter:
+    """``/``, ``/console/{asset}`` and ``/console/api/overview``."""
+    overlord = out.overlord
+    router = APIRouter()
+
+    @router.get("/", tags=["console"], summary="The console (HTML)", response_class=FileResponse)
+    def page() -> Response:
+        return FileResponse(ASSETS / "index.html", media_type="text/html")
+
+    @router.get("/console/{asset}", tags=["console"], summary="The console's script and stylesheet",
+                response_class=FileResponse)
+    def asset(asset: str) -> Response:
+        if asset not in _MEDIA_TYPES:
+            raise NotFound(f"no console asset {asset!r}")
+        return FileResponse(ASSETS / asset, media_type=_MEDIA_TYPES[asset])
+
+    @router.get("/console/api/overview", tags=["console"], summary="Everything the console shows, in one answer")
+    def overview() -> Response:
+        active = {task.id for status in out.supervisors() for task in status.active_tasks}
+        tasks = [{**task_view(t, active), "report": t.report} for t in overlord.store.tasks(limit=50)]
+        supervisors = [{**status_payload(s), "history": s.history} for s in out.supervisors()]
+        names = sorted({s["payload"]["dataSource"] for s in supervisors} | set(datasources(overlord.engine)))
+        return out.reply({"leader": overlord.leading, "supervisors": supervisors, "tasks": tasks,
+                          "datasources": [_datasource(overlord.engine, name, tasks) for name in names]})
+
+    return router
+
+
+def _datasource(engine: sa.Engine, name: str, tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Visible segments by interval (newest first) and the compaction state of one datasource."""
+    with engine.connect() as conn:
+        by_interval = visible_by_interval(read_segments(conn, name))
+    intervals = [{"interval": f"{start.isoformat()}/{end.isoformat()}", "segments": len(segs),
+                  "rows": sum(s.num_rows for s in segs), "bytes": sum(s.size_bytes for s in segs),
+                  "version": segs[0].version}
+                 for (start, end), segs in sorted(by_interval.items(), reverse=True)]
+    counts = Counter(i["segments"] > 1 for i in intervals)
+    compactions = [t for t in tasks if t["type"] == "compact" and t["dataSource"] == name]
+    return {"name": name, "intervals": intervals[:MAX_INTERVALS], "intervalCount": len(intervals),
+            "segmentCount": sum(i["segments"] for i in intervals), "rows": sum(i["rows"] for i in intervals),
+            "compaction": {"intervalsWithSeveralSegments": counts[True], "compactIntervals": counts[False],
+                           "lastTask": compactions[0] if compactions else None}}

@@ -1,0 +1,241 @@
+// The overlord console: polls GET /console/api/overview every 2 s and redraws in place; every
+// action goes to the same Druid API other clients use. Data is only ever set as text, never as
+// HTML: record samples, names and messages may come from anyone who can write to a topic.
+"use strict";
+
+const API = "/druid/indexer/v1";
+const POLL_MS = 2000;
+let lastOverview = null;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function table(headers, rows, numeric = []) {
+  if (!rows.length) return el("p", { class: "muted" }, "none");
+  return el("table", {},
+    el("tr", {}, headers.map((h) => el("th", {}, h))),
+    rows.map((row) => el("tr", {}, row.map((cell, i) =>
+      el("td", numeric.includes(i) ? { class: "n" } : {}, cell)))));
+}
+
+const fmt = (n) => (typeof n === "number" ? n.toLocaleString("en-US") : n ?? "");
+const offsets = (o) => Object.entries(o || {}).map(([p, v]) => `${p}:${v}`).join(", ");
+
+async function api(method, path, body) {
+  const options = { method, headers: {}, credentials: "same-origin" };
+  if (body !== undefined) {
+    options.headers["Content-Type"] = "application/json";
+    options.body = typeof body === "string" ? body : JSON.stringify(body);
+  }
+  const response = await fetch(path, options);
+  const text = await response.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = text; }
+  return { ok: response.ok, status: response.status, data };
+}
+
+function say(text, isError = false) {
+  const box = document.getElementById("message");
+  box.className = isError ? "error" : "";
+  box.textContent = text;
+}
+
+async function act(label, method, path, body) {
+  if (!window.confirm(`${label}?`)) return;
+  const answer = await api(method, path, body);
+  if (answer.ok) say(`${label}: done`);
+  else say(`${label}: ${answer.data?.errorMessage || answer.data?.error || answer.status}`, true);
+  refresh();
+}
+
+// --- charts --------------------------------------------------------------------------------
+
+function chart(points, pick, label, css) {
+  const width = 320, height = 80, now = Date.now() / 1000, span = 900;
+  const values = points.map(pick);
+  const top = Math.max(1, ...values);
+  const coords = points.map((p, i) =>
+    `${(width * (1 - (now - p[0]) / span)).toFixed(1)},${(height - 14 - (height - 24) * values[i] / top).toFixed(1)}`);
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", `chart ${css}`);
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `${label}, last 15 minutes`);
+  const line = document.createElementNS(svg.namespaceURI, "polyline");
+  line.setAttribute("points", coords.join(" "));
+  svg.append(line);
+  for (const [x, y, text, anchor] of [[4, 10, `${label} (max ${fmt(Math.round(top))})`, "start"],
+                                      [4, height - 2, "-15 min", "start"], [width - 4, height - 2, "now", "end"]]) {
+    const t = document.createElementNS(svg.namespaceURI, "text");
+    t.setAttribute("x", x); t.setAttribute("y", y); t.setAttribute("text-anchor", anchor);
+    t.textContent = text;
+    svg.append(t);
+  }
+  return svg;
+}
+
+// --- sections ------------------------------------------------------------------------------
+
+function supervisorCard(s) {
+  const p = s.payload, id = s.id, c = p.counters;
+  const bad = !p.healthy;
+  const waited = p.minimumLagMillis || {};
+  const partitions = Object.entries(p.latestOffsets).map(([part, latest]) => [
+    part, fmt(p.committedOffsets[part] ?? "-"), fmt(latest), fmt(p.minimumLag[part] ?? "-"),
+    ((waited[part] ?? 0) / 1000).toFixed(1)]);
+  const path = `${API}/supervisor/${encodeURIComponent(id)}`;
+  return el("div", { class: "card supervisor", "data-id": id },
+    el("h3", {}, id, el("span", { class: `state ${p.state}${bad ? " bad" : ""}`, "data-role": "state" }, p.state),
+      el("span", { class: "muted" }, p.detailedState)),
+    el("p", {}, "topic ", el("b", {}, p.stream), ` → datasource `, el("b", {}, p.dataSource),
+      `; taskCount ${p.taskCount}, replicas ${p.replicas}; lag `,
+      el("b", { "data-role": "lag" }, fmt(p.aggregateLag)), " records",
+      p.maxLagMillis ? ` (oldest waiting ${(p.maxLagMillis / 1000).toFixed(1)} s)` : "",
+      `; ${fmt(c.processedPerSecond["1m"])} records/s (1 min), ${fmt(c.processedPerSecond["5m"])} (5 min); `,
+      `processed ${fmt(c.processed)}, unparseable ${fmt(c.unparseable)}, thrown away ${fmt(c.thrownAway)}`),
+    el("div", { class: "charts" }, chart(s.history, (h) => h[1], "lag (records)", "lag"),
+      chart(s.history, (h) => h[2], "records/s (1 min)", "rate")),
+    el("div", { class: "actions" },
+      p.suspended
+        ? el("button", { onclick: () => act(`Resume ${id}`, "POST", `${path}/resume`) }, "Resume")
+        : el("button", { onclick: () => act(`Suspend ${id}`, "POST", `${path}/suspend`) }, "Suspend"),
+      el("button", { onclick: () => editSpec(id) }, "Edit spec"),
+      el("button", { onclick: () => act(`Compact ${p.dataSource}`, "POST",
+        `${API}/compact/${encodeURIComponent(p.dataSource)}`, {}) }, "Compact"),
+      el("button", { class: "danger", onclick: () => act(`Reset the offsets of ${id} (re-reads or skips records)`,
+        "POST", `${path}/reset`) }, "Reset"),
+      el("button", { class: "danger", onclick: () => act(`Terminate ${id}`, "POST", `${path}/terminate`) },
+        "Terminate")),
+    el("h3", {}, "Partitions"),
+    table(["partition", "committed", "latest", "lag", "oldest waiting (s)"], partitions, [1, 2, 3, 4]),
+    el("h3", {}, "Active tasks"),
+    table(["task", "start", "end", "running (s)"],
+      p.activeTasks.map((t) => [t.id, offsets(t.startingOffsets), offsets(t.endOffsets), t.runningSeconds]), [3]),
+    p.recentErrors.length ? el("h3", {}, "Recent errors") : null,
+    p.recentErrors.length ? table(["time", "message"], p.recentErrors.map((e) => [e.timestamp, e.message])) : null);
+}
+
+function taskRows(tasks) {
+  return tasks.map((t) => {
+    const r = t.report || {};
+    const samples = (r.badSamples || []).map((b) =>
+      el("pre", { class: "sample" }, `partition ${b.partition} offset ${b.offset}: ${b.reason}: ${b.value ?? ""}`));
+    return [t.id, t.type, t.dataSource, el("span", { class: t.status === "FAILED" ? "bad" : "" }, t.status),
+      t.type === "index_kafka" ? `${offsets(t.startOffsets)} → ${offsets(t.endOffsets)}` : "",
+      t.duration >= 0 ? (t.duration / 1000).toFixed(1) : "running",
+      fmt(r.records ?? r.inputSegments ?? ""), fmt(r.rowsOut ?? r.outputSegments ?? ""),
+      r.unparseable ? el("details", {}, el("summary", {}, `${fmt(r.unparseable)} unparseable`), samples) : "",
+      t.statusDetail || ""];
+  });
+}
+
+function datasourceCard(d) {
+  const c = d.compaction, last = c.lastTask;
+  return el("div", { class: "card datasource", "data-name": d.name },
+    el("h3", {}, d.name),
+    el("p", {}, `${fmt(d.segmentCount)} visible segments, ${fmt(d.rows)} rows in ${fmt(d.intervalCount)} intervals; `,
+      `compaction: ${fmt(c.compactIntervals)} intervals in one segment, ${fmt(c.intervalsWithSeveralSegments)} with several`,
+      last ? `; last compaction ${last.status} (${last.statusDetail || ""})` : ""),
+    table(["interval", "segments", "rows", "bytes", "version"],
+      d.intervals.map((i) => [i.interval, i.segments, fmt(i.rows), fmt(i.bytes), i.version]), [1, 2, 3, 4]));
+}
+
+function render(o) {
+  lastOverview = o;
+  document.getElementById("leader").textContent = o.leader ? "leader" : "standby (read-only)";
+  document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  document.getElementById("supervisor-list").replaceChildren(
+    ...(o.supervisors.length ? o.supervisors.map(supervisorCard) : [el("p", { class: "muted" }, "no supervisors")]));
+  document.getElementById("task-list").replaceChildren(table(
+    ["task", "type", "datasource", "status", "offsets", "seconds", "in", "out", "parse errors", "detail"],
+    taskRows(o.tasks), [5, 6, 7]));
+  document.getElementById("datasource-list").replaceChildren(
+    ...(o.datasources.length ? o.datasources.map(datasourceCard) : [el("p", { class: "muted" }, "none")]));
+  const sql = document.getElementById("sql-text");
+  if (!sql.value && o.datasources.length) sql.value = `SELECT COUNT(*) AS "rows" FROM "${o.datasources[0].name}"`;
+}
+
+let timer = null;
+async function refresh() {
+  clearTimeout(timer);
+  try {
+    const answer = await api("GET", "/console/api/overview");
+    if (answer.ok) render(answer.data);
+    else say(`overview: ${answer.data?.errorMessage || answer.status}`, true);
+  } catch (e) {
+    say(`overlord unreachable: ${e}`, true);
+  }
+  timer = setTimeout(refresh, POLL_MS);
+}
+
+// --- spec editor and SQL -------------------------------------------------------------------
+
+async function editSpec(id) {
+  const answer = await api("GET", `${API}/supervisor/${encodeURIComponent(id)}`);
+  if (!answer.ok) return say(`spec of ${id}: ${answer.data?.errorMessage || answer.status}`, true);
+  delete answer.data.suspended;
+  document.getElementById("spec").value = JSON.stringify(answer.data, null, 2);
+  document.getElementById("submit").scrollIntoView();
+}
+
+function showAt(path) {
+  // Select the last key of a JSON path (e.g. "taskCount" of spec.ioConfig.taskCount) in the editor.
+  const key = path.split(/[.[\]"]+/).filter(Boolean).pop();
+  const editor = document.getElementById("spec");
+  const at = key ? editor.value.indexOf(`"${key}"`) : -1;
+  editor.focus();
+  if (at < 0) return;
+  editor.setSelectionRange(at, at + key.length + 2);
+  const line = editor.value.slice(0, at).split("\n").length - 1;
+  editor.scrollTop = Math.max(0, line * parseFloat(getComputedStyle(editor).lineHeight) - editor.clientHeight / 3);
+}
+
+async function submitSpec() {
+  const errors = document.getElementById("spec-errors");
+  const text = document.getElementById("spec").value;
+  errors.replaceChildren();
+  try { JSON.parse(text); } catch (e) {
+    errors.append(el("li", { "data-path": "$" }, el("code", {}, "$"), `: not JSON: ${e.message}`));
+    return;
+  }
+  if (!window.confirm("Submit this spec?")) return;
+  const answer = await api("POST", `${API}/supervisor`, text);
+  if (answer.ok) {
+    say(`supervisor ${answer.data.id} submitted`);
+    refresh();
+    return;
+  }
+  const found = answer.data?.errors || [{ path: "$", message: answer.data?.errorMessage || String(answer.status) }];
+  for (const e of found) {
+    errors.append(el("li", { "data-path": e.path, onclick: () => showAt(e.path) }, el("code", {}, e.path), `: ${e.message}`));
+  }
+  say("the spec was refused: see the errors under the editor", true);
+}
+
+async function runSql() {
+  const out = document.getElementById("sql-result");
+  out.replaceChildren(el("p", { class: "muted" }, "running…"));
+  const query = document.getElementById("sql-text").value;
+  const answer = await api("POST", "/druid/v2/sql", { query, resultFormat: "array", header: true });
+  if (!answer.ok) {
+    out.replaceChildren(el("p", { class: "error" }, answer.data?.errorMessage || answer.data?.error || answer.status));
+    return;
+  }
+  const [header, ...rows] = answer.data;
+  out.replaceChildren(table(header || [], rows), el("p", { class: "muted" }, `${rows.length} rows`));
+}
+
+document.getElementById("submit-spec").addEventListener("click", submitSpec);
+document.getElementById("run-sql").addEventListener("click", runSql);
+refresh();

@@ -1,0 +1,144 @@
+"""The console in a real browser: Debian's chromium (from the OS packages, never downloaded)
+driven by Playwright, against a real overlord on the embedded stack with a running supervisor.
+
+Screenshots go to ``test-artifacts/console/`` (the README's pictures are copies of them).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from overlord.dev.sample_data import create_topic, make_sample_events, produce
+from overlord.http.app import create_app
+from tests.helpers import READER, committed_total, merged, served, spec_json, start_overlord, wait_until
+
+ARTIFACTS = Path(__file__).parent.parent / "test-artifacts" / "console"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])  # root in CI
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def live(stack, engine, spark, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """An overlord serving the console, with one supervisor that has published what was produced."""
+    datasource, topic = f"ds_{uuid.uuid4().hex[:10]}", f"t-{uuid.uuid4().hex[:10]}"
+    create_topic(stack.bootstrap_servers, topic, 2)
+    sample = make_sample_events(4_000, bad_every=1_000, seed=61)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")))
+    try:
+        overlord.submit(spec_json(datasource, topic))
+        wait_until(lambda: committed_total(overlord.engine, datasource) == len(sample.records), "the first publish")
+        with served(create_app(overlord, authenticator=None)) as url:
+            yield {"url": url, "overlord": overlord, "datasource": datasource, "topic": topic, "sample": sample,
+                   "produced": [sample]}
+    finally:
+        overlord.stop(grace_s=10)
+        overlord.engine.dispose()
+
+
+@pytest.fixture()
+def page(browser: Browser, live: dict[str, Any]) -> Iterator[Page]:
+    opened = browser.new_page(viewport={"width": 1400, "height": 1000})
+    opened.on("dialog", lambda dialog: dialog.accept())  # every action asks for a confirmation: say yes
+    opened.goto(live["url"])
+    yield opened
+    opened.close()
+
+
+def test_supervisor_lag_tasks_segments_and_parse_errors_appear_and_update_in_place(page, live, stack):
+    datasource, sample = live["datasource"], live["sample"]
+    card = page.locator(f'.supervisor[data-id="{datasource}"]')
+    expect(card.locator('[data-role="state"]')).to_have_text("RUNNING")
+    expect(card.locator('[data-role="lag"]')).to_have_text("0")
+    expect(card.locator("svg.chart.lag polyline")).to_have_count(1)
+    tasks = page.locator("#task-list tr", has_text=datasource)
+    expect(tasks.first).to_contain_text("SUCCESS")
+    errors = page.locator("#task-list details", has_text="unparseable").first
+    errors.locator("summary").click()
+    expect(errors.locator("pre.sample").first).to_contain_text("invalid JSON")
+    segments = page.locator(f'.datasource[data-name="{datasource}"]')
+    expect(segments.locator("tr")).to_have_count(3)  # the header and the sample's two hours
+    expect(segments).to_contain_text("2 intervals")
+    page.screenshot(path=ARTIFACTS / "console.png", full_page=True)
+
+    page.evaluate("window.stillTheSamePage = true")
+    more = make_sample_events(500, bad_every=0, seed=62)
+    produce(stack.bootstrap_servers, live["topic"], more.records, 2)
+    live["produced"].append(more)
+    total = len(sample.records) + len(more.records)
+    wait_until(lambda: committed_total(live["overlord"].engine, datasource) == total, "the second publish")
+    expect(card).to_contain_text(f"processed {len(sample.records) - sample.bad + len(more.records):,}")
+    assert page.evaluate("window.stillTheSamePage") is True  # updated without a reload
+
+
+def test_a_refused_spec_shows_each_error_at_its_field(page, live):
+    bad = spec_json(f"ds_{uuid.uuid4().hex[:8]}", live["topic"], taskCount=-2)
+    page.fill("#spec", json.dumps(bad, indent=2))
+    page.click("#submit-spec")
+
+    error = page.locator('#spec-errors li[data-path="spec.ioConfig.taskCount"]')
+    expect(error).to_contain_text("must be >= 1")
+    error.click()  # selects the field in the editor
+    assert page.evaluate("(e => e.value.slice(e.selectionStart, e.selectionEnd))(document.getElementById('spec'))"
+                         ) == '"taskCount"'
+    page.locator("#submit").screenshot(path=ARTIFACTS / "spec-error.png")
+
+
+def test_suspend_and_resume_change_the_state(page, live):
+    datasource, overlord = live["datasource"], live["overlord"]
+    card = page.locator(f'.supervisor[data-id="{datasource}"]')
+
+    card.get_by_role("button", name="Suspend").click()
+    expect(card.locator('[data-role="state"]')).to_have_text("SUSPENDED")
+    assert overlord.get(datasource).suspended
+
+    card.get_by_role("button", name="Resume").click()
+    expect(card.locator('[data-role="state"]')).to_have_text("RUNNING")
+    assert not overlord.get(datasource).suspended
+
+
+def test_the_sql_box_shows_the_rows(page, live):
+    datasource, expected = live["datasource"], merged(*live["produced"])
+    page.fill("#sql-text", f'SELECT country, SUM("count") AS events FROM "{datasource}" '
+                           "WHERE __time < TIMESTAMP '2026-11-01 02:00:00' GROUP BY country ORDER BY country")
+    page.click("#run-sql")
+
+    result = page.locator("#sql-result table")
+    expect(result.locator("tr")).to_have_count(1 + len(expected.count_by_country))
+    shown = {row[0]: int(row[1].replace(",", "")) for row in
+             (r.split("\t") for r in result.locator("tr").all_inner_texts()[1:])}
+    assert shown == dict(expected.count_by_country)
+    page.locator("#sql").screenshot(path=ARTIFACTS / "sql.png")
+
+
+def test_the_console_asks_for_credentials_and_a_reader_cannot_act(browser, secured, live):
+    url, _app = secured
+    anonymous = httpx.get(url)  # a browser then asks for a user and password
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Basic")
+    context = browser.new_context(http_credentials={"username": READER[0], "password": READER[1]})
+    reader = context.new_page()
+    reader.on("dialog", lambda dialog: dialog.accept())
+    assert reader.goto(url).status == 200
+    expect(reader.locator("#supervisor-list")).to_contain_text("no supervisors")
+    reader.fill("#spec", json.dumps(spec_json("ds_reader", live["topic"])))
+    reader.click("#submit-spec")
+    expect(reader.locator("#spec-errors")).to_contain_text("needs the write role")
+    context.close()
