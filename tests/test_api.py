@@ -388,6 +388,14 @@ def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: De
     assert "process_resident_memory_bytes" in families and "python_gc_objects_collected" in families
 
 
+@pytest.mark.parametrize("path", [f"{V1}/tasks?datasource=%00", f"{V1}/supervisor/a%00b/history",
+                                  f"{V1}/task/%00/status"])
+def test_a_nul_character_in_the_url_is_a_400_not_a_database_error(api: Api, path: str):
+    """Found by the schemathesis run: PostgreSQL text cannot hold NUL, and the query failed with a 500."""
+    answer = api.http.get(path)
+    assert answer.status_code == 400 and "NUL" in answer.json()["errorMessage"]
+
+
 def test_health_and_openapi(api: Api):
     health = api.http.get("/health")
     assert health.status_code == 200 and health.json()["healthy"] is True

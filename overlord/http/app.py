@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -97,6 +98,8 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     @app.middleware("http")
     async def _unexpected(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if "\x00" in request.url.path or "\x00" in unquote(request.url.query):
+            return error_reply(400, "NUL characters are not allowed in the URL")  # PostgreSQL text cannot hold them
         try:
             return await call_next(request)
         except Exception:
