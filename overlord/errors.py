@@ -1,6 +1,6 @@
 """Errors of the overlord."""
 
-__all__ = ["NotFound", "NotLeader", "OverlordError"]
+__all__ = ["NotFound", "NotLeader", "OverlordError", "error_summary"]
 
 
 class OverlordError(Exception):
@@ -13,3 +13,9 @@ class NotFound(OverlordError):
 
 class NotLeader(OverlordError):
     """This overlord is a standby: the call changes state only the leader may change (HTTP 503)."""
+
+
+def error_summary(error: BaseException, lines: int = 3, limit: int = 1_000) -> str:
+    """``Type: message``, cut to its first lines: a Spark error carries the whole Java stack trace."""
+    head = " | ".join(line.strip() for line in f"{type(error).__name__}: {error}".strip().splitlines()[:lines])
+    return head if len(head) <= limit else head[:limit] + "…"

@@ -174,5 +174,6 @@ _INFRASTRUCTURE = {"stack", "engine", "spark", "s3_endpoint", "make_topic", "mak
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that starts no broker, PostgreSQL or Spark as ``unit``."""
     for item in items:
-        if not _INFRASTRUCTURE.intersection(getattr(item, "fixturenames", ())):
+        if not _INFRASTRUCTURE.intersection(getattr(item, "fixturenames", ())) and not item.get_closest_marker(
+                "own_stack"):
             item.add_marker(pytest.mark.unit)

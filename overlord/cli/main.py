@@ -82,6 +82,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(events=args.events, partitions=args.partitions)
 
 
+def _cmd_quickstart(args: argparse.Namespace) -> int:
+    from overlord.dev.quickstart import run_quickstart
+
+    return run_quickstart(rate=args.rate, port=args.port)
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
     from overlord.config import Settings
@@ -192,6 +198,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--events", type=int, default=200_000)
     demo.add_argument("--partitions", type=int, default=4)
     demo.set_defaults(func=_cmd_demo)
+
+    quick = sub.add_parser("quickstart", help="run the service on the embedded stack with a live sample producer "
+                                              "and the example supervisor; prints the console's URL; Ctrl-C stops")
+    quick.add_argument("--rate", type=int, default=500, help="sample events per second (default: %(default)s)")
+    quick.add_argument("--port", type=int, default=8090, help="the console's port, if free (default: %(default)s)")
+    quick.set_defaults(func=_cmd_quickstart)
 
     query = sub.add_parser("query", help="run a read-only SQL query (Spark SQL) over published segments")
     query.add_argument("sql", help="e.g. 'SELECT country, SUM(\"count\") AS events FROM events GROUP BY 1'")

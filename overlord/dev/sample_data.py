@@ -1,9 +1,11 @@
-"""Sample events for the demo, tests and benchmarks, and a producer that makes end offsets exact."""
+"""Sample events for the demo, tests and benchmarks; a producer that makes end offsets exact; a live one."""
 
 from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-__all__ = ["SampleEvents", "create_topic", "make_sample_events", "produce"]
+__all__ = ["SampleEvents", "create_topic", "make_sample_events", "produce", "produce_live"]
 
 COUNTRIES = ("DE", "FR", "GB", "IN", "JP", "NL", "US", "BR")
 DEVICES = ("desktop", "mobile", "tablet")
@@ -98,3 +100,23 @@ def produce(bootstrap_servers: str, topic: str, records: Sequence[bytes], partit
         producer.flush(10)
     if failures:
         raise RuntimeError(f"producing to {topic}: {len(failures)} records failed, first: {failures[0]}")
+
+
+def produce_live(bootstrap_servers: str, topic: str, partitions: int, rate: int, stop: threading.Event,
+                 seed: int = 7) -> int:
+    """Send sample events stamped with the current time, ``rate`` a second, until ``stop``; the number sent."""
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20})
+    started, sent = time.monotonic(), 0
+    while not stop.wait(0.05):
+        due = int((time.monotonic() - started) * rate)
+        for _ in range(due - sent):
+            ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            producer.produce(topic, json.dumps({
+                "ts": ts, "country": rng.choice(COUNTRIES), "device": rng.choice(DEVICES),
+                "value": rng.randint(-50, 1000), "price": round(rng.random() * 100, 2)}).encode(),
+                partition=sent % partitions)
+            sent += 1
+        producer.poll(0)
+    producer.flush(10)
+    return sent

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import topic_watermarks
 from overlord.config import Settings
-from overlord.errors import OverlordError
+from overlord.errors import OverlordError, error_summary
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.ranges import (
@@ -344,7 +344,7 @@ class Supervisor:
         else:
             status = "FAILED"
             detail = (f"publish {outcome}: {report.outcome.message}" if report is not None
-                      else f"{type(error).__name__}: {error}")
+                      else error_summary(error))
             state.failures += 1
             delay = self.ctx.policy.backoff_s(state.failures)
             state.retry_after = self.ctx.clock() + delay

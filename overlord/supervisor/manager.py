@@ -29,7 +29,7 @@ from indexing_task.compaction import CompactionReport, compact
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from overlord.config import Settings
-from overlord.errors import NotFound, NotLeader
+from overlord.errors import NotFound, NotLeader, error_summary
 from overlord.metrics import Metrics
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
@@ -316,7 +316,7 @@ class Overlord:
             report = {"intervals": len(reports), "inputSegments": sum(r.input_segments for r in reports),
                       "outputSegments": sum(len(r.output_segments) for r in reports)}
         else:
-            ok, detail, report = False, f"{type(error).__name__}: {error}", None
+            ok, detail, report = False, error_summary(error), None
         self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report)
         self.metrics.compactions.labels(datasource, "ok" if ok else "failed").inc()
         (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail)
