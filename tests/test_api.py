@@ -408,9 +408,10 @@ def test_health_and_openapi(api: Api):
 # --- the command line ---------------------------------------------------------------------------
 
 
-def test_cli_client_against_the_server(api: Api, make_topic, datasource, tmp_path: Path):
+def test_cli_client_against_the_server(api: Api, stack: DevStack, make_topic, datasource, tmp_path: Path):
+    topic = make_topic(2)
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec_json(datasource, make_topic(2))))
+    spec_file.write_text(json.dumps(spec_json(datasource, topic)))
     bad_file = tmp_path / "bad.json"
     bad_file.write_text(json.dumps(spec_json(datasource, "t", taskCount=-1)))
 
@@ -419,14 +420,39 @@ def test_cli_client_against_the_server(api: Api, make_topic, datasource, tmp_pat
     assert f"supervisor {datasource} submitted" in submitted.stdout
     listed = overlord_cli("supervisor", "list", env={"OVERLORD_URL": api.url})
     assert listed.returncode == 0 and datasource in listed.stdout and "state" in listed.stdout
-    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["latestOffsets"] != {},
-               "the partitions to be seen", 15)
+    sample = make_sample_events(200, bad_every=0)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    wait_until(lambda: committed_total(api.engine, datasource) == 200, "the publish", 60)
+    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["aggregateLag"] == 0, "lag 0", 15)
     status = overlord_cli("supervisor", "status", datasource, "--url", api.url)
     assert status.returncode == 0, status.stderr
     assert f"supervisor {datasource}: RUNNING" in status.stdout and "aggregate lag 0" in status.stdout
     assert "partition  committed  latest  lag" in status.stdout and "active tasks:" in status.stdout
+    watch = subprocess.Popen([sys.executable, "-m", "overlord.cli", "supervisor", "status", datasource, "--watch",
+                              "--every", "0.2", "--url", api.url], stdout=subprocess.PIPE, text=True)
+    redraws = 0
+    for line in watch.stdout or ():
+        redraws += "Ctrl-C stops" in line
+        if redraws == 3:
+            break
+    watch.send_signal(signal.SIGINT)
+    assert watch.wait(30) == 0 and redraws == 3
     suspended = overlord_cli("supervisor", "suspend", datasource, "--url", api.url)
     assert suspended.returncode == 0 and f"supervisor {datasource} suspended" in suspended.stdout
+    history = overlord_cli("supervisor", "history", datasource, "--url", api.url)
+    assert history.returncode == 0 and history.stdout.splitlines()[1].endswith("suspended")
+    stats = overlord_cli("supervisor", "stats", datasource, "--url", api.url)
+    assert stats.returncode == 0 and stats.stdout.splitlines()[1].split() == ["total", "200", "0", "0"], stats.stdout
+    assert "records/s: 1m " in stats.stdout
+    tasks = overlord_cli("supervisor", "tasks", "--datasource", datasource, "--url", api.url)
+    assert tasks.returncode == 0 and "index_kafka" in tasks.stdout and "SUCCESS" in tasks.stdout
+    reset = overlord_cli("supervisor", "reset-offsets", datasource, "0=40", "--url", api.url)
+    assert reset.returncode == 0 and "set to 0:40" in reset.stdout, reset.stderr
+    assert committed_offsets(api.engine, datasource).offsets == {0: 40, 1: 100}
+    not_offsets = overlord_cli("supervisor", "reset-offsets", datasource, "zero", "--url", api.url)
+    assert not_offsets.returncode == 2 and "expected PARTITION=OFFSET" in not_offsets.stderr
+    compacted = overlord_cli("supervisor", "compact", datasource, "--url", api.url)
+    assert compacted.returncode == 0 and compacted.stdout.startswith("compaction task"), compacted.stderr
 
     bad = overlord_cli("supervisor", "submit", str(bad_file), "--url", api.url)
     assert bad.returncode == 1 and "HTTP 400" in bad.stderr and "spec.ioConfig.taskCount" in bad.stderr

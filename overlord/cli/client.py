@@ -12,6 +12,7 @@ import functools
 import getpass
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,11 +100,13 @@ def format_status(status: dict[str, Any]) -> str:
         f"{'healthy' if p['healthy'] else 'UNHEALTHY'}{', suspended' if p['suspended'] else ''}",
         f"datasource {p['dataSource']} from topic {p['stream']} ({p['partitions']} partitions), "
         f"taskCount {p['taskCount']}, replicas {p['replicas']}",
-        f"aggregate lag {p['aggregateLag']}",
+        f"aggregate lag {p['aggregateLag']}" + (f" (oldest waiting {p['maxLagMillis'] / 1000:.1f} s)"
+                                                if p.get("maxLagMillis") else ""),
     ]
-    rows = [["partition", "committed", "latest", "lag"]]
-    rows += [[part, str(p["committedOffsets"].get(part, "-")), str(latest), str(p["minimumLag"].get(part, "-"))]
-             for part, latest in p["latestOffsets"].items()]
+    waited = p.get("minimumLagMillis", {})
+    rows = [["partition", "committed", "latest", "lag", "waiting s"]]
+    rows += [[part, str(p["committedOffsets"].get(part, "-")), str(latest), str(p["minimumLag"].get(part, "-")),
+              f"{waited.get(part, 0) / 1000:.1f}"] for part, latest in p["latestOffsets"].items()]
     lines.append(_table(rows) if len(rows) > 1 else "no partitions seen yet")
     lines.append(f"active tasks: {len(p['activeTasks']) or 'none'}")
     lines += [f"  {t['id']}  {_offsets(t['startingOffsets'])} -> {_offsets(t['endOffsets'])}  "
@@ -151,13 +154,77 @@ def _list(client: OverlordClient, _args: argparse.Namespace) -> str:
     return _table(rows)
 
 
+def _path(supervisor_id: str, tail: str = "") -> str:
+    return f"/supervisor/{quote(supervisor_id, safe='')}{tail}"
+
+
 def _status(client: OverlordClient, args: argparse.Namespace) -> str:
-    return format_status(client.request("GET", f"/supervisor/{quote(args.id, safe='')}/status"))
+    if not args.watch:
+        return format_status(client.request("GET", _path(args.id, "/status")))
+    try:
+        while True:  # a live view: redraw every --every seconds until Ctrl-C
+            shown = format_status(client.request("GET", _path(args.id, "/status")))
+            print(f"\x1b[H\x1b[2J{time.strftime('%H:%M:%S')}  (every {args.every:g} s; Ctrl-C stops)\n{shown}",
+                  flush=True)
+            time.sleep(args.every)
+    except KeyboardInterrupt:
+        return ""
+
+
+def _history(client: OverlordClient, args: argparse.Namespace) -> str:
+    rows = [["version", "topic", "taskCount", "state"]]
+    for entry in client.request("GET", _path(args.id, "/history")):
+        io = entry["spec"].get("spec", {}).get("ioConfig", {})
+        state = "terminated" if entry["terminated"] else ("suspended" if entry["suspended"] else "running")
+        rows.append([entry["version"], str(io.get("topic", "")), str(io.get("taskCount", "")), state])
+    return _table(rows) if len(rows) > 1 else f"no history for {args.id}"
+
+
+def _stats(client: OverlordClient, args: argparse.Namespace) -> str:
+    [(_group, by_id)] = client.request("GET", _path(args.id, "/stats")).items()
+    stats = by_id[args.id]
+    totals, rates = stats["totals"]["buildSegments"], stats["movingAverages"]["buildSegments"]
+    rows = [["", "processed", "unparseable", "thrown away"],
+            ["total", *(str(totals[k]) for k in ("processed", "unparseable", "thrownAway"))]]
+    return _table(rows) + "\n" + "records/s: " + ", ".join(
+        f"{window} {rate['processed']:g}" for window, rate in rates.items())
+
+
+def _tasks(client: OverlordClient, args: argparse.Namespace) -> str:
+    params = {k: v for k, v in (("datasource", args.datasource), ("state", args.state), ("max", args.max)) if v}
+    rows = [["task", "type", "datasource", "status", "seconds", "detail"]]
+    rows += [[t["id"], t["type"], t["dataSource"], t["status"],
+              "running" if t["duration"] < 0 else f"{t['duration'] / 1000:.1f}", (t.get("statusDetail") or "")[:80]]
+             for t in client.request("GET", "/tasks", params=params)]
+    return _table(rows) if len(rows) > 1 else "no tasks"
+
+
+def _reset_offsets(client: OverlordClient, args: argparse.Namespace) -> str:
+    topic, offsets = client.request("GET", _path(args.id, "/status"))["payload"]["stream"], dict(args.offsets)
+    body = {"type": "kafka", "partitions": {"type": "end", "stream": topic, "partitionOffsetMap": offsets}}
+    client.request("POST", _path(args.id, "/resetOffsets"), json=body)
+    return f"supervisor {args.id}: committed offsets of topic {topic} set to {_offsets(offsets)}"
+
+
+def _compact(client: OverlordClient, args: argparse.Namespace) -> str:
+    body = {k: v for k, v in (("interval", args.interval), ("maxRowsPerSegment", args.max_rows_per_segment)) if v}
+    answer = client.request("POST", f"/compact/{quote(args.id, safe='')}", json=body, timeout=None)
+    rows = [["interval", "segments", "rows", "status"]]
+    rows += [[i["interval"], f"{i['inputSegments']} -> {i['outputSegments']}", f"{i['inputRows']} -> {i['outputRows']}",
+              i["status"]] for i in answer["intervals"]]
+    return f"compaction task {answer['task']}:\n" + (_table(rows) if len(rows) > 1 else "nothing to compact")
+
+
+def _partition_offset(text: str) -> tuple[str, int]:
+    partition, sep, offset = text.partition("=")
+    if not sep or not partition.isdigit() or not offset.lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"expected PARTITION=OFFSET, e.g. 0=1500; got {text!r}")
+    return partition, int(offset)
 
 
 def _action(action: str, done: str) -> Command:
     def act(client: OverlordClient, args: argparse.Namespace) -> str:
-        client.request("POST", f"/supervisor/{quote(args.id, safe='')}/{action}")
+        client.request("POST", _path(args.id, f"/{action}"))
         return f"supervisor {args.id} {done}"
 
     return act
@@ -222,13 +289,29 @@ def add_commands(sub: Any) -> None:
     submit.set_defaults(func=_run(_submit))
     commands.add_parser("list", parents=[common], help="supervisors and their state").set_defaults(func=_run(_list))
     verbs = {
-        "status": ("state, lag per partition, active tasks", _status),
+        "status": ("state, lag per partition, active tasks (--watch: a live view)", _status),
+        "history": ("the supervisor's spec versions, newest first", _history),
+        "stats": ("processed, unparseable and thrown-away records; 1, 5 and 15-minute rates", _stats),
+        "reset-offsets": ("set some partitions' committed offsets (PARTITION=OFFSET ...)", _reset_offsets),
+        "compact": ("compact the datasource's intervals now, as a task of the overlord", _compact),
         "suspend": ("stop launching tasks", _action("suspend", "suspended")),
         "resume": ("launch tasks again", _action("resume", "resumed")),
         "reset": ("forget committed offsets (restart from earliest/latest)", _action("reset", "reset")),
         "terminate": ("stop the supervisor for good", _action("terminate", "terminated")),
     }
+    parsers = {}
     for name, (help_text, command) in verbs.items():
-        parser = commands.add_parser(name, parents=[common], help=help_text)
+        parsers[name] = parser = commands.add_parser(name, parents=[common], help=help_text)
         parser.add_argument("id", help="supervisor id (the datasource name)")
         parser.set_defaults(func=_run(command))
+    parsers["status"].add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
+    parsers["status"].add_argument("--every", type=float, default=2.0, metavar="SECONDS",
+                                   help="--watch's refresh interval (default: %(default)s)")
+    parsers["reset-offsets"].add_argument("offsets", nargs="+", type=_partition_offset, metavar="PARTITION=OFFSET")
+    parsers["compact"].add_argument("--interval", help="START/END (ISO-8601): only intervals inside it")
+    parsers["compact"].add_argument("--max-rows-per-segment", type=int, help="default: the spec's")
+    tasks = commands.add_parser("tasks", parents=[common], help="tasks, newest first")
+    tasks.add_argument("--datasource")
+    tasks.add_argument("--state", choices=["running", "complete", "success", "failed"])
+    tasks.add_argument("--max", type=int, default=50)
+    tasks.set_defaults(func=_run(_tasks))
