@@ -34,8 +34,10 @@ from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from overlord.config import Settings
+from overlord.query.druid_sql import UTC_NAMES, metadata_view, translate
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
+from overlord.query.metadata_tables import build_metadata_table
 from overlord.query.running import running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
@@ -94,6 +96,10 @@ class SqlQuery(BaseModel):
     def run(self, spark: SparkSession, engine: sa.Engine, limits: QueryLimits = QueryLimits(),
             query_id: str | None = None) -> list[dict[str, Any]] | list[list[Any]] | str:
         """Run with the context's ``sqlOuterLimit`` and ``timeout`` (within ``limits``) as ``query_id``."""
+        zone = self.context.get("sqlTimeZone")
+        if zone is not None and str(zone).upper() not in UTC_NAMES:
+            raise QueryError(f"context.sqlTimeZone: {zone!r} is not supported; queries run in UTC",
+                             "INVALID_CONTEXT")
         outer = self._context_int("sqlOuterLimit", 0)
         timeout = self._context_int("timeout", 1)
         if timeout is not None:
@@ -197,6 +203,19 @@ def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
         cached[1].createOrReplaceTempView("`" + datasource.replace("`", "``") + "`")
 
 
+def _register_metadata(qs: _QuerySession, engine: sa.Engine, tables: frozenset[str],
+                       storage_options: Mapping[str, Any] | None) -> set[str]:
+    """Views of the metadata tables a query reads, as of now; their names (caller holds the lock)."""
+    def datasource_schemas() -> dict[str, Any]:
+        _register_views(qs, engine, set(datasources(engine)), storage_options)
+        return {name: frame.schema for name, (_paths, frame) in qs.frames.items()}
+
+    for table in tables:
+        build_metadata_table(qs.session, table, engine, datasource_schemas).createOrReplaceTempView(
+            metadata_view(table))
+    return {metadata_view(table).lower() for table in tables}
+
+
 def _user_error(exc: PySparkException) -> QueryError | None:
     """The QueryError for a user's mistake (SQLSTATE classes 22 and 42), None for anything else."""
     state = exc.getSqlState() or ""
@@ -220,13 +239,15 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
     qs = _query_session(spark)
-    nodes = check_parsed(qs.walker, qs.parse(query), qs.functions)
+    translation = translate(query)
+    nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
         try:
             with qs.lock:  # views and analysis together: the plan binds the file lists registered here
                 _register_views(qs, engine, relations(nodes), storage_options)
-                frame = qs.session.sql(query, args=list(parameters) or None)
-                views = {name.lower() for name in qs.frames}
+                metadata = _register_metadata(qs, engine, translation.metadata_tables, storage_options)
+                frame = qs.session.sql(translation.sql, args=list(parameters) or None)
+                views = {name.lower() for name in qs.frames} | metadata
             check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
             cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
             table = frame.limit(cut).toArrow()

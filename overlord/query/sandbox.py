@@ -185,19 +185,24 @@ def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> l
                           "NOT_READ_ONLY")
         if node.name == "UnresolvedFunction":
             name = _function_name(node)
-            if name in DENIED_FUNCTIONS or name not in functions:
-                raise QueryError(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+            _check_function(name, functions)
             if name in SIZE_ARGUMENTS:
                 _check_size(walker, node, name)
         elif node.name == "UnresolvedGenerator":  # LATERAL VIEW f(...)
-            name = str(node.obj.name().funcName()).lower()
-            if name in DENIED_FUNCTIONS or name not in functions:
-                raise QueryError(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+            _check_function(str(node.obj.name().funcName()).lower(), functions)
         elif node.name == "UnresolvedTableValuedFunction":
             name = str(node.obj.name().last()).lower()
             if name not in TABLE_FUNCTIONS:
                 raise QueryError(f"table function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
     return nodes
+
+
+def _check_function(name: str, functions: Collection[str]) -> None:
+    if name in DENIED_FUNCTIONS:
+        raise QueryError(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+    if name not in functions:
+        raise QueryError(f"function {name}() does not exist (neither a Spark SQL function nor a Druid function "
+                         "this overlord translates)", "UNRESOLVED_ROUTINE")
 
 
 def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> None:

@@ -1,0 +1,282 @@
+"""Druid SQL on Spark: Druid's functions and schemas rewritten into Spark SQL before it is parsed.
+
+The rewriting works on sqlglot's syntax tree, never on the text. sqlglot parses Druid SQL
+(``"name"`` identifiers, ``'text'`` strings) but passes Druid's own functions through
+untouched, so each is translated here with Druid's semantics: ``TIME_FLOOR`` with Druid's
+period alignment (one unit truncates, a multiple counts whole periods from the epoch),
+``REGEXP_EXTRACT``'s default group 0, ``LATEST``/``EARLIEST`` by ``__time``, and so on. A query
+with nothing Druid-specific is passed on as written, so Spark SQL keeps working; one that
+sqlglot cannot parse is passed on too, and Spark reports the syntax error. The sandbox checks
+the translated query's plans like any other: translation cannot widen what a query may do.
+
+Tables: ``druid.x`` is the datasource ``x``; ``INFORMATION_SCHEMA.*`` and ``sys.*`` tables are
+views the engine builds from the metadata store (:mod:`overlord.query.metadata_tables`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.dialect import build_date_delta
+from sqlglot.dialects.druid import Druid
+from sqlglot.errors import SqlglotError
+from sqlglot.parsers.druid import DruidParser
+
+from overlord.query.errors import QueryError
+from overlord.query.metadata_tables import SCHEMAS
+
+__all__ = ["METADATA_TABLES", "UTC_NAMES", "Translation", "metadata_view", "translate"]
+
+METADATA_TABLES = frozenset(SCHEMAS)
+"""``schema.table`` names (lower case) of the metadata tables."""
+
+_PERIOD = re.compile(r"P(?:(\d+)([YMWD])|T(\d+)([HMS]))", re.IGNORECASE)
+_DATE_UNITS = {"Y": "YEAR", "M": "MONTH", "W": "WEEK", "D": "DAY"}
+_TIME_UNITS = {"H": "HOUR", "M": "MINUTE", "S": "SECOND"}
+_MILLIS = {"WEEK": 604_800_000, "DAY": 86_400_000, "HOUR": 3_600_000, "MINUTE": 60_000, "SECOND": 1_000}
+_FLOOR_UNITS = frozenset({"SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR"})
+_EXTRACT = {"EPOCH": "unix_seconds(_t)", "SECOND": "second(_t)", "MINUTE": "minute(_t)", "HOUR": "hour(_t)",
+            "DAY": "dayofmonth(_t)", "DOW": "extract(DAYOFWEEK_ISO FROM _t)",
+            "ISODOW": "extract(DAYOFWEEK_ISO FROM _t)",
+            "DOY": "dayofyear(_t)", "WEEK": "weekofyear(_t)", "MONTH": "month(_t)", "QUARTER": "quarter(_t)",
+            "YEAR": "year(_t)"}
+_ISO_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
+UTC_NAMES = frozenset({"UTC", "ETC/UTC", "Z", "GMT", "+00:00"})
+"""Time zone names (upper case) accepted: every timestamp here is UTC."""
+
+
+class _DruidParser(DruidParser):
+    # Druid's TIMESTAMPADD/DIFF take the unit first; sqlglot's Druid parser reads it as a column.
+    FUNCTIONS = {**DruidParser.FUNCTIONS, "TIMESTAMPDIFF": build_date_delta(exp.TimestampDiff),
+                 "TIMESTAMPADD": build_date_delta(exp.TimestampAdd)}
+
+
+class _DruidDialect(Druid):
+    Parser = _DruidParser
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The Spark SQL to run, and the metadata tables it reads (``schema.table``, lower case)."""
+
+    sql: str
+    metadata_tables: frozenset[str] = frozenset()
+
+
+def metadata_view(table: str) -> str:
+    """The name of the view that serves metadata table ``table`` (``schema.table``)."""
+    return "__druid_" + table.replace(".", "_")
+
+
+def translate(query: str) -> Translation:
+    """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported."""
+    try:
+        trees = sqlglot.parse(query, read=_DruidDialect)
+    except SqlglotError:
+        return Translation(query)  # Spark's parser reports the syntax error
+    if len(trees) != 1 or trees[0] is None:
+        return Translation(query)
+    tree, tables, changed = trees[0], set[str](), False
+    for node in reversed(list(tree.walk(bfs=False))):  # children first: nested Druid calls are rewritten too
+        new = _rewrite(node, tables)
+        if new is not node:
+            changed = True
+            if node is tree:
+                tree = new
+            else:
+                node.replace(new)
+    return Translation(tree.sql(dialect="spark"), frozenset(tables)) if changed else Translation(query)
+
+
+def _rewrite(node: exp.Expression, tables: set[str]) -> exp.Expression:
+    if isinstance(node, exp.Table) and node.args.get("db") is not None:
+        return _table(node, tables)
+    if isinstance(node, exp.Anonymous):
+        translator = _FUNCTIONS.get(str(node.this).upper())
+        return translator(list(node.expressions)) if translator else node
+    if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("to") is not None:
+        unit = node.args["to"].name.upper()
+        if unit not in _FLOOR_UNITS:
+            raise QueryError(f"{type(node).__name__.upper()}(... TO {unit}): unsupported unit; use one of "
+                             f"{', '.join(sorted(_FLOOR_UNITS))}", "UNSUPPORTED_DRUID_SQL")
+        floor = _trunc(node.this, unit)
+        return floor if isinstance(node, exp.Floor) else _ceil(node.this, floor, unit, 1)
+    if isinstance(node, exp.RegexpExtract):  # Druid's third argument is the group, by default 0 (Spark's: 1)
+        group = node.args.get("group") or node.args.get("position") or exp.Literal.number(0)
+        return exp.Anonymous(this="regexp_extract", expressions=[node.this, node.expression, group])
+    if isinstance(node, exp.StrPosition):
+        return exp.Anonymous(this="instr", expressions=[node.this, node.args["substr"]])
+    if isinstance(node, exp.TimestampAdd | exp.TimestampDiff):
+        name = "timestampadd" if isinstance(node, exp.TimestampAdd) else "timestampdiff"
+        unit = exp.Var(this=node.args["unit"].name.upper())
+        return exp.Anonymous(this=name, expressions=[unit, node.expression, node.this])
+    return node
+
+
+def _table(node: exp.Table, tables: set[str]) -> exp.Expression:
+    schema, name = node.db.lower(), node.name
+    if schema == "druid":
+        return exp.Table(this=exp.to_identifier(name, quoted=True), alias=node.args.get("alias"))
+    qualified = f"{schema}.{name.lower()}"
+    if qualified not in METADATA_TABLES:
+        if schema in ("information_schema", "sys"):
+            raise QueryError(f"{node.db}.{name}: no such table; there are "
+                             f"{', '.join(sorted(METADATA_TABLES))}", "TABLE_OR_VIEW_NOT_FOUND")
+        return node
+    tables.add(qualified)
+    alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name, quoted=True))
+    return exp.Table(this=exp.to_identifier(metadata_view(qualified), quoted=True), alias=alias)
+
+
+# --- functions ---------------------------------------------------------------------------------
+
+
+def _sql(template: str, **args: exp.Expression) -> exp.Expression:
+    """Spark SQL ``template`` with the columns named like ``args`` replaced by those expressions."""
+    tree = sqlglot.parse_one(template, read="spark")
+    return tree.transform(lambda n: args[n.name].copy() if isinstance(n, exp.Column) and n.name in args else n)
+
+
+def _literal(args: list[exp.Expression], index: int, function: str, what: str) -> str | None:
+    """A string literal argument (None when absent or NULL); anything else is refused."""
+    if index >= len(args) or isinstance(args[index], exp.Null):
+        return None
+    if not (isinstance(args[index], exp.Literal) and args[index].is_string):
+        raise QueryError(f"{function}: the {what} must be a string literal", "UNSUPPORTED_DRUID_SQL")
+    return str(args[index].this)
+
+
+def _arity(function: str, args: list[exp.Expression], low: int, high: int) -> None:
+    if not low <= len(args) <= high:
+        expected = str(low) if low == high else f"{low} to {high}"
+        raise QueryError(f"{function} takes {expected} arguments, got {len(args)}", "UNSUPPORTED_DRUID_SQL")
+
+
+def _utc_only(function: str, args: list[exp.Expression], index: int) -> None:
+    zone = _literal(args, index, function, "time zone")
+    if zone is not None and zone.upper() not in UTC_NAMES:
+        raise QueryError(f"{function}: time zone {zone!r} is not supported; timestamps are UTC",
+                         "UNSUPPORTED_DRUID_SQL")
+
+
+def _period(function: str, args: list[exp.Expression], index: int = 1) -> tuple[int, str]:
+    text = _literal(args, index, function, "period")
+    found = _PERIOD.fullmatch(text or "")
+    if found is None:
+        raise QueryError(f"{function}: period {text!r} is not supported; use one ISO-8601 unit such as PT1H, "
+                         "PT15M, P1D, P1W, P1M, P3M or P1Y", "UNSUPPORTED_DRUID_SQL")
+    if found.group(1):
+        return int(found.group(1)), _DATE_UNITS[found.group(2).upper()]
+    return int(found.group(3)), _TIME_UNITS[found.group(4).upper()]
+
+
+def _trunc(ts: exp.Expression, unit: str) -> exp.Expression:
+    return exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), ts.copy()])
+
+
+def _floor(ts: exp.Expression, count: int, unit: str) -> exp.Expression:
+    """Druid's period floor: one unit truncates; a multiple counts whole periods from the epoch."""
+    if count == 1 or (unit == "MONTH" and count == 3):
+        return _trunc(ts, unit if count == 1 else "QUARTER")
+    n = exp.Literal.number(count)
+    if unit in _MILLIS:
+        return _sql("timestamp_millis(floor(unix_millis(_t) / _n) * _n)", _t=ts,
+                    _n=exp.Literal.number(count * _MILLIS[unit]))
+    if unit == "MONTH":
+        return _sql("CAST(add_months(DATE'1970-01-01', CAST(floor(((year(_t) - 1970) * 12 + month(_t) - 1) / _n) "
+                    "* _n AS INT)) AS TIMESTAMP)", _t=ts, _n=n)
+    return _sql("make_timestamp(CAST(1970 + floor((year(_t) - 1970) / _n) * _n AS INT), 1, 1, 0, 0, 0)", _t=ts, _n=n)
+
+
+def _shift(ts: exp.Expression, count: int, unit: str, step: exp.Expression) -> exp.Expression:
+    amount = _sql("_n * _s", _n=exp.Literal.number(count), _s=step)
+    return exp.Anonymous(this="timestampadd", expressions=[exp.Var(this=unit), amount, ts.copy()])
+
+
+def _ceil(ts: exp.Expression, floor: exp.Expression, unit: str, count: int) -> exp.Expression:
+    return _sql("CASE WHEN _f = _t THEN _t ELSE _g END", _f=floor, _t=ts,
+                _g=_shift(floor, count, unit, exp.Literal.number(1)))
+
+
+def _time_floor(args: list[exp.Expression]) -> exp.Expression:
+    _arity("TIME_FLOOR", args, 2, 4)
+    if _literal(args, 2, "TIME_FLOOR", "origin") is not None:
+        raise QueryError("TIME_FLOOR: an origin is not supported", "UNSUPPORTED_DRUID_SQL")
+    _utc_only("TIME_FLOOR", args, 3)
+    return _floor(args[0], *_period("TIME_FLOOR", args))
+
+
+def _time_ceil(args: list[exp.Expression]) -> exp.Expression:
+    _arity("TIME_CEIL", args, 2, 4)
+    if _literal(args, 2, "TIME_CEIL", "origin") is not None:
+        raise QueryError("TIME_CEIL: an origin is not supported", "UNSUPPORTED_DRUID_SQL")
+    _utc_only("TIME_CEIL", args, 3)
+    count, unit = _period("TIME_CEIL", args)
+    return _ceil(args[0], _floor(args[0], count, unit), unit, count)
+
+
+def _time_shift(args: list[exp.Expression]) -> exp.Expression:
+    _arity("TIME_SHIFT", args, 3, 4)
+    _utc_only("TIME_SHIFT", args, 3)
+    return _shift(args[0], *_period("TIME_SHIFT", args), args[2])
+
+
+def _time_extract(args: list[exp.Expression]) -> exp.Expression:
+    _arity("TIME_EXTRACT", args, 2, 3)
+    _utc_only("TIME_EXTRACT", args, 2)
+    unit = (_literal(args, 1, "TIME_EXTRACT", "unit") or "").upper()
+    if unit not in _EXTRACT:
+        raise QueryError(f"TIME_EXTRACT: unit {unit!r} is not supported; use one of {', '.join(_EXTRACT)}",
+                         "UNSUPPORTED_DRUID_SQL")
+    return _sql(_EXTRACT[unit], _t=args[0])
+
+
+def _time_parse(args: list[exp.Expression]) -> exp.Expression:
+    _arity("TIME_PARSE", args, 1, 3)
+    _utc_only("TIME_PARSE", args, 2)
+    pattern = _literal(args, 1, "TIME_PARSE", "pattern")
+    if pattern is None:  # ISO-8601; Druid answers NULL for what does not parse
+        return _sql("try_cast(_s AS TIMESTAMP)", _s=args[0])
+    return _sql("try_to_timestamp(_s, _p)", _s=args[0], _p=exp.Literal.string(pattern))
+
+
+def _time_format(args: list[exp.Expression]) -> exp.Expression:
+    _arity("TIME_FORMAT", args, 1, 3)
+    _utc_only("TIME_FORMAT", args, 2)
+    pattern = _literal(args, 1, "TIME_FORMAT", "pattern") or _ISO_FORMAT
+    return _sql("date_format(_t, _p)", _t=args[0], _p=exp.Literal.string(pattern))
+
+
+def _rename(spark_name: str, low: int, high: int, *, defaults: tuple[exp.Expression, ...] = ()
+            ) -> Callable[[list[exp.Expression]], exp.Expression]:
+    """A Druid function that is a Spark function under another name; ``defaults`` fill the optional args."""
+    def translate_call(args: list[exp.Expression]) -> exp.Expression:
+        _arity(spark_name, args, low, high)
+        filled = [*args, *defaults[len(args) - low:]]
+        return exp.Anonymous(this=spark_name, expressions=[a.copy() for a in filled])
+    return translate_call
+
+
+def _by_time(spark_name: str, by_argument: bool) -> Callable[[list[exp.Expression]], exp.Expression]:
+    """LATEST/EARLIEST(expr[, maxBytes]) by ``__time``; LATEST_BY/EARLIEST_BY(expr, time[, maxBytes])."""
+    def translate_call(args: list[exp.Expression]) -> exp.Expression:
+        low = 2 if by_argument else 1
+        _arity(spark_name, args, low, low + 1)
+        by = args[1] if by_argument else exp.column("__time", quoted=True)
+        return exp.Anonymous(this=spark_name, expressions=[args[0].copy(), by.copy()])
+    return translate_call
+
+
+_FUNCTIONS: dict[str, Callable[[list[exp.Expression]], exp.Expression]] = {
+    "TIME_FLOOR": _time_floor, "TIME_CEIL": _time_ceil, "TIME_SHIFT": _time_shift, "TIME_EXTRACT": _time_extract,
+    "TIME_PARSE": _time_parse, "TIME_FORMAT": _time_format,
+    "MILLIS_TO_TIMESTAMP": _rename("timestamp_millis", 1, 1), "TIMESTAMP_TO_MILLIS": _rename("unix_millis", 1, 1),
+    "LATEST": _by_time("max_by", False), "EARLIEST": _by_time("min_by", False),
+    "LATEST_BY": _by_time("max_by", True), "EARLIEST_BY": _by_time("min_by", True),
+    "STRLEN": _rename("length", 1, 1), "TEXTCAT": _rename("concat", 2, 2),
+    "CONTAINS_STRING": _rename("contains", 2, 2),
+}

@@ -1,0 +1,115 @@
+"""Druid's metadata tables, built from the metadata store for the queries that read them.
+
+``INFORMATION_SCHEMA.SCHEMATA``, ``TABLES`` and ``COLUMNS`` (with Druid's columns: SQL types,
+JDBC type numbers, nullability), ``sys.segments`` and ``sys.tasks``. What SQLAlchemy's
+``druid://`` dialect (Superset) and pydruid ask to list tables and columns is answered here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from overlord.supervisor.metadata_store import tasks as tasks_t
+from segment_store.records import segment_record
+from segment_store.schema import segments as segments_t
+from segment_store.timeline import visible
+
+__all__ = ["SCHEMAS", "build_metadata_table"]
+
+_STRING, _LONG = T.StringType(), T.LongType()
+
+# Druid SQL type and JDBC type number per Spark type of a segment column.
+_SQL_TYPES: dict[type[T.DataType], tuple[str, int]] = {
+    T.TimestampType: ("TIMESTAMP", 93), T.StringType: ("VARCHAR", 12), T.LongType: ("BIGINT", -5),
+    T.IntegerType: ("INTEGER", 4), T.DoubleType: ("DOUBLE", 8), T.FloatType: ("FLOAT", 6),
+    T.BooleanType: ("BOOLEAN", 16), T.DateType: ("DATE", 91)}
+
+
+def _schema(*columns: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(name, kind) for name, kind in columns])
+
+
+SCHEMAS: dict[str, T.StructType] = {
+    "information_schema.schemata": _schema(
+        ("CATALOG_NAME", _STRING), ("SCHEMA_NAME", _STRING), ("SCHEMA_OWNER", _STRING),
+        ("DEFAULT_CHARACTER_SET_CATALOG", _STRING), ("DEFAULT_CHARACTER_SET_SCHEMA", _STRING),
+        ("DEFAULT_CHARACTER_SET_NAME", _STRING), ("SQL_PATH", _STRING)),
+    "information_schema.tables": _schema(
+        ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("TABLE_TYPE", _STRING),
+        ("IS_JOINABLE", _STRING), ("IS_BROADCAST", _STRING)),
+    "information_schema.columns": _schema(
+        ("TABLE_CATALOG", _STRING), ("TABLE_SCHEMA", _STRING), ("TABLE_NAME", _STRING), ("COLUMN_NAME", _STRING),
+        ("ORDINAL_POSITION", _LONG), ("COLUMN_DEFAULT", _STRING), ("IS_NULLABLE", _STRING), ("DATA_TYPE", _STRING),
+        ("CHARACTER_MAXIMUM_LENGTH", _LONG), ("CHARACTER_OCTET_LENGTH", _LONG), ("NUMERIC_PRECISION", _LONG),
+        ("NUMERIC_PRECISION_RADIX", _LONG), ("NUMERIC_SCALE", _LONG), ("DATETIME_PRECISION", _LONG),
+        ("CHARACTER_SET_NAME", _STRING), ("COLLATION_NAME", _STRING), ("JDBC_TYPE", _LONG)),
+    "sys.segments": _schema(
+        ("segment_id", _STRING), ("datasource", _STRING), ("start", _STRING), ("end", _STRING), ("size", _LONG),
+        ("version", _STRING), ("partition_num", _LONG), ("num_replicas", _LONG), ("num_rows", _LONG),
+        ("is_active", _LONG), ("is_published", _LONG), ("is_available", _LONG), ("is_realtime", _LONG),
+        ("is_overshadowed", _LONG)),
+    "sys.tasks": _schema(
+        ("task_id", _STRING), ("group_id", _STRING), ("type", _STRING), ("datasource", _STRING),
+        ("created_time", _STRING), ("queue_insertion_time", _STRING), ("status", _STRING),
+        ("runner_status", _STRING), ("duration", _LONG), ("location", _STRING), ("host", _STRING),
+        ("plaintext_port", _LONG), ("tls_port", _LONG), ("error_msg", _STRING)),
+}
+"""Every metadata table's columns, as Druid names them."""
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat().replace("+00:00", "Z") if ts is not None else None
+
+
+def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mapping[str, T.StructType]]
+          ) -> list[tuple[Any, ...]]:
+    if table == "information_schema.schemata":
+        return [("druid", schema, None, None, None, None, None) for schema in ("druid", "INFORMATION_SCHEMA", "sys")]
+    if table == "information_schema.tables":
+        system = [("druid", *_display_name(name), "SYSTEM_TABLE", "NO", "NO") for name in sorted(SCHEMAS)]
+        return [("druid", "druid", ds, "TABLE", "NO", "NO") for ds in sorted(datasource_schemas())] + system
+    if table == "information_schema.columns":
+        return [("druid", "druid", ds, field.name, position, "", "NO" if field.name == "__time" else "YES",
+                 *_types(field.dataType))
+                for ds, schema in sorted(datasource_schemas().items())
+                for position, field in enumerate(schema.fields, start=1)]
+    if table == "sys.segments":
+        with engine.connect() as conn:
+            segments = [segment_record(r) for r in conn.execute(sa.select(segments_t)).mappings()]
+        shown = {s.id for s in visible(segments)}
+        return [(s.id, s.datasource, _iso(s.interval_start), _iso(s.interval_end), s.size_bytes, str(s.version),
+                 s.partition_num, int(s.used), s.num_rows, int(s.id in shown), int(s.used), int(s.used), 0,
+                 int(s.used and s.id not in shown)) for s in segments]
+    with engine.connect() as conn:
+        tasks = list(conn.execute(sa.select(tasks_t).order_by(tasks_t.c.created_at.desc())).mappings())
+    return [(t["id"], t["supervisor_id"], t["type"], t["datasource"], _iso(t["created_at"]), _iso(t["created_at"]),
+             t["status"], "RUNNING" if t["status"] == "RUNNING" else "NONE",
+             -1 if t["finished_at"] is None else int((t["finished_at"] - t["created_at"]).total_seconds() * 1000),
+             None, None, -1, -1, t["status_detail"] if t["status"] == "FAILED" else None) for t in tasks]
+
+
+def _display_name(table: str) -> tuple[str, str]:
+    """(TABLE_SCHEMA, TABLE_NAME) of a metadata table, spelt as Druid spells them."""
+    schema, name = table.split(".")
+    return ("INFORMATION_SCHEMA", name.upper()) if schema == "information_schema" else (schema, name)
+
+
+def _types(kind: T.DataType) -> tuple[Any, ...]:
+    """DATA_TYPE and the columns after it up to JDBC_TYPE."""
+    name, jdbc = _SQL_TYPES.get(type(kind), ("OTHER", 1111))
+    numeric = name in ("BIGINT", "INTEGER", "DOUBLE", "FLOAT")
+    return (name, None, None, 19 if name == "BIGINT" else (15 if numeric else None), 10 if numeric else None,
+            0 if name in ("BIGINT", "INTEGER") else None, 3 if name == "TIMESTAMP" else None,
+            "UTF-16LE" if name == "VARCHAR" else None, "UTF-16LE$en_US$primary" if name == "VARCHAR" else None, jdbc)
+
+
+def build_metadata_table(session: SparkSession, table: str, engine: sa.Engine,
+                         datasource_schemas: Callable[[], Mapping[str, T.StructType]]) -> DataFrame:
+    """The rows of metadata table ``table`` (``schema.table``, lower case) as of now."""
+    return session.createDataFrame(_rows(table, engine, datasource_schemas), SCHEMAS[table])
