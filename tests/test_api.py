@@ -136,7 +136,8 @@ def test_invalid_spec_is_400_naming_each_bad_field(api: Api, body: dict[str, Any
     assert response.status_code == 400, response.text
     answer = response.json()
     assert sorted(e["path"] for e in answer["errors"]) == sorted(paths)
-    assert answer["error"].startswith("invalid supervisor spec: ") and all(p in answer["error"] for p in paths)
+    message = answer["errorMessage"]
+    assert message.startswith("invalid supervisor spec: ") and all(p in message for p in paths)
     assert "bad_spec" not in api.get("/supervisor")
 
 
@@ -248,7 +249,7 @@ def test_suspend_and_resume_flip_suspended(api: Api, make_topic, datasource):
     assert suspended.json()["spec"]["dataSchema"]["dataSource"] == datasource
     assert api.get(f"/supervisor/{datasource}/status")["payload"]["state"] == "SUSPENDED"
     again = api.post(f"/supervisor/{datasource}/suspend")
-    assert again.status_code == 400 and "already suspended" in again.json()["error"]
+    assert again.status_code == 400 and "already suspended" in again.json()["errorMessage"]
 
     resumed = api.post(f"/supervisor/{datasource}/resume")
     assert resumed.status_code == 200 and resumed.json()["suspended"] is False
@@ -307,7 +308,7 @@ def test_terminate_removes_the_supervisor_and_leaves_a_tombstone(api: Api, make_
 ])
 def test_unknown_ids_are_404(api: Api, method: str, path: str):
     response = api.http.request(method, V1 + path)
-    assert response.status_code == 404 and "nope" in response.json()["error"]
+    assert response.status_code == 404 and "nope" in response.json()["errorMessage"]
 
 
 def test_unexpected_errors_are_500_with_a_logged_traceback(api: Api, monkeypatch, caplog):
@@ -356,6 +357,11 @@ def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: De
     assert api.post(f"/task/{task_id}/shutdown").json() == {"task": task_id}
     processed = api.get(f"/supervisor/{datasource}/stats")["0"][datasource]["totals"]["buildSegments"]["processed"]
     assert processed == 300
+
+    assert datasource in api.http.get("/druid/v2/datasources").json()
+    assert api.http.get(f"/druid/v2/datasources/{datasource}").json() == {
+        "dimensions": ["country", "device"], "metrics": ["count", "value_sum", "value_min", "value_max", "price_sum"]}
+    assert api.http.get("/druid/v2/datasources/nope").status_code == 404
 
     page = api.http.get("/")  # the console; tests/test_console.py drives it in a browser
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -572,7 +578,7 @@ def test_bodies_past_the_size_limit_get_413_whether_declared_or_chunked(api: Api
     chunked = api.http.post("/druid/v2/sql", content=iter([big[:1000], big[1000:]]),
                             headers={"Content-Type": "application/json"})
     for response in (declared, chunked):
-        assert response.status_code == 413 and "OVERLORD_HTTP_MAX_BODY_BYTES" in response.json()["error"]
+        assert response.status_code == 413 and "OVERLORD_HTTP_MAX_BODY_BYTES" in response.json()["errorMessage"]
     small = api.http.post("/druid/v2/sql", content=iter([b'{"query": ', b'"SELECT 1 AS one"}']),
                           headers={"Content-Type": "application/json"})
     assert small.status_code == 200 and small.json() == [{"one": 1}]
@@ -585,8 +591,31 @@ def test_druid_status_endpoints_and_the_sql_path_pydruid_uses(api: Api):
     assert health.status_code == 200 and health.json() is True
     answer = api.http.post("/druid/v2/sql/", json={"query": "SELECT 2 AS two"}, follow_redirects=False)
     assert answer.status_code == 200 and answer.json() == [{"two": 2}]
-    missing = api.http.get(V1 + "/supervisor/no_such_id")
-    assert missing.status_code == 404 and missing.json()["errorMessage"] == missing.json()["error"]
+
+
+
+DRUID_ERROR_KEYS = {"error", "errorCode", "persona", "category", "errorMessage", "context"}
+
+
+@pytest.mark.parametrize("method, path, body, status, category", [
+    ("GET", V1 + "/supervisor/no_such_id", None, 404, "NOT_FOUND"),
+    ("POST", V1 + "/supervisor", {"type": "kafka"}, 400, "INVALID_INPUT"),
+    ("POST", V1 + "/supervisor/no_such_id/suspend", None, 404, "NOT_FOUND"),
+    ("GET", V1 + "/tasks?state=bogus", None, 400, "INVALID_INPUT"),
+    ("POST", "/druid/v2/sql", {"query": "SELEC 1"}, 400, "INVALID_INPUT"),
+    ("DELETE", "/druid/v2/sql/no-such-query", None, 404, "NOT_FOUND"),
+    ("GET", "/console/no-such-asset", None, 404, "NOT_FOUND"),
+    ("GET", "/no/such/route", None, 404, "NOT_FOUND"),
+    ("POST", "/druid/v2/sql", "x" * 2_000_000, 413, "CAPACITY_EXCEEDED"),
+])
+def test_every_error_has_druids_shape(api: Api, method, path, body, status, category):
+    """Druid's clients read errorMessage (pydruid raises KeyError without it); tools also read category."""
+    answer = api.http.request(method, path, json=body if isinstance(body, dict) else None,
+                              content=body if isinstance(body, str) else None)
+    assert answer.status_code == status
+    shape = answer.json()
+    assert DRUID_ERROR_KEYS <= set(shape) and shape["error"] == "druidException", shape
+    assert shape["category"] == category and shape["errorMessage"] and isinstance(shape["context"], dict)
 
 
 def test_a_running_query_is_cancelled_by_its_sql_query_id(api: Api):

@@ -49,7 +49,7 @@ def test_every_route_but_liveness_needs_credentials_and_writes_need_the_write_ro
             assert wrong.request(method, path, json={}).status_code == 401, (method, path)
             if required_role(method, path) == "write":
                 refused = reader.request(method, path, json={})
-                assert refused.status_code == 403 and "write role" in refused.json()["error"], (method, path)
+                assert refused.status_code == 403 and "write role" in refused.json()["errorMessage"], (method, path)
 
 
 def test_the_right_credentials_pass_for_reads_and_writes(secured, token, make_topic, datasource):

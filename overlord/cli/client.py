@@ -79,7 +79,7 @@ def _error_message(response: httpx.Response) -> str:
     errors = body.get("errors") or []
     if errors:
         return f"{head}:\n" + "\n".join(f"  {e.get('path')}: {e.get('message')}" for e in errors)
-    return f"{head}: {body.get('error', body)}"
+    return f"{head}: {body.get('errorMessage', body)}"
 
 
 def _table(rows: list[list[str]]) -> str:

@@ -19,6 +19,7 @@ from urllib.parse import unquote
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from overlord.errors import NotFound, NotLeader
 from overlord.http.auth import Authenticator, AuthMiddleware
@@ -79,6 +80,10 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> Response:
         errors = [(_validation_path(e.get("loc", ())), str(e.get("msg", "invalid"))) for e in exc.errors()]
         return error_reply(400, "invalid request: " + "; ".join(f"{p}: {m}" for p, m in errors), errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+        return error_reply(exc.status_code, str(exc.detail))  # no such route, method not allowed
 
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, exc: NotFound) -> Response:

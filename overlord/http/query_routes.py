@@ -18,6 +18,8 @@ from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
 from overlord.query.running import cancel_query
 from overlord.supervisor.manager import Overlord
+from segment_store.timeline import datasources
+from specs import load_supervisor_spec
 from specs.durations import parse_utc_interval
 
 __all__ = ["query_routes"]
@@ -48,7 +50,7 @@ def _report(r: CompactionReport) -> dict[str, Any]:
 
 
 def query_routes(overlord: Overlord) -> APIRouter:
-    """``POST /druid/v2/sql`` and ``POST /druid/indexer/v1/compact/{datasource}``."""
+    """``POST /druid/v2/sql``, ``/druid/v2/datasources`` and ``POST /druid/indexer/v1/compact/{datasource}``."""
     spark, engine = overlord.runner.spark, overlord.engine
     limits = QueryLimits.from_settings(overlord.settings)
     router = APIRouter()
@@ -66,6 +68,20 @@ def query_routes(overlord: Overlord) -> APIRouter:
         content = result if isinstance(result, str) else json.dumps(result)
         return Response(content, media_type=CONTENT_TYPES[body.result_format],
                         headers={"X-Druid-SQL-Query-Id": query_id})
+
+    @router.get("/druid/v2/datasources", tags=["query"], summary="Datasources with published segments (Druid's)")
+    def list_datasources() -> Response:
+        return JSONResponse(datasources(engine))
+
+    @router.get("/druid/v2/datasources/{datasource}", tags=["query"],
+                summary="A datasource's dimensions and metrics, from its (last) supervisor spec")
+    def describe_datasource(datasource: str) -> Response:
+        history = overlord.store.history(datasource) if datasource in datasources(engine) else []
+        if not history:
+            raise NotFound(f"no datasource {datasource!r} with published segments and a supervisor spec")
+        schema = load_supervisor_spec(history[0].spec).spec.data_schema
+        return JSONResponse({"dimensions": schema.dimensions_spec.names,
+                             "metrics": [metric.name for metric in schema.metrics_spec]})
 
     @router.delete("/druid/v2/sql/{query_id}", tags=["query"], summary="Cancel a running query (202, or 404)")
     def cancel(query_id: str) -> Response:

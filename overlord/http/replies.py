@@ -16,6 +16,7 @@ from typing import Any
 from fastapi.responses import Response
 from starlette.types import Send
 
+from overlord.errors import druid_error
 from overlord.http.redact import SecretRegistry
 from overlord.http.status import mask_secrets
 from overlord.supervisor.manager import Overlord
@@ -33,8 +34,8 @@ class ApiError(Exception):
 
 
 async def send_error(send: Send, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    """Answer a request from ASGI middleware (before any route): ``{"error", "errorMessage"}`` (Druid's key)."""
-    content = json.dumps({"error": message, "errorMessage": message}).encode()
+    """Answer a request from ASGI middleware (before any route), in Druid's error shape."""
+    content = json.dumps(druid_error(status, message)).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()), *headers]})
     await send({"type": "http.response.body", "body": content})
@@ -56,7 +57,7 @@ class Replies:
         return Response(json.dumps(self.view(content)), status, media_type="application/json")
 
     def error(self, status: int, message: str, errors: Sequence[tuple[str, str]] = ()) -> Response:
-        body: dict[str, Any] = {"error": message, "errorMessage": message}  # errorMessage: what Druid clients read
+        body = druid_error(status, message)
         if errors:
             body["errors"] = [{"path": path, "message": msg} for path, msg in errors]
         return self.reply(body, status)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from overlord.errors import OverlordError
+from overlord.errors import OverlordError, druid_error
 
 __all__ = ["QueryError"]
+
+_CATEGORIES = {"QUERY_TIMEOUT": "TIMEOUT", "QUERY_CANCELLED": "CANCELED", "RESULT_TOO_LARGE": "CAPACITY_EXCEEDED"}
+"""Druid's error category of the classes that are not plain invalid input."""
 
 
 class QueryError(OverlordError):
@@ -19,6 +22,5 @@ class QueryError(OverlordError):
 
     def to_druid(self) -> dict[str, Any]:
         """The body Druid returns with a 400 for an invalid query."""
-        context = {"errorClass": self.error_class} if self.error_class else {}
-        return {"error": "druidException", "errorCode": "invalidInput", "persona": "USER",
-                "category": "INVALID_INPUT", "errorMessage": self.message, "context": context}
+        return druid_error(400, self.message, category=_CATEGORIES.get(self.error_class or ""),
+                           context={"errorClass": self.error_class} if self.error_class else {})
