@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Route
 
 from overlord.http.auth import LIVENESS_PATHS, AuthFile, required_role
-from tests.helpers import READER, overlord_cli
+from tests.helpers import READER, WRITER, overlord_cli
 
 
 def routes(table: list[Any], prefix: str = "") -> list[tuple[str, str]]:
@@ -103,3 +103,21 @@ def test_the_command_line_client_sends_credentials_from_the_environment(secured)
     listed = overlord_cli("supervisor", "list", "--url", url,
                           env={"OVERLORD_USER": READER[0], "OVERLORD_PASSWORD": READER[1]})
     assert listed.returncode == 0, listed.stderr
+
+
+def test_a_page_of_another_site_cannot_change_anything_with_the_browsers_credentials(secured, make_topic,
+                                                                                    datasource):
+    """CSRF: a browser sends cached Basic credentials with a form another site's page submits."""
+    from tests.helpers import spec_json
+
+    url, _app = secured
+    with httpx.Client(base_url=url, timeout=30, auth=WRITER) as browser:
+        assert browser.post("/druid/indexer/v1/supervisor", json=spec_json(datasource, make_topic(1)),
+                            headers={"Origin": url}).status_code == 200  # the console itself
+        for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                        {"Origin": "null"}):
+            refused = browser.post(f"/druid/indexer/v1/supervisor/{datasource}/terminate", headers=headers)
+            assert refused.status_code == 403 and "another site" in refused.json()["errorMessage"], headers
+        reads = browser.get("/druid/indexer/v1/supervisor", headers={"Origin": "https://evil.example"})
+        assert reads.status_code == 200  # reads are not changes (and CORS keeps their answer from that page)
+        assert browser.post(f"/druid/indexer/v1/supervisor/{datasource}/terminate").status_code == 200  # no Origin

@@ -3,9 +3,9 @@
 Routes live by concern: :mod:`overlord.http.supervisors` and :mod:`overlord.http.tasks`
 (Druid's calls under ``/druid/indexer/v1``), :mod:`overlord.http.query_routes` (SQL and
 compaction), :mod:`overlord.http.service` (``/metrics``, ``/health``, ``/status``), :mod:`overlord.http.console`
-(the console at ``/``). Every
-answer leaves through :class:`overlord.http.replies.Replies`. Before any route, two ASGI
-middlewares: :mod:`overlord.http.auth` (credentials and roles) and
+(the console at ``/``). Every answer leaves through :class:`overlord.http.replies.Replies`.
+Before any route, three ASGI middlewares: :mod:`overlord.http.auth` (credentials and roles),
+:mod:`overlord.http.same_origin` (no changes from other sites' pages) and
 :mod:`overlord.http.body_limit` (the request body cap).
 """
 
@@ -28,6 +28,7 @@ from overlord.http.console import console_routes
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
+from overlord.http.same_origin import SameOriginWrites
 from overlord.http.service import service_routes
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
@@ -124,6 +125,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
                    query_routes(overlord)):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
+    app.add_middleware(SameOriginWrites)
     if authenticator is not None:
         app.add_middleware(AuthMiddleware, authenticator=authenticator)  # outermost: before any body is read
     return app
