@@ -200,3 +200,78 @@ def test_sqlalchemy_druid_dialect_inspects_and_runs_superset_style_queries(live_
             expected[f"{row['__time'].replace(minute=0):%Y-%m-%dT%H:%M:%S}.000Z"] += row["count"]
     assert got == dict(expected) and len(got) == 2
     assert timedelta(hours=2) == end - start
+
+
+# --- native queries through pydruid's native client -------------------------------------------------
+
+INTERVAL = f"{T0:%Y-%m-%dT%H:%M:%S}Z/{T0 + 4 * HOUR:%Y-%m-%dT%H:%M:%S}Z"
+
+
+def _hour(ts: datetime) -> str:
+    return f"{ts.replace(minute=0):%Y-%m-%dT%H:%M:%S}.000Z"
+
+
+def test_pydruid_native_timeseries_topn_groupby_and_time_boundary_are_exact(live_sql, datasource):
+    """The live overlord holds the same rows as ``datasource`` (same seed)."""
+    from pydruid.client import PyDruid
+    from pydruid.utils.aggregators import count, longmax, longsum
+    from pydruid.utils.filters import Dimension
+    from pydruid.utils.postaggregator import Field
+
+    rows = datasource[1].to_pylist()
+    client = PyDruid(live_sql, "druid/v2")
+
+    series = client.timeseries(datasource=NAME, granularity="hour", intervals=INTERVAL,
+                               aggregations={"events": longsum("count"), "rows": count("count"),
+                                             "top": longmax("value_max")},
+                               filter=Dimension("country") == "DE",
+                               post_aggregations={"per_row": Field("events") / Field("rows")}).result
+    de = [r for r in rows if r["country"] == "DE"]
+    expected = {}
+    for hour in range(4):  # the fourth hour has no rows: Druid fills it with zeros
+        bucket = [r for r in de if r["__time"].hour == hour]
+        events = sum(r["count"] for r in bucket)
+        expected[_hour(T0 + hour * HOUR)] = {
+            "events": events, "rows": len(bucket), "top": max((r["value_max"] for r in bucket), default=None),
+            "per_row": events / len(bucket) if bucket else 0}
+    assert {r["timestamp"]: r["result"] for r in series} == expected
+
+    top = client.topn(datasource=NAME, granularity="all", intervals=INTERVAL, dimension="country",
+                      metric="events", threshold=3, aggregations={"events": longsum("count")}).result
+    totals: Counter[str] = Counter()
+    for r in rows:
+        totals[r["country"]] += r["count"]
+    [only] = top
+    assert only["timestamp"] == f"{T0:%Y-%m-%dT%H:%M:%S}.000Z"
+    assert [(e["country"], e["events"]) for e in only["result"]] == sorted(
+        totals.items(), key=lambda kv: kv[1], reverse=True)[:3]
+
+    groups = client.groupby(datasource=NAME, granularity="all", intervals=INTERVAL, dimensions=["country", "device"],
+                            aggregations={"events": longsum("count")},
+                            filter=(Dimension("device") == "mobile") | (Dimension("device") == "tablet"),
+                            limit_spec={"type": "default", "limit": 5,
+                                        "columns": [{"dimension": "events", "direction": "descending"}]}).result
+    by_group: Counter[tuple[str, str]] = Counter()
+    for r in rows:
+        if r["device"] in ("mobile", "tablet"):
+            by_group[(r["country"], r["device"])] += r["count"]
+    assert [g["event"]["events"] for g in groups] == sorted(by_group.values(), reverse=True)[:5]
+    assert all(by_group[(g["event"]["country"], g["event"]["device"])] == g["event"]["events"] for g in groups)
+
+    [bounds] = client.time_boundary(datasource=NAME).result
+    times = sorted(r["__time"] for r in rows)
+    assert bounds["result"] == {"minTime": f"{times[0]:%Y-%m-%dT%H:%M:%S}.000Z",
+                                "maxTime": f"{times[-1]:%Y-%m-%dT%H:%M:%S}.000Z"}
+
+
+def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
+    import httpx
+
+    refused = httpx.post(f"{live_sql}/druid/v2/", json={
+        "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
+        "aggregations": [{"type": "hyperUnique", "name": "u", "fieldName": "country"}]})
+    assert refused.status_code == 400
+    assert refused.json()["errorMessage"].startswith("$.aggregations[0].type: aggregator type 'hyperUnique'")
+    unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "search", "dataSource": NAME,
+                                                       "intervals": [INTERVAL]})
+    assert unknown.status_code == 400 and "'search' is not supported" in unknown.json()["errorMessage"]

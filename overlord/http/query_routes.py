@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +18,7 @@ from overlord.errors import NotFound
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
+from overlord.query.native import run_native
 from overlord.query.running import cancel_query
 from overlord.supervisor.manager import Overlord
 from segment_store.timeline import datasources
@@ -23,6 +26,8 @@ from specs import load_supervisor_spec
 from specs.durations import parse_utc_interval
 
 __all__ = ["query_routes"]
+
+T = TypeVar("T")
 
 
 class CompactRequest(BaseModel):
@@ -59,15 +64,27 @@ def query_routes(overlord: Overlord) -> APIRouter:
     @router.post("/druid/v2/sql/", tags=["query"], include_in_schema=False)  # pydruid's path: no redirect
     def sql(body: SqlQuery) -> Response:
         query_id = body.query_id()
-        started, outcome = time.perf_counter(), "error"
-        try:
-            result = body.run(spark, engine, limits, query_id)
-            outcome = "ok"
-        finally:
-            overlord.metrics.query_seconds.labels(outcome).observe(time.perf_counter() - started)
+        result = timed(lambda: body.run(spark, engine, limits, query_id))
         content = result if isinstance(result, str) else json.dumps(result)
         return Response(content, media_type=CONTENT_TYPES[body.result_format],
                         headers={"X-Druid-SQL-Query-Id": query_id})
+
+    @router.post("/druid/v2", tags=["query"], summary="A native query (timeseries, topN, groupBy, timeBoundary, "
+                                                      "dataSourceMetadata), Druid's shapes")
+    @router.post("/druid/v2/", tags=["query"], include_in_schema=False)
+    def native(body: Annotated[dict[str, Any], Body()]) -> Response:
+        query_id = str((body.get("context") or {}).get("queryId") or uuid.uuid4().hex)
+        return JSONResponse(timed(lambda: run_native(spark, engine, body, limits, query_id)))
+
+    def timed(run: Callable[[], T]) -> T:
+        """Run a query, observing its duration and outcome in the query latency histogram."""
+        started, outcome = time.perf_counter(), "error"
+        try:
+            result = run()
+            outcome = "ok"
+            return result
+        finally:
+            overlord.metrics.query_seconds.labels(outcome).observe(time.perf_counter() - started)
 
     @router.get("/druid/v2/datasources", tags=["query"], summary="Datasources with published segments (Druid's)")
     def list_datasources() -> Response:

@@ -29,7 +29,7 @@ from sqlglot.parsers.druid import DruidParser
 from overlord.query.errors import QueryError
 from overlord.query.metadata_tables import SCHEMAS
 
-__all__ = ["METADATA_TABLES", "UTC_NAMES", "Translation", "metadata_view", "translate"]
+__all__ = ["METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period", "translate"]
 
 METADATA_TABLES = frozenset(SCHEMAS)
 """``schema.table`` names (lower case) of the metadata tables."""
@@ -37,7 +37,7 @@ METADATA_TABLES = frozenset(SCHEMAS)
 _PERIOD = re.compile(r"P(?:(\d+)([YMWD])|T(\d+)([HMS]))", re.IGNORECASE)
 _DATE_UNITS = {"Y": "YEAR", "M": "MONTH", "W": "WEEK", "D": "DAY"}
 _TIME_UNITS = {"H": "HOUR", "M": "MINUTE", "S": "SECOND"}
-_MILLIS = {"WEEK": 604_800_000, "DAY": 86_400_000, "HOUR": 3_600_000, "MINUTE": 60_000, "SECOND": 1_000}
+MILLIS = {"WEEK": 604_800_000, "DAY": 86_400_000, "HOUR": 3_600_000, "MINUTE": 60_000, "SECOND": 1_000}
 _FLOOR_UNITS = frozenset({"SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR"})
 _EXTRACT = {"EPOCH": "unix_seconds(_t)", "SECOND": "second(_t)", "MINUTE": "minute(_t)", "HOUR": "hour(_t)",
             "DAY": "dayofmonth(_t)", "DOW": "extract(DAYOFWEEK_ISO FROM _t)",
@@ -163,15 +163,23 @@ def _utc_only(function: str, args: list[exp.Expression], index: int) -> None:
                          "UNSUPPORTED_DRUID_SQL")
 
 
-def _period(function: str, args: list[exp.Expression], index: int = 1) -> tuple[int, str]:
-    text = _literal(args, index, function, "period")
-    found = _PERIOD.fullmatch(text or "")
+def parse_period(text: str) -> tuple[int, str] | None:
+    """(count, unit) of a one-unit ISO-8601 period such as ``PT15M`` (unit ``MINUTE``); None if not one."""
+    found = _PERIOD.fullmatch(text)
     if found is None:
-        raise QueryError(f"{function}: period {text!r} is not supported; use one ISO-8601 unit such as PT1H, "
-                         "PT15M, P1D, P1W, P1M, P3M or P1Y", "UNSUPPORTED_DRUID_SQL")
+        return None
     if found.group(1):
         return int(found.group(1)), _DATE_UNITS[found.group(2).upper()]
     return int(found.group(3)), _TIME_UNITS[found.group(4).upper()]
+
+
+def _period(function: str, args: list[exp.Expression], index: int = 1) -> tuple[int, str]:
+    text = _literal(args, index, function, "period")
+    period = parse_period(text or "")
+    if period is None:
+        raise QueryError(f"{function}: period {text!r} is not supported; use one ISO-8601 unit such as PT1H, "
+                         "PT15M, P1D, P1W, P1M, P3M or P1Y", "UNSUPPORTED_DRUID_SQL")
+    return period
 
 
 def _trunc(ts: exp.Expression, unit: str) -> exp.Expression:
@@ -183,9 +191,9 @@ def _floor(ts: exp.Expression, count: int, unit: str) -> exp.Expression:
     if count == 1 or (unit == "MONTH" and count == 3):
         return _trunc(ts, unit if count == 1 else "QUARTER")
     n = exp.Literal.number(count)
-    if unit in _MILLIS:
+    if unit in MILLIS:
         return _sql("timestamp_millis(floor(unix_millis(_t) / _n) * _n)", _t=ts,
-                    _n=exp.Literal.number(count * _MILLIS[unit]))
+                    _n=exp.Literal.number(count * MILLIS[unit]))
     if unit == "MONTH":
         return _sql("CAST(add_months(DATE'1970-01-01', CAST(floor(((year(_t) - 1970) * 12 + month(_t) - 1) / _n) "
                     "* _n AS INT)) AS TIMESTAMP)", _t=ts, _n=n)

@@ -1,0 +1,392 @@
+"""Druid's native queries at ``POST /druid/v2``, in Druid's response shapes.
+
+Supported: ``timeseries``, ``topN``, ``groupBy``, ``timeBoundary`` and ``dataSourceMetadata``.
+Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (names and values
+from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
+so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
+Post-aggregators and Druid's zero-filled empty ``timeseries`` buckets are computed on the
+result. Anything else (other query types, extraction functions, sketches, ``having``) is a 400
+naming the field.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from pyspark.sql import SparkSession
+from sqlglot import exp
+
+from overlord.query.druid_sql import MILLIS, parse_period
+from overlord.query.engine import QueryLimits, execute_sql
+from overlord.query.errors import QueryError
+from specs.durations import parse_utc_interval
+
+__all__ = ["run_native"]
+
+_GRANULARITIES = {"second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "ten_minute": "PT10M",
+                  "fifteen_minute": "PT15M", "thirty_minute": "PT30M", "hour": "PT1H", "six_hour": "PT6H",
+                  "day": "P1D", "week": "P1W", "month": "P1M", "quarter": "P3M", "year": "P1Y"}
+_AGGREGATES = {"Sum": "SUM", "Min": "MIN", "Max": "MAX"}
+_ARITHMETIC: dict[str, Callable[[float, float], float]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+_TIME = "__time"
+
+
+def _bad(path: str, message: str) -> QueryError:
+    return QueryError(f"{path}: {message}", "INVALID_NATIVE_QUERY")
+
+
+def _field(query: Mapping[str, Any], key: str, path: str, kind: type | tuple[type, ...] = str) -> Any:
+    if key not in query:
+        raise _bad(f"{path}.{key}", "is required")
+    if not isinstance(query[key], kind):
+        raise _bad(f"{path}.{key}", f"expected {getattr(kind, '__name__', kind)}, got {query[key]!r}")
+    return query[key]
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def _value(value: Any) -> exp.Expression:
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    return exp.Literal.number(value) if isinstance(value, int | float) else exp.Literal.string(str(value))
+
+
+# --- filters -------------------------------------------------------------------------------------
+
+
+def _filter(spec: Any, path: str) -> exp.Expression:
+    """A Druid filter as a SQL condition."""
+    if not isinstance(spec, Mapping):
+        raise _bad(path, f"expected a filter object, got {spec!r}")
+    kind = spec.get("type")
+    if spec.get("extractionFn") is not None:
+        raise _bad(f"{path}.extractionFn", "extraction functions are not supported")
+    if kind in ("and", "or"):
+        fields = _field(spec, "fields", path, list)
+        parts = [_filter(f, f"{path}.fields[{i}]") for i, f in enumerate(fields)]
+        join = exp.and_ if kind == "and" else exp.or_
+        return exp.paren(join(*parts)) if parts else exp.Boolean(this=kind == "and")
+    if kind == "not":
+        return exp.not_(exp.paren(_filter(spec.get("field"), f"{path}.field")))
+    if kind in ("true", "false"):
+        return exp.Boolean(this=kind == "true")
+    column = _col(_field(spec, "dimension" if "dimension" in spec else "column", path))
+    if kind in ("selector", "equals"):
+        value = spec.get("value") if kind == "selector" else spec.get("matchValue")
+        return exp.Is(this=column, expression=exp.Null()) if value is None else exp.EQ(this=column,
+                                                                                       expression=_value(value))
+    if kind == "null":
+        return exp.Is(this=column, expression=exp.Null())
+    if kind == "in":
+        values = _field(spec, "values", path, list)
+        return exp.In(this=column, expressions=[_value(v) for v in values])
+    if kind in ("bound", "range"):
+        return _bound(spec, column, path)
+    if kind == "like":
+        like = exp.Like(this=column, expression=exp.Literal.string(_field(spec, "pattern", path)))
+        escape = spec.get("escape")
+        return exp.Escape(this=like, expression=exp.Literal.string(escape)) if escape else like
+    if kind == "regex":
+        return exp.RegexpLike(this=column, expression=exp.Literal.string(_field(spec, "pattern", path)))
+    if kind == "interval":
+        return _intervals(_field(spec, "intervals", path, list), f"{path}.intervals", column)
+    raise _bad(f"{path}.type", f"filter type {kind!r} is not supported")
+
+
+def _bound(spec: Mapping[str, Any], column: exp.Expression, path: str) -> exp.Expression:
+    numeric = spec.get("ordering") == "numeric" or spec.get("matchValueType") in ("LONG", "DOUBLE", "FLOAT")
+    target = exp.cast(column, "DOUBLE") if numeric else column
+    strict = ("lowerStrict", "upperStrict") if spec.get("type") == "bound" else ("lowerOpen", "upperOpen")
+    parts: list[exp.Expression] = []
+    for key, strict_key, strict_op, loose_op in (("lower", strict[0], exp.GT, exp.GTE),
+                                                 ("upper", strict[1], exp.LT, exp.LTE)):
+        if spec.get(key) is not None:
+            bound = exp.Literal.number(float(spec[key])) if numeric else exp.Literal.string(str(spec[key]))
+            parts.append((strict_op if spec.get(strict_key) else loose_op)(this=target.copy(), expression=bound))
+    return exp.paren(exp.and_(*parts)) if parts else exp.Boolean(this=True)
+
+
+def _intervals(texts: Any, path: str, column: exp.Expression | None = None) -> exp.Expression:
+    texts = [texts] if isinstance(texts, str) else texts
+    if not isinstance(texts, list) or not texts:
+        raise _bad(path, "expected ISO-8601 intervals, e.g. [\"2026-11-01/2026-11-02\"]")
+    parts = []
+    for start, end in _parse_intervals(texts, path):
+        time = column or _col(_TIME)
+        parts.append(exp.paren(exp.and_(
+            exp.GTE(this=time.copy(), expression=exp.cast(exp.Literal.string(_sql_time(start)), "TIMESTAMP")),
+            exp.LT(this=time.copy(), expression=exp.cast(exp.Literal.string(_sql_time(end)), "TIMESTAMP")))))
+    return exp.paren(exp.or_(*parts))
+
+
+def _parse_intervals(texts: list[Any], path: str) -> list[tuple[datetime, datetime]]:
+    try:
+        return [parse_utc_interval(str(text)) for text in texts]
+    except ValueError as exc:
+        raise _bad(path, str(exc)) from None
+
+
+def _sql_time(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+# --- aggregators ---------------------------------------------------------------------------------
+
+
+def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expression, Any]:
+    """(output name, SQL aggregate, value of an empty bucket)."""
+    if not isinstance(spec, Mapping):
+        raise _bad(path, f"expected an aggregator object, got {spec!r}")
+    kind = str(spec.get("type"))
+    if kind == "filtered":
+        name, inner, empty = _aggregator(spec.get("aggregator"), f"{path}.aggregator")
+        condition = _filter(spec.get("filter"), f"{path}.filter")
+        return str(spec.get("name") or name), exp.Filter(this=inner, expression=exp.Where(this=condition)), empty
+    name = _field(spec, "name", path)
+    if kind == "count":
+        return name, exp.Count(this=exp.Star()), 0
+    for prefix in ("long", "double", "float"):
+        if kind.startswith(prefix) and kind[len(prefix):] in _AGGREGATES:
+            function = _AGGREGATES[kind[len(prefix):]]
+            column = _col(_field(spec, "fieldName", path))
+            call = exp.func(function, column)
+            return name, exp.Coalesce(this=call, expressions=[exp.Literal.number(0)]) if function == "SUM" else call, (
+                0 if function == "SUM" else None)
+    raise _bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
+                               "...Min, ...Max and filtered are)")
+
+
+def _post_aggregate(spec: Any, row: Mapping[str, Any], path: str) -> Any:
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if kind in ("fieldAccess", "finalizingFieldAccess"):
+        return row.get(_field(spec, "fieldName", path))
+    if kind == "constant":
+        return spec.get("value")
+    if kind == "arithmetic":
+        fn = _field(spec, "fn", path)
+        values = [_post_aggregate(f, row, f"{path}.fields[{i}]")
+                  for i, f in enumerate(_field(spec, "fields", path, list))]
+        if any(v is None for v in values):
+            return None
+        result = values[0]
+        for value in values[1:]:
+            if fn in _ARITHMETIC:
+                result = _ARITHMETIC[fn](result, value)
+            elif fn in ("/", "quotient"):
+                result = (result / value if value else 0) if fn == "/" else (result / value if value else None)
+            else:
+                raise _bad(f"{path}.fn", f"{fn!r} is not supported (+ - * / quotient)")
+        return result
+    raise _bad(f"{path}.type", f"post-aggregator type {kind!r} is not supported (arithmetic, fieldAccess, "
+                               "constant)")
+
+
+# --- queries -------------------------------------------------------------------------------------
+
+
+class _Native:
+    """One native query, checked and translated."""
+
+    def __init__(self, query: Mapping[str, Any]) -> None:
+        self.query = query
+        self.kind = _field(query, "queryType", "$")
+        source = _field(query, "dataSource", "$", (str, dict))
+        if isinstance(source, dict):
+            if source.get("type") != "table":
+                raise _bad("$.dataSource.type", "only table datasources are supported")
+            source = _field(source, "name", "$.dataSource")
+        self.datasource: str = source
+        if query.get("having") is not None:
+            raise _bad("$.having", "having is not supported")
+        self.intervals = _parse_intervals(
+            [query["intervals"]] if isinstance(query.get("intervals"), str) else list(query.get("intervals") or []),
+            "$.intervals") if self.kind not in ("timeBoundary", "dataSourceMetadata") else []
+        self.aggregators = [_aggregator(a, f"$.aggregations[{i}]") for i, a in enumerate(query.get("aggregations", []))]
+        self.granularity = self._granularity(query.get("granularity", "all"))
+
+    def _granularity(self, value: Any) -> str | None:
+        """The bucket period (ISO), ``"none"``, or None for ``all``."""
+        if isinstance(value, Mapping):
+            if value.get("type") != "period" or value.get("origin") is not None:
+                raise _bad("$.granularity", "only {\"type\": \"period\", \"period\": ...} granularities (no origin) "
+                                            "and the named ones are supported")
+            zone = str(value.get("timeZone") or "UTC").upper()
+            if zone not in ("UTC", "ETC/UTC"):
+                raise _bad("$.granularity.timeZone", f"{value.get('timeZone')!r} is not supported; times are UTC")
+            return str(_field(value, "period", "$.granularity"))
+        name = str(value).lower()
+        if name in ("all", "none"):
+            return None if name == "all" else "none"
+        if name not in _GRANULARITIES:
+            raise _bad("$.granularity", f"{value!r} is not a granularity")
+        return _GRANULARITIES[name]
+
+    def bucket(self) -> exp.Expression:
+        if self.granularity is None:
+            return exp.cast(exp.Literal.string(_sql_time(self.intervals[0][0]) if self.intervals else
+                                               "1970-01-01 00:00:00"), "TIMESTAMP")
+        if self.granularity == "none":
+            return _col(_TIME)
+        return exp.Anonymous(this="TIME_FLOOR", expressions=[_col(_TIME), exp.Literal.string(self.granularity)])
+
+    def where(self) -> exp.Expression | None:
+        parts = [_intervals([f"{s.isoformat()}/{e.isoformat()}" for s, e in self.intervals], "$.intervals")] \
+            if self.intervals else []
+        if self.query.get("filter") is not None:
+            parts.append(_filter(self.query["filter"], "$.filter"))
+        return exp.and_(*parts) if parts else None
+
+    def select(self, dimensions: list[tuple[str, str]]) -> exp.Select:
+        columns = [exp.alias_(self.bucket(), "__bucket", quoted=True)]
+        columns += [exp.alias_(_col(dim), out, quoted=True) for dim, out in dimensions]
+        columns += [exp.alias_(agg, name, quoted=True) for name, agg, _ in self.aggregators]
+        select = exp.select(*columns).from_(exp.Table(this=exp.to_identifier(self.datasource, quoted=True)))
+        where = self.where()
+        if where is not None:
+            select = select.where(where)
+        groups = [self.bucket(), *(_col(dim) for dim, _ in dimensions)]
+        return select.group_by(*groups) if self.aggregators or dimensions else select
+
+
+def _dimensions(specs: Any, path: str) -> list[tuple[str, str]]:
+    """(column, output name) per dimension spec."""
+    out = []
+    for i, spec in enumerate(specs if isinstance(specs, list) else [specs]):
+        if isinstance(spec, str):
+            out.append((spec, spec))
+        elif isinstance(spec, Mapping) and spec.get("type", "default") == "default":
+            column = _field(spec, "dimension", f"{path}[{i}]")
+            out.append((column, str(spec.get("outputName") or column)))
+        else:
+            raise _bad(f"{path}[{i}]", "only plain and default dimension specs are supported")
+    return out
+
+
+def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: QueryLimits | None = None,
+               query_id: str | None = None) -> list[dict[str, Any]]:
+    """Run a native query; Druid's response body."""
+    limits = limits or QueryLimits()
+    if not isinstance(query, Mapping):
+        raise _bad("$", "expected a native query object")
+    native = _Native(query)
+
+    def rows(select: exp.Expression) -> list[dict[str, Any]]:
+        result = execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id)
+        return [dict(zip(result.columns, row, strict=True)) for row in result.rows()]
+
+    post = query.get("postAggregations") or []
+
+    def finish(row: dict[str, Any]) -> dict[str, Any]:
+        for i, spec in enumerate(post):
+            row[_field(spec, "name", f"$.postAggregations[{i}]")] = _post_aggregate(spec, row,
+                                                                                    f"$.postAggregations[{i}]")
+        return row
+
+    if native.kind == "timeseries":
+        found = {r.pop("__bucket"): r for r in rows(native.select([]).order_by(exp.column("__bucket", quoted=True)))}
+        if not (query.get("context") or {}).get("skipEmptyBuckets"):  # Druid zero-fills empty buckets
+            empty = {name: value for name, _, value in native.aggregators}
+            found = {t: dict(empty) for t in _buckets(native)} | found
+        ordered = sorted(found.items(), reverse=bool(query.get("descending")))
+        return [{"timestamp": _druid_time(t), "result": finish(r)} for t, r in ordered]
+    if native.kind == "topN":
+        [(dimension, output)] = _dimensions(_field(query, "dimension", "$", (str, dict)), "$.dimension")
+        threshold = _field(query, "threshold", "$", int)
+        metric, descending = _topn_metric(query.get("metric"), output)
+        by_bucket: dict[str, list[dict[str, Any]]] = {}
+        for row in rows(native.select([(dimension, output)])):
+            by_bucket.setdefault(row.pop("__bucket"), []).append(finish(row))
+        return [{"timestamp": _druid_time(t), "result": sorted(
+            entries, key=lambda r: _sort_key(r.get(metric)), reverse=descending)[:threshold]}
+            for t, entries in sorted(by_bucket.items())]
+    if native.kind == "groupBy":
+        dims = _dimensions(query.get("dimensions", []), "$.dimensions")
+        events = [finish(r) for r in rows(native.select(dims))]
+        events = _limit(events, query.get("limitSpec"))
+        return [{"version": "v1", "timestamp": _druid_time(e.pop("__bucket")), "event": e} for e in events]
+    if native.kind in ("timeBoundary", "dataSourceMetadata"):
+        table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
+        select = exp.select(exp.alias_(exp.func("MIN", _col(_TIME)), "minTime", quoted=True),
+                            exp.alias_(exp.func("MAX", _col(_TIME)), "maxTime", quoted=True)).from_(table)
+        if query.get("filter") is not None:
+            select = select.where(_filter(query["filter"], "$.filter"))
+        [bounds] = rows(select)
+        if bounds["minTime"] is None:
+            return []
+        if native.kind == "dataSourceMetadata":
+            return [{"timestamp": bounds["maxTime"], "result": {"maxIngestedEventTime": bounds["maxTime"]}}]
+        bound = query.get("bound")
+        result = {k: v for k, v in bounds.items() if bound is None or k == bound}
+        return [{"timestamp": bounds["minTime"] if bound != "maxTime" else bounds["maxTime"], "result": result}]
+    raise _bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, timeBoundary, "
+                              "dataSourceMetadata are)")
+
+
+def _druid_time(value: Any) -> str:
+    return value if isinstance(value, str) else _druid_time(value.isoformat())
+
+
+def _sort_key(value: Any) -> tuple[bool, Any]:
+    return (value is not None, value if value is not None else 0)
+
+
+def _topn_metric(metric: Any, dimension: str) -> tuple[str, bool]:
+    if isinstance(metric, str):
+        return metric, True
+    if isinstance(metric, Mapping) and metric.get("type") == "numeric":
+        return str(metric.get("metric")), True
+    if isinstance(metric, Mapping) and metric.get("type") == "inverted":
+        inner, descending = _topn_metric(metric.get("metric"), dimension)
+        return inner, not descending
+    if isinstance(metric, Mapping) and metric.get("type") in ("dimension", "lexicographic", "alphaNumeric"):
+        return dimension, False
+    raise _bad("$.metric", f"expected a metric name or a numeric/inverted/dimension metric spec, got {metric!r}")
+
+
+def _limit(events: list[dict[str, Any]], spec: Any) -> list[dict[str, Any]]:
+    if spec is None:
+        return sorted(events, key=lambda e: e["__bucket"])
+    if not isinstance(spec, Mapping) or spec.get("type", "default") != "default":
+        raise _bad("$.limitSpec", "only the default limitSpec is supported")
+    for column in reversed(spec.get("columns") or []):
+        name = column if isinstance(column, str) else column.get("dimension")
+        descending = isinstance(column, Mapping) and column.get("direction") == "descending"
+        events = sorted(events, key=lambda e: _sort_key(e.get(name)), reverse=descending)
+    return events[:spec["limit"]] if spec.get("limit") is not None else events
+
+
+def _buckets(native: _Native) -> Iterator[str]:
+    """Every bucket start of the query's intervals, formatted as the engine formats timestamps.
+
+    Only ``all`` and fixed-length periods are filled; calendar periods (months, years) and
+    ``none`` return the buckets that have rows.
+    """
+    if native.granularity is None:
+        yield from (_format(start) for start, _ in native.intervals[:1])
+        return
+    period = parse_period(native.granularity)
+    if period is None or period[1] not in MILLIS:
+        return
+    count, unit = period
+    step_ms = count * MILLIS[unit]
+    for start, end in native.intervals:
+        if (count, unit) == (1, "WEEK"):  # weeks start on Monday
+            t = start.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=start.weekday())
+        else:  # whole periods from the epoch, as TIME_FLOOR counts them
+            millis = int(start.timestamp() * 1000)
+            t = datetime.fromtimestamp((millis - millis % step_ms) / 1000, UTC)
+        while t < end:
+            yield _format(t)
+            t += timedelta(milliseconds=step_ms)
+
+
+def _format(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
