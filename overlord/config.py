@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     task_slots: int = Field(
         default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
         "session; more wait for a slot (their `completionTimeout` starts when they run)")
+    compaction_period_s: int = Field(
+        default=300, ge=0, description="how often the leader runs auto-compaction for the datasources with a "
+        "compaction config (`POST /druid/coordinator/v1/config/compaction`); 0 turns it off")
     task_max_records: int = Field(
         default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
         "by a sequence of tasks, each well inside `completionTimeout`")

@@ -25,6 +25,7 @@ from overlord.errors import NotFound, NotLeader
 from overlord.http.auth import Authenticator, AuthMiddleware
 from overlord.http.body_limit import BodySizeLimit
 from overlord.http.console import console_routes
+from overlord.http.coordinator import coordinator_routes
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
@@ -122,7 +123,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     app.openapi = openapi  # type: ignore[method-assign]
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
-                   query_routes(overlord)):
+                   coordinator_routes(out), query_routes(overlord)):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
     app.add_middleware(SameOriginWrites)

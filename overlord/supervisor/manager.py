@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
@@ -31,13 +32,14 @@ from indexing_task.task import BeforePublish
 from overlord.config import Settings
 from overlord.errors import NotFound, NotLeader, error_summary
 from overlord.metrics import Metrics
+from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import create_schema, reset_offsets
-from segment_store.timeline import Interval
+from segment_store.timeline import Interval, visible_segments
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 
 __all__ = ["Overlord"]
@@ -82,6 +84,9 @@ class Overlord:
         create_schema(self.engine)
         self.store.create_schema()
         self.scheduler.start()
+        if self.settings.compaction_period_s:
+            self.scheduler.add_job(self._auto_compact_logged, "interval", id="auto-compaction",
+                                   seconds=self.settings.compaction_period_s)
         self.elector.start()
         logger.info("overlord %s started (%s)", self.elector.name, "leader" if self.leading else "standby")
 
@@ -305,6 +310,45 @@ class Overlord:
         future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all")
         return task_id, future
+
+    def set_compaction_config(self, config: CompactionConfig) -> None:
+        """Store ``config`` (replacing the datasource's earlier one); the duty applies it from its next run."""
+        self._require_leader()
+        self.store.set_compaction_config(config.data_source, config.to_druid_json())
+        logger.info("auto-compaction config of %s: %s%s", config.data_source, config.to_druid_json(),
+                    f" (ignored: {', '.join(config.ignored_fields)})" if config.ignored_fields else "")
+
+    def auto_compact(self) -> list[tuple[str, Future[list[CompactionReport]]]]:
+        """One run of the auto-compaction duty; the compaction tasks it started.
+
+        A task for each configured datasource whose intervals older than its
+        ``skipOffsetFromLatest`` have several visible segments (none while one of its compactions runs).
+        """
+        if not self.leading:
+            return []
+        running = {t.datasource for t in self.store.tasks(status="RUNNING") if t.type == "compact"}
+        started = []
+        for raw in self.store.compaction_configs():
+            config = CompactionConfig.model_validate(raw)
+            datasource = config.data_source
+            if datasource in running or not self.store.history(datasource):
+                continue
+            segments = visible_segments(self.engine, datasource)
+            cutoff = max((s.interval_end for s in segments), default=None)
+            if cutoff is None:
+                continue
+            interval = (min(s.interval_start for s in segments), cutoff - config.skip)
+            by_interval = Counter((s.interval_start, s.interval_end) for s in segments
+                                  if s.interval_end <= interval[1])
+            if any(n > 1 for n in by_interval.values()):
+                started.append(self.compact(datasource, interval, config.rows_per_segment))
+        return started
+
+    def _auto_compact_logged(self) -> None:
+        try:
+            self.auto_compact()
+        except Exception:  # PostgreSQL unreachable and the like: the next run tries again
+            logger.exception("auto-compaction run failed")
 
     def _finish_compaction(self, task_id: str, datasource: str, done: Future[list[CompactionReport]]) -> None:
         error = done.exception()

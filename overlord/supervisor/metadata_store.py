@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store import Offsets
 
@@ -45,6 +46,13 @@ tasks = sa.Table(
     sa.Column("report", JSONB, nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+)
+
+compaction_configs = sa.Table(
+    "compaction_configs", metadata,
+    sa.Column("datasource", sa.Text, primary_key=True),
+    sa.Column("config", JSONB, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 
 
@@ -116,6 +124,22 @@ class MetadataStore:
                  .group_by(spec).order_by(sa.func.max(supervisor_specs.c.seq).desc()))
         with self.engine.connect() as conn:
             return [dict(row.spec) for row in conn.execute(query)]
+
+    def set_compaction_config(self, datasource: str, config: Mapping[str, Any]) -> None:
+        stmt = pg_insert(compaction_configs).values(datasource=datasource, config=dict(config))
+        with self.engine.begin() as conn:
+            conn.execute(stmt.on_conflict_do_update(index_elements=[compaction_configs.c.datasource], set_={
+                "config": stmt.excluded.config, "updated_at": sa.func.now()}))
+
+    def compaction_configs(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(c) for c in conn.execute(sa.select(compaction_configs.c.config).order_by(
+                compaction_configs.c.datasource)).scalars()]
+
+    def delete_compaction_config(self, datasource: str) -> bool:
+        with self.engine.begin() as conn:
+            return bool(conn.execute(compaction_configs.delete().where(
+                compaction_configs.c.datasource == datasource)).rowcount)
 
     def current_specs(self) -> list[SupervisorRecord]:
         """The newest row of every supervisor id, terminated ones included."""
