@@ -275,3 +275,22 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
     unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "search", "dataSource": NAME,
                                                        "intervals": [INTERVAL]})
     assert unknown.status_code == 400 and "'search' is not supported" in unknown.json()["errorMessage"]
+
+
+def test_a_datasource_whose_files_cannot_be_read_does_not_hide_the_others(spark, engine, datasource, tmp_path):
+    """Found in CI: one corrupt segment file failed every INFORMATION_SCHEMA.COLUMNS query."""
+    from segment_store import SegmentDescriptor
+    from tests.test_timeline import publish_segments
+
+    broken = f"broken-{uuid.uuid4().hex[:8]}"
+    bad_file = tmp_path / "part-00000.parquet"
+    bad_file.write_bytes(b"not parquet")
+    publish_segments(engine, broken, SegmentDescriptor(
+        id=f"{broken}_0", datasource=broken, interval_start=T0, interval_end=T0 + HOUR, path=str(bad_file),
+        size_bytes=11, num_rows=1))
+
+    columns = run_sql(spark, engine, "SELECT DISTINCT TABLE_NAME FROM INFORMATION_SCHEMA.COLUMNS", "array")
+    tables = run_sql(spark, engine, "SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES", "array")
+
+    assert [datasource[0]] in columns and [broken] not in columns  # its columns cannot be known
+    assert [broken] in tables  # but it exists

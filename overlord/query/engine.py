@@ -207,8 +207,16 @@ def _register_metadata(qs: _QuerySession, engine: sa.Engine, tables: frozenset[s
                        storage_options: Mapping[str, Any] | None) -> set[str]:
     """Views of the metadata tables a query reads, as of now; their names (caller holds the lock)."""
     def datasource_schemas() -> dict[str, Any]:
-        _register_views(qs, engine, set(datasources(engine)), storage_options)
-        return {name: frame.schema for name, (_paths, frame) in qs.frames.items()}
+        schemas = {}
+        for name in datasources(engine):
+            try:
+                _register_views(qs, engine, {name}, storage_options)
+            except (PySparkException, Py4JJavaError, QueryError) as exc:  # one unreadable file: skip that one
+                logger.warning("INFORMATION_SCHEMA.COLUMNS leaves out %s: its files cannot be read: %s", name,
+                               str(exc).splitlines()[0])
+                continue
+            schemas[name] = qs.frames[name][1].schema
+        return schemas
 
     for table in tables:
         build_metadata_table(qs.session, table, engine, datasource_schemas).createOrReplaceTempView(

@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 from overlord.supervisor.metadata_store import tasks as tasks_t
 from segment_store.records import segment_record
 from segment_store.schema import segments as segments_t
-from segment_store.timeline import visible
+from segment_store.timeline import datasources, visible
 
 __all__ = ["SCHEMAS", "build_metadata_table"]
 
@@ -73,7 +73,7 @@ def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mappin
         return [("druid", schema, None, None, None, None, None) for schema in ("druid", "INFORMATION_SCHEMA", "sys")]
     if table == "information_schema.tables":
         system = [("druid", *_display_name(name), "SYSTEM_TABLE", "NO", "NO") for name in sorted(SCHEMAS)]
-        return [("druid", "druid", ds, "TABLE", "NO", "NO") for ds in sorted(datasource_schemas())] + system
+        return [("druid", "druid", ds, "TABLE", "NO", "NO") for ds in datasources(engine)] + system
     if table == "information_schema.columns":
         return [("druid", "druid", ds, field.name, position, "", "NO" if field.name == "__time" else "YES",
                  *_types(field.dataType))
