@@ -294,3 +294,20 @@ def test_a_datasource_whose_files_cannot_be_read_does_not_hide_the_others(spark,
 
     assert [datasource[0]] in columns and [broken] not in columns  # its columns cannot be known
     assert [broken] in tables  # but it exists
+
+
+def test_native_interval_bound_in_and_not_filters(live_sql, datasource):
+    import httpx
+
+    rows = datasource[1].to_pylist()
+    first_hour = f"{T0:%Y-%m-%dT%H:%M:%S}Z/{T0 + HOUR:%Y-%m-%dT%H:%M:%S}Z"
+    query = {"queryType": "timeseries", "dataSource": NAME, "intervals": INTERVAL, "granularity": "all",
+             "aggregations": [{"type": "longSum", "name": "events", "fieldName": "count"}],
+             "filter": {"type": "and", "fields": [
+                 {"type": "interval", "dimension": "__time", "intervals": [first_hour]},
+                 {"type": "bound", "dimension": "value_max", "lower": "500", "ordering": "numeric"},
+                 {"type": "not", "field": {"type": "in", "dimension": "country", "values": ["DE", "FR"]}}]}}
+    [answer] = httpx.post(f"{live_sql}/druid/v2", json=query, timeout=60).json()
+    expected = sum(r["count"] for r in rows if r["__time"] < T0 + HOUR and r["value_max"] >= 500
+                   and r["country"] not in ("DE", "FR"))
+    assert answer == {"timestamp": f"{T0:%Y-%m-%dT%H:%M:%S}.000Z", "result": {"events": expected}} and expected > 0

@@ -97,7 +97,7 @@ def _filter(spec: Any, path: str) -> exp.Expression:
     if kind == "regex":
         return exp.RegexpLike(this=column, expression=exp.Literal.string(_field(spec, "pattern", path)))
     if kind == "interval":
-        return _intervals(_field(spec, "intervals", path, list), f"{path}.intervals", column)
+        return _time_condition(_parse_intervals(_field(spec, "intervals", path, list), f"{path}.intervals"), column)
     raise _bad(f"{path}.type", f"filter type {kind!r} is not supported")
 
 
@@ -114,20 +114,19 @@ def _bound(spec: Mapping[str, Any], column: exp.Expression, path: str) -> exp.Ex
     return exp.paren(exp.and_(*parts)) if parts else exp.Boolean(this=True)
 
 
-def _intervals(texts: Any, path: str, column: exp.Expression | None = None) -> exp.Expression:
+def _time_condition(intervals: list[tuple[datetime, datetime]], column: exp.Expression) -> exp.Expression:
+    """``column`` within any of ``intervals`` (each ``[start, end)``)."""
+    def within(start: datetime, end: datetime) -> exp.Expression:
+        return exp.paren(exp.and_(
+            exp.GTE(this=column.copy(), expression=exp.cast(exp.Literal.string(_sql_time(start)), "TIMESTAMP")),
+            exp.LT(this=column.copy(), expression=exp.cast(exp.Literal.string(_sql_time(end)), "TIMESTAMP"))))
+    return exp.paren(exp.or_(*(within(start, end) for start, end in intervals)))
+
+
+def _parse_intervals(texts: Any, path: str) -> list[tuple[datetime, datetime]]:
     texts = [texts] if isinstance(texts, str) else texts
     if not isinstance(texts, list) or not texts:
         raise _bad(path, "expected ISO-8601 intervals, e.g. [\"2026-11-01/2026-11-02\"]")
-    parts = []
-    for start, end in _parse_intervals(texts, path):
-        time = column or _col(_TIME)
-        parts.append(exp.paren(exp.and_(
-            exp.GTE(this=time.copy(), expression=exp.cast(exp.Literal.string(_sql_time(start)), "TIMESTAMP")),
-            exp.LT(this=time.copy(), expression=exp.cast(exp.Literal.string(_sql_time(end)), "TIMESTAMP")))))
-    return exp.paren(exp.or_(*parts))
-
-
-def _parse_intervals(texts: list[Any], path: str) -> list[tuple[datetime, datetime]]:
     try:
         return [parse_utc_interval(str(text)) for text in texts]
     except ValueError as exc:
@@ -158,8 +157,9 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expression, Any]:
             function = _AGGREGATES[kind[len(prefix):]]
             column = _col(_field(spec, "fieldName", path))
             call = exp.func(function, column)
-            return name, exp.Coalesce(this=call, expressions=[exp.Literal.number(0)]) if function == "SUM" else call, (
-                0 if function == "SUM" else None)
+            if function == "SUM":  # a sum over no rows is 0 in Druid
+                return name, exp.Coalesce(this=call, expressions=[exp.Literal.number(0)]), 0
+            return name, call, None
     raise _bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
                                "...Min, ...Max and filtered are)")
 
@@ -180,8 +180,10 @@ def _post_aggregate(spec: Any, row: Mapping[str, Any], path: str) -> Any:
         for value in values[1:]:
             if fn in _ARITHMETIC:
                 result = _ARITHMETIC[fn](result, value)
-            elif fn in ("/", "quotient"):
-                result = (result / value if value else 0) if fn == "/" else (result / value if value else None)
+            elif fn == "/":  # Druid's division: 0 when dividing by zero
+                result = result / value if value else 0
+            elif fn == "quotient":  # plain division; JSON has no Infinity
+                result = result / value if value else None
             else:
                 raise _bad(f"{path}.fn", f"{fn!r} is not supported (+ - * / quotient)")
         return result
@@ -206,9 +208,8 @@ class _Native:
         self.datasource: str = source
         if query.get("having") is not None:
             raise _bad("$.having", "having is not supported")
-        self.intervals = _parse_intervals(
-            [query["intervals"]] if isinstance(query.get("intervals"), str) else list(query.get("intervals") or []),
-            "$.intervals") if self.kind not in ("timeBoundary", "dataSourceMetadata") else []
+        self.intervals = ([] if self.kind in ("timeBoundary", "dataSourceMetadata")
+                          else _parse_intervals(query.get("intervals"), "$.intervals"))
         self.aggregators = [_aggregator(a, f"$.aggregations[{i}]") for i, a in enumerate(query.get("aggregations", []))]
         self.granularity = self._granularity(query.get("granularity", "all"))
 
@@ -238,8 +239,7 @@ class _Native:
         return exp.Anonymous(this="TIME_FLOOR", expressions=[_col(_TIME), exp.Literal.string(self.granularity)])
 
     def where(self) -> exp.Expression | None:
-        parts = [_intervals([f"{s.isoformat()}/{e.isoformat()}" for s, e in self.intervals], "$.intervals")] \
-            if self.intervals else []
+        parts = [_time_condition(self.intervals, _col(_TIME))] if self.intervals else []
         if self.query.get("filter") is not None:
             parts.append(_filter(self.query["filter"], "$.filter"))
         return exp.and_(*parts) if parts else None
