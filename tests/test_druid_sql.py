@@ -311,3 +311,24 @@ def test_native_interval_bound_in_and_not_filters(live_sql, datasource):
     expected = sum(r["count"] for r in rows if r["__time"] < T0 + HOUR and r["value_max"] >= 500
                    and r["country"] not in ("DE", "FR"))
     assert answer == {"timestamp": f"{T0:%Y-%m-%dT%H:%M:%S}.000Z", "result": {"events": expected}} and expected > 0
+
+
+def test_native_scan_and_segment_metadata(live_sql, datasource):
+    import httpx
+
+    rows = sorted(datasource[1].to_pylist(), key=lambda r: r["__time"])
+    scan = httpx.post(f"{live_sql}/druid/v2", timeout=60, json={
+        "queryType": "scan", "dataSource": NAME, "intervals": [INTERVAL], "columns": ["__time", "country", "count"],
+        "order": "ascending", "limit": 5, "resultFormat": "compactedList"}).json()
+    [batch] = scan
+    assert batch["columns"] == ["__time", "country", "count"]
+    assert [e[0] for e in batch["events"]] == [int(r["__time"].timestamp() * 1000) for r in rows[:5]]
+
+    [meta] = httpx.post(f"{live_sql}/druid/v2", timeout=60, json={
+        "queryType": "segmentMetadata", "dataSource": NAME, "merge": True}).json()
+    assert meta["numRows"] == len(rows)
+    assert {n: c["type"] for n, c in meta["columns"].items()} == {
+        "__time": "LONG", "country": "STRING", "device": "STRING", "count": "LONG", "value_sum": "LONG",
+        "value_min": "LONG", "value_max": "LONG", "price_sum": "DOUBLE"}
+    unmerged = httpx.post(f"{live_sql}/druid/v2", timeout=60, json={"queryType": "segmentMetadata", "dataSource": NAME})
+    assert unmerged.status_code == 400 and unmerged.json()["errorMessage"].startswith("$.merge")

@@ -1,6 +1,7 @@
 """Druid's native queries at ``POST /druid/v2``, in Druid's response shapes.
 
-Supported: ``timeseries``, ``topN``, ``groupBy``, ``timeBoundary`` and ``dataSourceMetadata``.
+Supported: ``timeseries``, ``topN``, ``groupBy``, ``scan``, ``timeBoundary``, ``segmentMetadata``
+(merged) and ``dataSourceMetadata``.
 Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (names and values
 from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
 so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
@@ -23,6 +24,7 @@ from sqlglot import exp
 from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.errors import QueryError
+from segment_store.timeline import visible_segments
 from specs.durations import parse_utc_interval
 
 __all__ = ["run_native"]
@@ -208,7 +210,8 @@ class _Native:
         self.datasource: str = source
         if query.get("having") is not None:
             raise _bad("$.having", "having is not supported")
-        self.intervals = ([] if self.kind in ("timeBoundary", "dataSourceMetadata")
+        optional = self.kind in ("timeBoundary", "dataSourceMetadata", "segmentMetadata")
+        self.intervals = ([] if optional and query.get("intervals") is None
                           else _parse_intervals(query.get("intervals"), "$.intervals"))
         self.aggregators = [_aggregator(a, f"$.aggregations[{i}]") for i, a in enumerate(query.get("aggregations", []))]
         self.granularity = self._granularity(query.get("granularity", "all"))
@@ -296,7 +299,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
             empty = {name: value for name, _, value in native.aggregators}
             found = {t: dict(empty) for t in _buckets(native)} | found
         ordered = sorted(found.items(), reverse=bool(query.get("descending")))
-        return [{"timestamp": _druid_time(t), "result": finish(r)} for t, r in ordered]
+        return [{"timestamp": t, "result": finish(r)} for t, r in ordered]
     if native.kind == "topN":
         [(dimension, output)] = _dimensions(_field(query, "dimension", "$", (str, dict)), "$.dimension")
         threshold = _field(query, "threshold", "$", int)
@@ -304,14 +307,14 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         by_bucket: dict[str, list[dict[str, Any]]] = {}
         for row in rows(native.select([(dimension, output)])):
             by_bucket.setdefault(row.pop("__bucket"), []).append(finish(row))
-        return [{"timestamp": _druid_time(t), "result": sorted(
+        return [{"timestamp": t, "result": sorted(
             entries, key=lambda r: _sort_key(r.get(metric)), reverse=descending)[:threshold]}
             for t, entries in sorted(by_bucket.items())]
     if native.kind == "groupBy":
         dims = _dimensions(query.get("dimensions", []), "$.dimensions")
         events = [finish(r) for r in rows(native.select(dims))]
         events = _limit(events, query.get("limitSpec"))
-        return [{"version": "v1", "timestamp": _druid_time(e.pop("__bucket")), "event": e} for e in events]
+        return [{"version": "v1", "timestamp": e.pop("__bucket"), "event": e} for e in events]
     if native.kind in ("timeBoundary", "dataSourceMetadata"):
         table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
         select = exp.select(exp.alias_(exp.func("MIN", _col(_TIME)), "minTime", quoted=True),
@@ -326,12 +329,66 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         bound = query.get("bound")
         result = {k: v for k, v in bounds.items() if bound is None or k == bound}
         return [{"timestamp": bounds["minTime"] if bound != "maxTime" else bounds["maxTime"], "result": result}]
-    raise _bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, timeBoundary, "
-                              "dataSourceMetadata are)")
+    if native.kind == "scan":
+        return _scan(native, rows)
+    if native.kind == "segmentMetadata":
+        return _segment_metadata(native, spark, engine, limits)
+    raise _bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, scan, timeBoundary, "
+                              "segmentMetadata, dataSourceMetadata are)")
 
 
-def _druid_time(value: Any) -> str:
-    return value if isinstance(value, str) else _druid_time(value.isoformat())
+def _scan(native: _Native, rows: Callable[[exp.Expression], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows as they are stored, ``__time`` in epoch milliseconds as Druid's scan gives it."""
+    query = native.query
+    columns = [str(c) for c in query.get("columns") or []]
+    select = exp.select(*([_col(c) for c in columns] or [exp.Star()])).from_(
+        exp.Table(this=exp.to_identifier(native.datasource, quoted=True)))
+    where = native.where()
+    if where is not None:
+        select = select.where(where)
+    order = query.get("order", "none")
+    if order not in ("none", "ascending", "descending"):
+        raise _bad("$.order", f"expected none, ascending or descending, got {order!r}")
+    if order != "none":
+        select = select.order_by(exp.Ordered(this=_col(_TIME), desc=order == "descending"))
+    if query.get("limit") is not None:
+        select = select.limit(_field(query, "limit", "$", int))
+    events = rows(select)
+    for event in events:
+        if isinstance(event.get(_TIME), str):
+            event[_TIME] = int(datetime.fromisoformat(event[_TIME].replace("Z", "+00:00")).timestamp() * 1000)
+    names = columns or (list(events[0]) if events else [])
+    result_format = query.get("resultFormat", "list")
+    if result_format not in ("list", "compactedList"):
+        raise _bad("$.resultFormat", f"expected list or compactedList, got {result_format!r}")
+    shaped = events if result_format == "list" else [[e.get(n) for n in names] for e in events]
+    return [{"segmentId": native.datasource, "columns": names, "events": shaped}] if events else []
+
+
+_DRUID_TYPES = {"timestamp": "LONG", "string": "STRING", "large_string": "STRING", "int64": "LONG", "int32": "LONG",
+                "double": "DOUBLE", "float": "FLOAT", "bool": "LONG"}
+
+
+def _segment_metadata(native: _Native, spark: SparkSession, engine: sa.Engine,
+                      limits: QueryLimits) -> list[dict[str, Any]]:
+    """One merged analysis of the datasource's visible segments in the intervals (``merge: true``)."""
+    if native.query.get("merge") is not True:
+        raise _bad("$.merge", "only merged analyses (\"merge\": true) are supported")
+    segments = [s for s in visible_segments(engine, native.datasource) if not native.intervals
+                or any(s.interval_start < end and s.interval_end > start for start, end in native.intervals)]
+    if not segments:
+        return []
+    empty = exp.select(exp.Star()).from_(exp.Table(this=exp.to_identifier(native.datasource, quoted=True))).limit(0)
+    schema = execute_sql(spark, engine, empty.sql(dialect="druid"), limits=limits).table.schema
+    columns = {field.name: {"typeSignature": _DRUID_TYPES.get(str(field.type).split("[")[0], "COMPLEX"),
+                            "type": _DRUID_TYPES.get(str(field.type).split("[")[0], "COMPLEX"),
+                            "hasMultipleValues": False, "hasNulls": field.name != _TIME, "size": 0,
+                            "cardinality": None, "minValue": None, "maxValue": None, "errorMessage": None}
+               for field in schema}
+    start, end = min(s.interval_start for s in segments), max(s.interval_end for s in segments)
+    return [{"id": "merged", "intervals": [f"{_format(start)}/{_format(end)}"], "columns": columns,
+             "size": sum(s.size_bytes for s in segments), "numRows": sum(s.num_rows for s in segments),
+             "aggregators": None, "timestampSpec": None, "queryGranularity": None, "rollup": None}]
 
 
 def _sort_key(value: Any) -> tuple[bool, Any]:
