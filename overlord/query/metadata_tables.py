@@ -82,7 +82,10 @@ def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mappin
     if table == "sys.segments":
         with engine.connect() as conn:
             segments = [segment_record(r) for r in conn.execute(sa.select(segments_t)).mappings()]
-        shown = {s.id for s in visible(segments)}
+        by_datasource: dict[str, list[Any]] = {}
+        for segment in segments:
+            by_datasource.setdefault(segment.datasource, []).append(segment)
+        shown = {s.id for group in by_datasource.values() for s in visible(group)}  # versions count per datasource
         return [(s.id, s.datasource, _iso(s.interval_start), _iso(s.interval_end), s.size_bytes, str(s.version),
                  s.partition_num, int(s.used), s.num_rows, int(s.id in shown), int(s.used), int(s.used), 0,
                  int(s.used and s.id not in shown)) for s in segments]
