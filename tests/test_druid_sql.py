@@ -83,6 +83,7 @@ def test_druid_functions_mean_what_they_mean_in_druid(spark, engine, expression,
     (f"SELECT TIME_EXTRACT({TS}, 'FORTNIGHT')", "TIME_EXTRACT: unit 'FORTNIGHT' is not supported"),
     ("SELECT * FROM INFORMATION_SCHEMA.VIEWS", "INFORMATION_SCHEMA.VIEWS: no such table"),
     (f"SELECT TIME_SHIFT({TS}, 'PT1H')", "TIME_SHIFT takes 3 to 4 arguments, got 2"),
+    ("SELECT STRLEN('a', 'b')", "STRLEN takes 1 argument, got 2"),
 ])
 def test_what_is_not_supported_is_a_400_naming_it(spark, engine, query, message):
     with pytest.raises(QueryError, match="") as refused:

@@ -152,8 +152,8 @@ def _literal(args: list[exp.Expression], index: int, function: str, what: str) -
 
 def _arity(function: str, args: list[exp.Expression], low: int, high: int) -> None:
     if not low <= len(args) <= high:
-        expected = str(low) if low == high else f"{low} to {high}"
-        raise QueryError(f"{function} takes {expected} arguments, got {len(args)}", "UNSUPPORTED_DRUID_SQL")
+        expected = f"{low} argument" + ("" if low == 1 else "s") if low == high else f"{low} to {high} arguments"
+        raise QueryError(f"{function} takes {expected}, got {len(args)}", "UNSUPPORTED_DRUID_SQL")
 
 
 def _utc_only(function: str, args: list[exp.Expression], index: int) -> None:
@@ -259,21 +259,19 @@ def _time_format(args: list[exp.Expression]) -> exp.Expression:
     return _sql("date_format(_t, _p)", _t=args[0], _p=exp.Literal.string(pattern))
 
 
-def _rename(spark_name: str, low: int, high: int, *, defaults: tuple[exp.Expression, ...] = ()
-            ) -> Callable[[list[exp.Expression]], exp.Expression]:
-    """A Druid function that is a Spark function under another name; ``defaults`` fill the optional args."""
+def _rename(druid_name: str, spark_name: str, arity: int) -> Callable[[list[exp.Expression]], exp.Expression]:
+    """A Druid function that is a Spark function under another name."""
     def translate_call(args: list[exp.Expression]) -> exp.Expression:
-        _arity(spark_name, args, low, high)
-        filled = [*args, *defaults[len(args) - low:]]
-        return exp.Anonymous(this=spark_name, expressions=[a.copy() for a in filled])
+        _arity(druid_name, args, arity, arity)
+        return exp.Anonymous(this=spark_name, expressions=[a.copy() for a in args])
     return translate_call
 
 
-def _by_time(spark_name: str, by_argument: bool) -> Callable[[list[exp.Expression]], exp.Expression]:
+def _by_time(druid_name: str, spark_name: str, by_argument: bool) -> Callable[[list[exp.Expression]], exp.Expression]:
     """LATEST/EARLIEST(expr[, maxBytes]) by ``__time``; LATEST_BY/EARLIEST_BY(expr, time[, maxBytes])."""
     def translate_call(args: list[exp.Expression]) -> exp.Expression:
         low = 2 if by_argument else 1
-        _arity(spark_name, args, low, low + 1)
+        _arity(druid_name, args, low, low + 1)
         by = args[1] if by_argument else exp.column("__time", quoted=True)
         return exp.Anonymous(this=spark_name, expressions=[args[0].copy(), by.copy()])
     return translate_call
@@ -282,9 +280,10 @@ def _by_time(spark_name: str, by_argument: bool) -> Callable[[list[exp.Expressio
 _FUNCTIONS: dict[str, Callable[[list[exp.Expression]], exp.Expression]] = {
     "TIME_FLOOR": _time_floor, "TIME_CEIL": _time_ceil, "TIME_SHIFT": _time_shift, "TIME_EXTRACT": _time_extract,
     "TIME_PARSE": _time_parse, "TIME_FORMAT": _time_format,
-    "MILLIS_TO_TIMESTAMP": _rename("timestamp_millis", 1, 1), "TIMESTAMP_TO_MILLIS": _rename("unix_millis", 1, 1),
-    "LATEST": _by_time("max_by", False), "EARLIEST": _by_time("min_by", False),
-    "LATEST_BY": _by_time("max_by", True), "EARLIEST_BY": _by_time("min_by", True),
-    "STRLEN": _rename("length", 1, 1), "TEXTCAT": _rename("concat", 2, 2),
-    "CONTAINS_STRING": _rename("contains", 2, 2),
+    "MILLIS_TO_TIMESTAMP": _rename("MILLIS_TO_TIMESTAMP", "timestamp_millis", 1),
+    "TIMESTAMP_TO_MILLIS": _rename("TIMESTAMP_TO_MILLIS", "unix_millis", 1),
+    "LATEST": _by_time("LATEST", "max_by", False), "EARLIEST": _by_time("EARLIEST", "min_by", False),
+    "LATEST_BY": _by_time("LATEST_BY", "max_by", True), "EARLIEST_BY": _by_time("EARLIEST_BY", "min_by", True),
+    "STRLEN": _rename("STRLEN", "length", 1), "TEXTCAT": _rename("TEXTCAT", "concat", 2),
+    "CONTAINS_STRING": _rename("CONTAINS_STRING", "contains", 2),
 }
