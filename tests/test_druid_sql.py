@@ -278,6 +278,10 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
         "aggregations": [{"type": "hyperUnique", "name": "u", "fieldName": "country"}]})
     assert refused.status_code == 400
     assert refused.json()["errorMessage"].startswith("$.aggregations[0].type: aggregator type 'hyperUnique'")
+    virtual = httpx.post(f"{live_sql}/druid/v2", json={
+        "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
+        "virtualColumns": [{"type": "expression", "name": "v", "expression": "count * 2"}]})
+    assert virtual.status_code == 400 and virtual.json()["errorMessage"].startswith("$.virtualColumns: not supported")
     unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "search", "dataSource": NAME,
                                                        "intervals": [INTERVAL]})
     assert unknown.status_code == 400 and "'search' is not supported" in unknown.json()["errorMessage"]

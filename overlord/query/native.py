@@ -196,12 +196,28 @@ def _post_aggregate(spec: Any, row: Mapping[str, Any], path: str) -> Any:
 # --- queries -------------------------------------------------------------------------------------
 
 
+_COMMON = {"queryType", "dataSource", "intervals", "filter", "context"}
+_AGGREGATING = _COMMON | {"granularity", "aggregations", "postAggregations"}
+_KEYS = {
+    "timeseries": _AGGREGATING | {"descending"}, "topN": _AGGREGATING | {"dimension", "metric", "threshold"},
+    "groupBy": _AGGREGATING | {"dimensions", "limitSpec", "having"},
+    "scan": _COMMON | {"columns", "order", "limit", "resultFormat", "batchSize"},
+    "timeBoundary": _COMMON | {"bound"}, "dataSourceMetadata": _COMMON,
+    "segmentMetadata": _COMMON | {"merge", "analysisTypes", "lenientAggregatorMerge"},
+}
+"""The fields each query type takes here; any other (``virtualColumns``, ``toInclude``, ...) is refused."""
+
+
 class _Native:
     """One native query, checked and translated."""
 
     def __init__(self, query: Mapping[str, Any]) -> None:
         self.query = query
         self.kind = _field(query, "queryType", "$")
+        unknown = sorted(set(query) - _KEYS.get(self.kind, set(query)))
+        if unknown:
+            raise _bad(f"$.{unknown[0]}", f"not supported in a {self.kind} query here; ignoring it would answer "
+                                          "another question than Druid does")
         source = _field(query, "dataSource", "$", (str, dict))
         if isinstance(source, dict):
             if source.get("type") != "table":
