@@ -4,7 +4,8 @@ One SQL query per batch of raw record values types every field, gives each bad r
 reason (invalid JSON, missing or invalid timestamp, wrong type) and groups the good rows by
 (segment interval, truncated time, dimensions), aggregating the metrics; nothing is
 materialised in between (bad records come out of the same pass, one row each).
-String dimensions take any JSON scalar as text (``true``, ``12``), like Druid.
+String dimensions take any JSON scalar as text (``true``, ``12``), like Druid; a JSON array (Druid's
+multi-value dimension, not implemented) or object makes the record unparseable, never text.
 Partial results of several batches merge with the metrics' combining functions.
 """
 
@@ -242,7 +243,7 @@ class Rollup:
         s = self.schema
         fields = [s.timestamp_column, *(d.name for d in s.dimensions),
                   *(m.field for m in s.metrics if m.field is not None)]
-        paths = ", ".join(_lit('$."' + f.replace("\\", "\\\\").replace('"', '\\"') + '"') for f in fields)
+        paths = [_lit('$."' + f.replace("\\", "\\\\").replace('"', '\\"') + '"') for f in fields]
         ts_text = "__f[1]" if s.missing_timestamp is None else f"coalesce(__f[1], {_lit(s.missing_timestamp)})"
         typed = [f"{_timestamp_sql(ts_text, s.timestamp_format)} AS __t"]
         checks: list[str] = []
@@ -252,6 +253,12 @@ class Rollup:
             if d.type != "string":
                 checks.append(f"WHEN __f[{n}] IS NOT NULL AND {_q(d.name)} IS NULL "
                               f"THEN {_lit('wrong type for ' + d.name + ' (' + d.type + ')')}")
+            else:  # a JSON array or object comes out as its JSON text: refuse it rather than store that
+                kind = f"json_type(__s, {paths[n - 1]})"
+                array = f"a JSON array for string dimension {d.name} (multi-value dimensions are not supported)"
+                checks.append(f"WHEN left(__f[{n}], 1) = '[' AND {kind} = 'ARRAY' THEN {_lit(array)} "
+                              f"WHEN left(__f[{n}], 1) = '{{' AND {kind} = 'OBJECT' "
+                              f"THEN {_lit(f'a JSON object for string dimension {d.name}')}")
             n += 1
         for i, m in enumerate(s.metrics):
             if m.field is None:
@@ -267,7 +274,7 @@ class Rollup:
             obj AS (SELECT __i, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
                            coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
             ext AS (SELECT __i, __is_null, __s, __valid, __ok,
-                           CASE WHEN __ok THEN json_extract_string(__s, [{paths}]) END AS __f FROM obj),
+                           CASE WHEN __ok THEN json_extract_string(__s, [{", ".join(paths)}]) END AS __f FROM obj),
             typed AS (SELECT __i, __is_null, __s, __valid, __ok, __f, {", ".join(typed)} FROM ext)
             SELECT __i,
                 CASE WHEN __is_null THEN 'null value'

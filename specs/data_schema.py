@@ -1,9 +1,11 @@
 """The ``dataSchema`` part of a Druid Kafka supervisor spec.
 
-All models are frozen, read Druid's camelCase JSON names (snake_case Python
-names work too) and keep fields they do not model (``extra="allow"``) so that
-they can be reported as ignored rather than rejected; see
-:func:`specs.supervisor.ignored_field_paths`.  The I/O, tuning and top-level
+All models are frozen and read Druid's camelCase JSON names (snake_case Python
+names work too). A field a model does not model is accepted only when it cannot
+change what is ingested: it is one of Druid's tuning or scheduling fields the
+model lists as ``harmless``, or its value is empty (null, ``{}``, ``[]``). Such
+fields are reported as ignored (:func:`specs.supervisor.ignored_field_paths`);
+any other is refused naming its path, a misspelt field included.  The I/O, tuning and top-level
 models live in :mod:`specs.supervisor`; :mod:`specs` re-exports both.
 """
 
@@ -23,7 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from specs.durations import UtcTimestamp
-from specs.errors import SpecError, json_type_name
+from specs.errors import SpecError, json_type_name, key_path
 from specs.granularity import Granularity
 
 __all__ = [
@@ -72,7 +74,7 @@ def _duplicates(names: list[str], list_path: str, what: str) -> list[tuple[str, 
 
 
 class SpecModel(BaseModel):
-    """Base of every spec model: frozen, strict JSON types, camelCase aliases, unknown fields kept."""
+    """Base of every spec model: frozen, strict JSON types, camelCase aliases, harmless unknown fields kept."""
 
     model_config = ConfigDict(
         frozen=True,
@@ -85,6 +87,26 @@ class SpecModel(BaseModel):
 
     ignored_when_set: ClassVar[tuple[str, ...]] = ()
     """Modelled fields that are accepted for compatibility but have no effect here."""
+    harmless: ClassVar[frozenset[str]] = frozenset()
+    """Druid fields not modelled here that cannot change what is ingested: accepted, reported as ignored."""
+    not_implemented: ClassVar[dict[str, str]] = {}
+    """Druid fields that would change what is ingested and are not implemented: name -> what it does.
+    Refused unless off (``false`` or empty)."""
+
+    @model_validator(mode="after")
+    def _refuse_unknown_fields(self) -> SpecModel:
+        errors = []
+        for key, value in (self.model_extra or {}).items():
+            what = self.not_implemented.get(key)
+            if key in self.harmless or value in (None, {}, []) or (what is not None and value is False):
+                continue
+            errors.append(unsupported(key_path(key), what) if what is not None else (
+                key_path(key), "unknown field: not a Druid field this service knows, so it cannot tell whether "
+                               "ignoring it would ingest other data; the spec is refused: check the spelling "
+                               "or remove it"))
+        if errors:
+            raise SpecError(errors)
+        return self
 
     @model_serializer(mode="wrap")
     def _omit_absent_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -130,6 +152,9 @@ def _not_reserved(name: str) -> str:
 class DimensionSpec(SpecModel):
     """One dimension; a bare string in the JSON means a string dimension of that name."""
 
+    harmless: ClassVar[frozenset[str]] = frozenset({"createBitmapIndex", "multiValueHandling"})
+    """multiValueHandling only applies to JSON arrays, which are refused per record (counted as unparseable)."""
+
     name: str = Field(min_length=1)
     """Name of the dimension, read from the input field of the same name."""
     type: DimensionType = "string"
@@ -152,6 +177,11 @@ class DimensionSpec(SpecModel):
 class DimensionsSpec(SpecModel):
     """The dimension columns to ingest."""
 
+    harmless: ClassVar[frozenset[str]] = frozenset({"forceSegmentSortByTime"})
+    not_implemented: ClassVar[dict[str, str]] = {
+        "useSchemaDiscovery": "schema discovery", "includeAllDimensions": "schema discovery",
+        "spatialDimensions": "spatial dimensions"}
+
     dimensions: tuple[DimensionSpec, ...] = Field(default=(), strict=False)
     """Dimension names or objects; an empty list lets Druid discover string dimensions."""
     dimension_exclusions: tuple[str, ...] = Field(default=(), strict=False)
@@ -165,12 +195,6 @@ class DimensionsSpec(SpecModel):
     @model_validator(mode="after")
     def _unique_names(self) -> DimensionsSpec:
         errors = _duplicates(self.names, "dimensions", "dimension")
-        extra = self.model_extra or {}
-        if extra.get("useSchemaDiscovery") is True or extra.get("includeAllDimensions") is True:
-            key = "useSchemaDiscovery" if extra.get("useSchemaDiscovery") is True else "includeAllDimensions"
-            errors.append(unsupported(key, "schema discovery"))
-        if extra.get("spatialDimensions"):
-            errors.append(unsupported("spatialDimensions", "spatial dimensions"))
         if errors:
             raise SpecError(errors)
         return self
@@ -178,6 +202,8 @@ class DimensionsSpec(SpecModel):
 
 class MetricSpec(SpecModel):
     """One aggregator of ``metricsSpec``, computed at ingestion time."""
+
+    not_implemented: ClassVar[dict[str, str]] = {"expression": "an aggregator's expression"}
 
     type: AggregatorType
     """Aggregator type: count, or long/double/float Sum, Min or Max."""
@@ -244,6 +270,10 @@ class GranularitySpec(SpecModel):
 
 class DataSchemaSpec(SpecModel):
     """The datasource name and the schema of its rows."""
+
+    harmless: ClassVar[frozenset[str]] = frozenset({"transformSpec"})  # its filter and transforms are checked below
+    not_implemented: ClassVar[dict[str, str]] = {
+        "parser": "the legacy parser (Druid's inputFormat and timestampSpec replace it)"}
 
     data_source: str
     """Name of the datasource (and supervisor id); it must be safe as a path component."""

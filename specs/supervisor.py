@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -39,6 +39,12 @@ def _key_in(data: dict[Any, Any], alias: str, name: str) -> str:
 
 class InputFormatSpec(SpecModel):
     """How Kafka record values are parsed; only JSON is supported."""
+
+    harmless: ClassVar[frozenset[str]] = frozenset({
+        "flattenSpec",  # checked below: only its default (field discovery, no fields) is accepted
+        "keepNullColumns", "useJsonNodeReader"})
+    not_implemented: ClassVar[dict[str, str]] = {
+        "featureSpec": "JSON parser features", "assumeNewlineDelimited": "splitting a value into records at newlines"}
 
     type: Literal["json"] = "json"
     """Input format type."""
@@ -119,6 +125,12 @@ def _provider_errors(value: object) -> list[tuple[str, str]]:
 class KafkaIOConfigSpec(SpecModel):
     """Where to read from and how the supervisor schedules its tasks."""
 
+    harmless: ClassVar[frozenset[str]] = frozenset({
+        "autoScalerConfig", "pollTimeout", "idleConfig", "stopTaskCount", "lagAggregate", "emitTimeLagMetrics",
+        "configOverrides", "stream", "useEarliestSequenceNumber",  # the last two: Druid's names in exported specs
+    })
+    not_implemented: ClassVar[dict[str, str]] = {"topicPattern": "reading several topics (topicPattern)"}
+
     type: Literal["kafka"] = "kafka"
     """I/O config type."""
     topic: str = Field(min_length=1)
@@ -197,6 +209,15 @@ class KafkaIOConfigSpec(SpecModel):
 class KafkaTuningConfigSpec(SpecModel):
     """Row limits and parse-error handling of the indexing tasks."""
 
+    harmless: ClassVar[frozenset[str]] = frozenset({
+        "maxBytesInMemory", "skipBytesInMemoryOverheadCheck", "maxTotalRows", "intermediatePersistPeriod",
+        "maxPendingPersists", "indexSpec", "indexSpecForIntermediatePersists", "handoffConditionTimeout",
+        "segmentWriteOutMediumFactory", "workerThreads", "chatThreads", "chatRetries", "chatAsync", "httpTimeout",
+        "shutdownTimeout", "offsetFetchPeriod", "intermediateHandoffPeriod", "numPersistThreads",
+        "skipSequenceNumberAvailabilityCheck", "repartitionTransitionDuration", "appendableIndexSpec",
+        "partitionsSpec", "maxColumnsToMerge", "maxRecordsPerPoll", "releaseLocksOnHandoff", "basePersistDirectory",
+    })
+
     type: Literal["kafka"] = "kafka"
     """Tuning config type."""
     max_rows_per_segment: int = Field(default=5_000_000, ge=1)
@@ -252,6 +273,8 @@ class SupervisorSpec(SpecModel):
     (as in specs Druid itself returns) ``spec`` wins and the flat copies are
     reported as ignored.
     """
+
+    harmless: ClassVar[frozenset[str]] = frozenset({"context", "suspended", *_SECTIONS})
 
     type: Literal["kafka"] = "kafka"
     """Supervisor type."""

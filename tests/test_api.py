@@ -94,7 +94,7 @@ def submit(api: Api, spec: dict[str, Any]) -> str:
 
 def test_submit_returns_the_id_and_lists_show_it(api: Api, make_topic, datasource):
     topic = make_topic(1)
-    assert api.post("/supervisor", json=spec_json(datasource, topic)).json() == {"id": datasource}
+    assert api.post("/supervisor", json=spec_json(datasource, topic)).json() == {"id": datasource, "ignoredFields": []}
 
     assert datasource in api.get("/supervisor")
     [full] = [e for e in api.get("/supervisor", full="") if e["id"] == datasource]
@@ -139,6 +139,23 @@ def test_invalid_spec_is_400_naming_each_bad_field(api: Api, body: dict[str, Any
     message = answer["errorMessage"]
     assert message.startswith("invalid supervisor spec: ") and all(p in message for p in paths)
     assert "bad_spec" not in api.get("/supervisor")
+
+
+def test_fields_accepted_without_effect_are_named_in_the_answer_the_status_and_the_log(
+        api: Api, make_topic, datasource, caplog):
+    raw = spec_json(datasource, make_topic(1))
+    raw["spec"]["tuningConfig"]["intermediatePersistPeriod"] = "PT10M"
+    raw["spec"]["ioConfig"]["autoScalerConfig"] = {"enableTaskAutoScaler": True}
+    ignored = ["spec.ioConfig.autoScalerConfig", "spec.tuningConfig.intermediatePersistPeriod"]
+    with caplog.at_level(logging.INFO, logger="overlord"):
+        assert api.post("/supervisor", json=raw).json() == {"id": datasource, "ignoredFields": ignored}
+    assert api.get(f"/supervisor/{datasource}/status")["payload"]["ignoredFields"] == ignored
+    assert any(datasource in r.getMessage() and all(p in r.getMessage() for p in ignored) for r in caplog.records)
+
+    raw["spec"]["tuningConfig"]["maxRowsPerSegmnet"] = 10  # a typo is refused, not ignored
+    refused = api.post("/supervisor", json=raw)
+    assert refused.status_code == 400 and [e["path"] for e in refused.json()["errors"]] == [
+        "spec.tuningConfig.maxRowsPerSegmnet"]
 
 
 def test_a_metric_dropped_and_added_again_keeps_its_aggregator(api: Api, make_topic, datasource):

@@ -164,3 +164,19 @@ def test_bad_records_get_reasons_and_good_ones_survive() -> None:
     (row,) = parsed.rows.to_pylist()
     # Like Druid, a string dimension takes any scalar as text, and "7" is a fine long.
     assert (row["a"], row["b"], row["v_sum"], row["cnt"]) == ("true", "12", 7, 1)
+
+
+def test_an_array_or_object_for_a_string_dimension_is_refused_per_record_not_stored_as_text() -> None:
+    """Druid would ingest a JSON array as a multi-value dimension; that is not implemented, so such a record
+    is unparseable with a reason naming the dimension, never the text ``["x","y"]``.
+    """
+    rollup = Rollup(RollupSchema.from_spec(spec_schema("NONE", "HOUR")))
+    good = {"t": "2024-01-01T10:00:00Z", "a": "[not an array", "b": "q", "n": 1, "v": 7, "x": 1.5}
+    values = [json.dumps(record).encode() for record in (
+        good, {**good, "a": ["x", "y"]}, {**good, "b": {"k": 1}}, {**good, "a": []})]
+    parsed = rollup.parse(values)
+    assert {bad.index: bad.reason for bad in parsed.bad_samples} == {
+        1: "a JSON array for string dimension a (multi-value dimensions are not supported)",
+        2: "a JSON object for string dimension b",
+        3: "a JSON array for string dimension a (multi-value dimensions are not supported)"}
+    assert [row["a"] for row in parsed.rows.to_pylist()] == ["[not an array"]

@@ -139,14 +139,13 @@ def test_wikipedia_with_druid_only_fields_reports_them_as_ignored() -> None:
     )
 
 
-def test_legacy_parser_and_odd_keys_are_reported_with_paths() -> None:
+def test_legacy_parser_and_odd_keys_are_refused_together_with_paths() -> None:
     doc = example_json("events")
     doc["spec"]["dataSchema"]["parser"] = {"type": "string", "parseSpec": {"format": "json"}}
-    doc["spec"]["ioConfig"]["consumerProperties"] = {"security.protocol": "PLAINTEXT"}
     doc["spec"]["ioConfig"]["odd.key"] = 1
-    spec = load_supervisor_spec(doc)
-    assert spec.ignored_fields == ["spec.dataSchema.parser", 'spec.ioConfig["odd.key"]']
-    assert spec.spec.io_config.consumer_properties == {"security.protocol": "PLAINTEXT"}
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(doc)
+    assert [path for path, _ in refused.value.errors] == ["spec.dataSchema.parser", 'spec.ioConfig["odd.key"]']
 
 
 def test_flat_form_is_normalised_to_the_spec_form() -> None:
@@ -183,7 +182,7 @@ def _rich_spec() -> dict[str, Any]:
     schema = doc["spec"]["dataSchema"]
     schema["timestampSpec"]["missingValue"] = "2020-01-01T00:00:00Z"
     schema["timestampSpec"]["format"] = "ISO"
-    schema["dimensionsSpec"]["dimensions"].append({"name": "latency", "type": "double", "extra": 1})
+    schema["dimensionsSpec"]["dimensions"].append({"name": "latency", "type": "double", "createBitmapIndex": True})
     schema["dimensionsSpec"]["dimensionExclusions"] = ["debug"]
     schema["metricsSpec"][0]["expression"] = None
     schema["granularitySpec"]["segmentGranularity"] = {"type": "period", "period": "PT2H", "timeZone": "UTC"}

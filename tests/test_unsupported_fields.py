@@ -55,3 +55,65 @@ def test_empty_or_default_forms_of_those_fields_are_accepted() -> None:
     raw["spec"]["ioConfig"]["inputFormat"] = {"type": "json", "flattenSpec": {"useFieldDiscovery": True, "fields": []}}
     raw["spec"]["dataSchema"]["dimensionsSpec"]["useSchemaDiscovery"] = False
     load_supervisor_spec(raw)  # no error
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    (_data_schema(lambda s: s.update(parser={"type": "string", "parseSpec": {"format": "json"}})),
+     "spec.dataSchema.parser"),
+    (_data_schema(lambda s: s.update(granularitySpecs={"segmentGranularity": "DAY"})),
+     "spec.dataSchema.granularitySpecs"),
+    (_data_schema(lambda s: s["metricsSpec"][1].update(expression="value * 2")),
+     "spec.dataSchema.metricsSpec[1].expression"),
+    (_io(lambda io: io.update(inputFormat={"type": "json", "assumeNewlineDelimited": True})),
+     "spec.ioConfig.inputFormat.assumeNewlineDelimited"),
+    (_io(lambda io: io.update(topicPattern="events-.*")), "spec.ioConfig.topicPattern"),
+    (_io(lambda io: io.update(inputFormat={"type": "json", "featureSpec": {"ALLOW_COMMENTS": True}})),
+     "spec.ioConfig.inputFormat.featureSpec"),
+    (_io(lambda io: io.update({"odd.key": 1})), 'spec.ioConfig["odd.key"]'),
+], ids=["legacy-parser", "misspelt-section", "metric-expression", "newline-delimited", "topicPattern",
+        "featureSpec", "unknown-key"])
+def test_a_field_not_known_to_be_harmless_is_refused_naming_it(change: Any, path: str) -> None:
+    """A field is ignored only when it is known not to change the data; a typo is refused, not ignored."""
+    raw = spec_json("ds", "topic")
+    change(raw)
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    assert [found for found, _ in refused.value.errors] == [path], refused.value.errors
+
+
+def test_druid_tuning_and_scheduling_hints_are_accepted_and_listed_as_ignored() -> None:
+    raw = spec_json("ds", "topic")
+    raw["spec"]["tuningConfig"] = {"type": "kafka", "maxBytesInMemory": 0, "indexSpec": {"bitmap": {"type": "roaring"}},
+                                   "partitionsSpec": {"type": "dynamic"}, "handoffConditionTimeout": 0}
+    raw["spec"]["ioConfig"]["autoScalerConfig"] = {"enableTaskAutoScaler": True}
+    raw["spec"]["ioConfig"]["pollTimeout"] = 100
+    raw["spec"]["dataSchema"]["dimensionsSpec"]["dimensions"][0] = {"name": "country", "createBitmapIndex": False}
+    assert load_supervisor_spec(raw).ignored_fields == [
+        "spec.dataSchema.dimensionsSpec.dimensions[0].createBitmapIndex",
+        "spec.ioConfig.autoScalerConfig", "spec.ioConfig.pollTimeout",
+        "spec.tuningConfig.maxBytesInMemory", "spec.tuningConfig.indexSpec", "spec.tuningConfig.partitionsSpec",
+        "spec.tuningConfig.handoffConditionTimeout"]
+
+
+def test_a_spec_as_druid_returns_it_with_every_default_written_out_is_accepted() -> None:
+    """Druid's GET /supervisor/{id} writes out defaults (nulls, falses, Druid's alias names); all are harmless."""
+    raw = spec_json("ds", "topic")
+    schema, io = raw["spec"]["dataSchema"], raw["spec"]["ioConfig"]
+    schema["timestampSpec"]["missingValue"] = None
+    schema["dimensionsSpec"].update(
+        dimensions=[{"type": "string", "name": d, "multiValueHandling": "SORTED_ARRAY", "createBitmapIndex": True}
+                    for d in ("country", "device")],
+        dimensionExclusions=["ts"], includeAllDimensions=False, useSchemaDiscovery=False)
+    for metric in schema["metricsSpec"]:
+        metric["expression"] = None
+    schema["granularitySpec"]["intervals"] = []
+    schema["transformSpec"] = {"filter": None, "transforms": []}
+    io.update(stream="topic", useEarliestSequenceNumber=True, autoScalerConfig=None, topicPattern=None,
+              lateMessageRejectionPeriod=None, idleConfig=None, inputFormat={
+                  "type": "json", "keepNullColumns": False, "assumeNewlineDelimited": False,
+                  "useJsonNodeReader": False})
+    raw["spec"]["tuningConfig"].update(maxBytesInMemory=0, skipSequenceNumberAvailabilityCheck=False,
+                                       indexSpec={"bitmap": {"type": "roaring"}}, partitionsSpec=None)
+    spec = load_supervisor_spec(raw)
+    assert spec.spec.data_schema.dimensions_spec.names == ["country", "device"]
+    assert "spec.tuningConfig.indexSpec" in spec.ignored_fields

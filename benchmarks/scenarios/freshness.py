@@ -94,7 +94,7 @@ def run(rate: int, seconds: float, partitions: int, period: str | None) -> dict[
             spec["spec"]["ioConfig"].pop("period", None)  # the spec's default (Druid's PT30S)
         else:
             spec["spec"]["ioConfig"]["period"] = period
-        period_s = overlord.get(overlord.submit(spec)).spec.spec.io_config.period.total_seconds()
+        period_s = overlord.submit(spec).spec.io_config.period.total_seconds()
         time.sleep(3)  # let the supervisor pin its initial offsets before the first record
         acked: dict[tuple[int, int], float] = {}
         visible: dict[int, list[tuple[float, int]]] = {}

@@ -141,7 +141,8 @@ def _submit(client: OverlordClient, args: argparse.Namespace) -> str:
     except OSError as exc:
         raise ClientError(f"cannot read {args.file}: {exc.strerror}") from None
     answer = client.request("POST", "/supervisor", content=raw, headers={"Content-Type": "application/json"})
-    return f"supervisor {answer['id']} submitted"
+    ignored = answer.get("ignoredFields") or []
+    return f"supervisor {answer['id']} submitted" + (f"; without effect: {', '.join(ignored)}" if ignored else "")
 
 
 def _list(client: OverlordClient, _args: argparse.Namespace) -> str:

@@ -49,7 +49,7 @@ def status_payload(status: SupervisorStatus) -> dict[str, Any]:
         "maxLagMillis": round(max(status.lag_seconds.values(), default=0.0) * 1000),
         "offsetsLastUpdated": status.offsets_updated.isoformat() if status.offsets_updated else None,
         "suspended": status.suspended, "healthy": status.healthy, "state": status.state,
-        "detailedState": status.detailed_state,
+        "detailedState": status.detailed_state, "ignoredFields": status.spec.ignored_fields,
         "recentErrors": [{"timestamp": at.isoformat(), "message": message} for at, message in status.recent_errors],
         "counters": counters(status)}}
 

@@ -53,11 +53,11 @@ def supervisor_routes(out: Replies) -> APIRouter:
         except (ValueError, UnicodeDecodeError):
             pass  # not JSON: submit reports it
         try:
-            supervisor_id = await run_in_threadpool(overlord.submit, body)
+            spec = await run_in_threadpool(overlord.submit, body)
         except SpecError as exc:  # scrubbed of this body's secrets, which are not remembered
             raise exc.scrubbed(SecretRegistry.of([body]).scrub) from None
         secrets.learn([body])  # accepted: its secrets are scrubbed from free text from now on
-        return reply({"id": supervisor_id})
+        return reply({"id": spec.id, "ignoredFields": spec.ignored_fields})
 
     @router.get(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Supervisor ids, or their state and specs")
     def list_supervisors(full: str | None = None, state: bool = False) -> Response:

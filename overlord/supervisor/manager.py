@@ -207,8 +207,8 @@ class Overlord:
 
     # --- operations ------------------------------------------------------------------------
 
-    def submit(self, raw: Mapping[str, Any] | str | bytes) -> str:
-        """Create or update a supervisor. Tasks of a previous spec finish and publish under it."""
+    def submit(self, raw: Mapping[str, Any] | str | bytes) -> SupervisorSpec:
+        """Create or update a supervisor, returning its spec. Tasks of a previous spec finish and publish under it."""
         spec = load_supervisor_spec(raw)
         resolved_consumer_properties(spec.spec.io_config.consumer_properties)  # every secret it names is set
         self._require_leader()
@@ -228,7 +228,10 @@ class Overlord:
                                               seconds=spec.spec.io_config.period.total_seconds())
                 self.wake(spec.id)
                 logger.info("supervisor %s: spec updated", spec.id)
-        return spec.id
+            if spec.ignored_fields:
+                logger.info("supervisor %s: fields accepted without effect (they cannot change what is ingested): %s",
+                            spec.id, ", ".join(spec.ignored_fields))
+        return spec
 
     def get(self, supervisor_id: str) -> Supervisor:
         sup = self.supervisors.get(supervisor_id)
