@@ -221,6 +221,8 @@ def _database() -> duckdb.DuckDBPyConnection:
 class Rollup:
     """Parses and rolls up batches of raw JSON values against one schema (one DuckDB cursor).
 
+    Records whose event time (before truncation) is outside ``[min_time, max_time)`` are thrown away.
+
     The cursor belongs to its thread's database, which Rollups created one after another
     (the splits a Spark Python worker runs) share.
     """
@@ -289,7 +291,7 @@ class Rollup:
                          THEN {_lit(f"timestamp out of range (supported: {MIN_TIME:%Y-%m-%d} to {MAX_TIME:%Y-%m-%d})")}
                      {" ".join(checks)}
                 END AS __reason,
-                {bucket_start_sql(s.query_granularity, "__t")} AS {TIME},
+                __t, {bucket_start_sql(s.query_granularity, "__t")} AS {TIME},
                 {seg} AS {SEGMENT_START}
                 {"".join(", " + c for c in columns)}
             FROM typed"""
@@ -298,9 +300,9 @@ class Rollup:
     def _bounds_sql(min_time: datetime | None, max_time: datetime | None) -> str:
         conds = []
         if min_time is not None:
-            conds.append(f"{TIME} >= TIMESTAMP '{min_time.replace(tzinfo=None).isoformat()}'")
+            conds.append(f"__t >= TIMESTAMP '{min_time.astimezone(UTC).replace(tzinfo=None).isoformat()}'")
         if max_time is not None:
-            conds.append(f"{TIME} < TIMESTAMP '{max_time.replace(tzinfo=None).isoformat()}'")
+            conds.append(f"__t < TIMESTAMP '{max_time.astimezone(UTC).replace(tzinfo=None).isoformat()}'")
         return " AND ".join(conds) or "true"
 
     def _aggregate_sql(self, source: str, combine: bool, status: bool = False) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -187,23 +187,26 @@ class KafkaIOConfigSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _no_rejection_windows(self) -> KafkaIOConfigSpec:
-        if (
-            self.late_message_rejection_period is not None
-            and self.late_message_rejection_start_date_time is not None
-        ):
-            raise SpecError.at(
-                "lateMessageRejectionStartDateTime",
-                "cannot be combined with lateMessageRejectionPeriod",
-            )
-        windows = {"lateMessageRejectionPeriod": self.late_message_rejection_period,
-                   "earlyMessageRejectionPeriod": self.early_message_rejection_period,
-                   "lateMessageRejectionStartDateTime": self.late_message_rejection_start_date_time}
-        errors = [unsupported(key, "rejecting messages by their time") for key, value in windows.items()
-                  if value is not None]
-        if errors:
-            raise SpecError(errors)
+    def _one_late_rejection_rule(self) -> KafkaIOConfigSpec:
+        if self.late_message_rejection_period is not None and self.late_message_rejection_start_date_time is not None:
+            raise SpecError.at("lateMessageRejectionStartDateTime", "cannot be combined with "
+                                                                    "lateMessageRejectionPeriod")
         return self
+
+    def message_time_bounds(self, planned: datetime) -> tuple[datetime | None, datetime | None]:
+        """The event times ``[earliest, latest)`` a task planned at ``planned`` keeps (None: unbounded).
+
+        Druid's rejection windows: earlier than ``lateMessageRejectionStartDateTime``, or than
+        ``lateMessageRejectionPeriod`` before planning; later than ``earlyMessageRejectionPeriod``
+        after the task's duration. Fixed once per task group, so replicas keep the same records.
+        """
+        earliest = self.late_message_rejection_start_date_time
+        if self.late_message_rejection_period is not None:
+            earliest = planned - self.late_message_rejection_period
+        latest = None
+        if self.early_message_rejection_period is not None:
+            latest = planned + self.task_duration + self.early_message_rejection_period
+        return earliest, latest
 
 
 class KafkaTuningConfigSpec(SpecModel):

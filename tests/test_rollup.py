@@ -180,3 +180,15 @@ def test_an_array_or_object_for_a_string_dimension_is_refused_per_record_not_sto
         2: "a JSON object for string dimension b",
         3: "a JSON array for string dimension a (multi-value dimensions are not supported)"}
     assert [row["a"] for row in parsed.rows.to_pylist()] == ["[not an array"]
+
+
+def test_time_bounds_apply_to_the_event_time_before_truncation_and_count_as_thrown_away() -> None:
+    """Druid rejects by the record's own timestamp: 10:00:30 is kept with a bound of 10:00:15 even
+    though its MINUTE bucket (10:00) starts before the bound.
+    """
+    bounds = (datetime(2024, 1, 1, 10, 0, 15, tzinfo=UTC), datetime(2024, 1, 1, 10, 5, tzinfo=UTC))
+    rollup = Rollup(RollupSchema.from_spec(spec_schema("MINUTE", "HOUR")), *bounds)
+    times = ["10:00:10", "10:00:30", "10:04:59.999", "10:05:00"]
+    parsed = rollup.parse([json.dumps({"t": f"2024-01-01T{t}Z", "a": "x", "v": 1}).encode() for t in times])
+    assert parsed.thrown_away == 2 and parsed.bad_count == 0
+    assert sorted(row["cnt"] for row in parsed.rows.to_pylist()) == [1, 1]

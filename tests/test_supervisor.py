@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from overlord.config import Settings
@@ -216,3 +217,26 @@ def test_a_stored_spec_that_no_longer_loads_does_not_stop_the_others(make_topic,
     fixed = spec_json("stale_" + datasource, stale["spec"]["ioConfig"]["topic"])
     restarted.submit(fixed)  # the refused earlier spec does not block a corrected one
     assert "stale_" + datasource in restarted.supervisors
+
+
+def test_late_and_early_messages_are_thrown_away_by_the_windows_fixed_at_planning(
+        stack, make_topic, datasource, make_overlord):
+    """Events older than lateMessageRejectionPeriod before the task was planned, or newer than its duration
+    plus earlyMessageRejectionPeriod after, are counted as thrown away and published nowhere.
+    """
+    topic = make_topic(1)
+    now = datetime.now(UTC)
+    kept, rejected = make_sample_events(300, bad_every=10**9, start=now - timedelta(minutes=30)), 0
+    records = list(kept.records)
+    for offset in (timedelta(hours=-3), timedelta(hours=5)):
+        records += make_sample_events(100, bad_every=10**9, start=now + offset).records
+        rejected += 100
+    produce(stack.bootstrap_servers, topic, records, 1)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic, lateMessageRejectionPeriod="PT1H",
+                              earlyMessageRejectionPeriod="PT1H", taskDuration="PT1H"))
+
+    wait_until(lambda: committed_total(overlord.engine, datasource) == len(records), "all records committed")
+    assert_exact(published_table(overlord.engine, datasource), kept)
+    counters = overlord.get(datasource).status.counters
+    assert (counters.processed, counters.thrown_away, counters.unparseable) == (300, rejected, 0)

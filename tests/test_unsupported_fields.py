@@ -5,6 +5,7 @@ path: accepting and ignoring them would ingest other data than Druid does, witho
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -34,12 +35,8 @@ def _io(change: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]]
      "spec.dataSchema.dimensionsSpec.spatialDimensions"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "flattenSpec": {"fields": [
         {"type": "path", "name": "a", "expr": "$.x.a"}]}})), "spec.ioConfig.inputFormat.flattenSpec"),
-    (_io(lambda io: io.update(lateMessageRejectionPeriod="PT1H")), "spec.ioConfig.lateMessageRejectionPeriod"),
-    (_io(lambda io: io.update(earlyMessageRejectionPeriod="PT1H")), "spec.ioConfig.earlyMessageRejectionPeriod"),
-    (_io(lambda io: io.update(lateMessageRejectionStartDateTime="2026-01-01T00:00:00Z")),
-     "spec.ioConfig.lateMessageRejectionStartDateTime"),
 ], ids=["transform-filter", "transforms", "schema-discovery", "useSchemaDiscovery", "spatialDimensions",
-        "flattenSpec-fields", "late-rejection", "early-rejection", "late-rejection-start"])
+        "flattenSpec-fields"])
 def test_a_field_that_would_change_the_data_is_refused_naming_it(change: Any, path: str) -> None:
     raw = spec_json("ds", "topic")
     change(raw)
@@ -117,3 +114,17 @@ def test_a_spec_as_druid_returns_it_with_every_default_written_out_is_accepted()
     spec = load_supervisor_spec(raw)
     assert spec.spec.data_schema.dimensions_spec.names == ["country", "device"]
     assert "spec.tuningConfig.indexSpec" in spec.ignored_fields
+
+
+def test_message_rejection_windows_bound_the_event_times_a_task_keeps() -> None:
+    """Druid's windows, fixed when a task is planned: late is before planning, early after its duration."""
+    created = datetime(2026, 11, 23, 12, tzinfo=UTC)
+    raw = spec_json("ds", "topic", lateMessageRejectionPeriod="PT2H", earlyMessageRejectionPeriod="PT30M",
+                    taskDuration="PT1H")
+    io = load_supervisor_spec(raw).spec.io_config
+    assert io.message_time_bounds(created) == (datetime(2026, 11, 23, 10, tzinfo=UTC),
+                                               datetime(2026, 11, 23, 13, 30, tzinfo=UTC))
+    raw = spec_json("ds", "topic", lateMessageRejectionStartDateTime="2026-01-01T00:00:00Z")
+    assert load_supervisor_spec(raw).spec.io_config.message_time_bounds(created) == (
+        datetime(2026, 1, 1, tzinfo=UTC), None)
+    assert load_supervisor_spec(spec_json("ds", "topic")).spec.io_config.message_time_bounds(created) == (None, None)

@@ -309,13 +309,14 @@ class Supervisor:
 
     def _launch(self, group: int, todo: OffsetRange) -> None:
         base = f"index_kafka_{self.spec.datasource}_{group}_{uuid.uuid4().hex[:8]}"
+        min_time, max_time = self.spec.spec.io_config.message_time_bounds(self.ctx.now())
         for replica in range(self.spec.spec.io_config.replicas):
             request = IndexTaskRequest(
                 task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=todo.start, end_offsets=todo.end,
                 initial_offsets=Offsets(), deep_storage=self.ctx.settings.deep_storage,
                 generation=self.stored.version if self.stored is not None else 0,
                 epoch=self.stored.epoch if self.stored is not None else 0, leader_epoch=self.ctx.leader_epoch,
-                bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers)
+                bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)
             self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
             self.active[request.task_id] = task

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -104,11 +105,12 @@ def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpe
     marks = watermarks(consumer_properties(spec, settings), spec.spec.io_config.topic)
     committed = pin_initial_offsets(engine, spec, marks, committed_offsets(engine, spec.datasource))
     todo = next_range(committed.offsets, {p: high for p, (_, high) in marks.items()}, marks)
+    min_time, max_time = spec.spec.io_config.message_time_bounds(datetime.now(UTC))
     return IndexTaskRequest(
         task_id=task_id or f"index_{spec.datasource}_{uuid.uuid4().hex[:8]}", spec=spec,
         start_offsets=todo.start, end_offsets=todo.end, initial_offsets=Offsets(),
         deep_storage=settings.deep_storage, generation=committed.version, epoch=committed.epoch,
-        bootstrap_servers=settings.kafka_bootstrap_servers)
+        bootstrap_servers=settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)
 
 
 def index_once(spark: SparkSession, engine: sa.Engine, settings: Settings, spec: SupervisorSpec) -> TaskReport:
