@@ -14,6 +14,7 @@ from specs.data_schema import (
     GranularitySpec,
     MetricSpec,
     TimestampSpec,
+    TransformSpec,
 )
 from specs.durations import format_iso_duration, parse_iso_duration
 from specs.errors import SpecError
@@ -52,6 +53,7 @@ __all__ = [
     "SpecError",
     "SupervisorSpec",
     "TimestampSpec",
+    "TransformSpec",
     "format_iso_duration",
     "load_example",
     "load_supervisor_spec",

@@ -23,9 +23,11 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from sqlglot import exp
 
 from specs.durations import UtcTimestamp
 from specs.errors import SpecError, json_type_name, key_path
+from specs.filters import filter_condition
 from specs.granularity import Granularity
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "MetricSpec",
     "SpecModel",
     "TimestampSpec",
+    "TransformSpec",
 ]
 
 TIMESTAMP_FORMATS = ("auto", "iso", "millis", "posix", "micro", "nano")
@@ -268,10 +271,32 @@ class GranularitySpec(SpecModel):
         return self
 
 
+class TransformSpec(SpecModel):
+    """Druid's ``transformSpec``: a filter on the input records (the rest count as thrown away)."""
+
+    filter: dict[str, Any] | None = None
+    """A Druid filter (see :mod:`specs.filters`) over input fields and ``__time`` (the event time)."""
+    transforms: tuple[Any, ...] = Field(default=(), strict=False)
+    """Expression transforms (not implemented yet: a non-empty list is refused)."""
+
+    @field_validator("filter")
+    @classmethod
+    def _supported_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            filter_condition(value, exp.column)  # raises SpecError naming the unsupported part
+        return value
+
+    @field_validator("transforms")
+    @classmethod
+    def _no_transforms(cls, value: tuple[Any, ...]) -> tuple[Any, ...]:
+        if value:
+            raise SpecError([unsupported("", "expression transforms")])
+        return value
+
+
 class DataSchemaSpec(SpecModel):
     """The datasource name and the schema of its rows."""
 
-    harmless: ClassVar[frozenset[str]] = frozenset({"transformSpec"})  # its filter and transforms are checked below
     not_implemented: ClassVar[dict[str, str]] = {
         "parser": "the legacy parser (Druid's inputFormat and timestampSpec replace it)"}
 
@@ -285,6 +310,8 @@ class DataSchemaSpec(SpecModel):
     """Aggregators applied at ingestion time."""
     granularity_spec: GranularitySpec = GranularitySpec()
     """Segment and query granularity, and rollup."""
+    transform_spec: TransformSpec = TransformSpec()
+    """Which records are ingested (a filter) and computed input fields."""
 
     @field_validator("data_source")
     @classmethod
@@ -311,10 +338,6 @@ class DataSchemaSpec(SpecModel):
         if not self.dimensions_spec.dimensions:
             errors.append(unsupported("dimensionsSpec.dimensions", "an empty or missing dimension list (Druid then "
                                       "discovers the dimensions from the data)", "list the dimensions"))
-        transform = (self.model_extra or {}).get("transformSpec")
-        if transform is not None and (not isinstance(transform, dict) or transform.get("filter")
-                                      or transform.get("transforms")):
-            errors.append(unsupported("transformSpec", "a transformSpec filter or transforms"))
         for index, name in enumerate(self.dimensions_spec.names):
             path = f"dimensionsSpec.dimensions[{index}].name"
             if name == self.timestamp_spec.column:

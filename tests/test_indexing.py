@@ -4,6 +4,7 @@ each test on a local segment root and on S3 (moto).
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import replace
 from datetime import timedelta
@@ -24,6 +25,7 @@ from tests.helpers import (
     published_table,
     read_bytes,
     settings_for,
+    spec_json,
 )
 
 pytestmark = ON_EVERY_DEEP_STORAGE
@@ -190,3 +192,26 @@ def test_reset_reindexes_from_initial_offsets(stack, engine, spark, make_topic, 
     assert {s.id for s in first.segments}.isdisjoint(s.id for s in again.segments)
     assert sum(published_table(engine, datasource).column("count").to_pylist()) == 2 * sum(
         sample.count_by_country.values())
+
+
+def test_a_transform_filter_publishes_only_what_it_keeps(stack, engine, spark, make_topic, datasource, deep_storage):
+    """Records the transformSpec filter drops are counted as thrown away; the rest are published exactly."""
+    topic = make_topic(2)
+    sample = make_sample_events(10_000, bad_every=10**9)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    raw = spec_json(datasource, topic)
+    raw["spec"]["dataSchema"]["transformSpec"] = {"filter": {"type": "and", "fields": [
+        {"type": "in", "dimension": "country", "values": ["DE", "FR"]},
+        {"type": "bound", "dimension": "value", "lower": "0", "ordering": "numeric"}]}}
+
+    report = index_once(spark, engine, settings_for(stack, deep_storage), load_supervisor_spec(raw))
+
+    kept = [json.loads(r) for r in sample.records]
+    kept = [r for r in kept if r["country"] in ("DE", "FR") and r["value"] >= 0]
+    assert 0 < len(kept) < len(sample.records)
+    assert (report.records, report.thrown_away, report.unparseable) == (len(sample.records),
+                                                                     len(sample.records) - len(kept), 0)
+    table = published_table(engine, datasource).to_pylist()
+    assert sum(r["count"] for r in table) == len(kept)
+    assert sum(r["value_sum"] for r in table) == sum(r["value"] for r in kept)
+    assert {r["country"] for r in table} == {"DE", "FR"}

@@ -19,7 +19,8 @@ from specs.granularity import ALL_END, ALL_START
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def spec_schema(query: str, segment: str, rollup: bool = True, ts_format: str = "iso") -> Any:
+def spec_schema(query: str, segment: str, rollup: bool = True, ts_format: str = "iso",
+                transform_spec: dict[str, Any] | None = None) -> Any:
     return load_supervisor_spec({"type": "kafka", "spec": {
         "dataSchema": {
             "dataSource": "ref",
@@ -31,7 +32,8 @@ def spec_schema(query: str, segment: str, rollup: bool = True, ts_format: str = 
                             {"type": "longMax", "name": "v_max", "fieldName": "v"},
                             {"type": "doubleSum", "name": "x_sum", "fieldName": "x"},
                             {"type": "doubleMax", "name": "x_max", "fieldName": "x"}],
-            "granularitySpec": {"segmentGranularity": segment, "queryGranularity": query, "rollup": rollup}},
+            "granularitySpec": {"segmentGranularity": segment, "queryGranularity": query, "rollup": rollup},
+            "transformSpec": transform_spec or {}},
         "ioConfig": {"topic": "ref"}}}).spec.data_schema
 
 
@@ -166,7 +168,7 @@ def test_bad_records_get_reasons_and_good_ones_survive() -> None:
     assert (row["a"], row["b"], row["v_sum"], row["cnt"]) == ("true", "12", 7, 1)
 
 
-def test_an_array_or_object_for_a_string_dimension_is_refused_per_record_not_stored_as_text() -> None:
+def test_an_array_for_a_string_dimension_is_refused_per_record_not_stored_as_text() -> None:
     """Druid would ingest a JSON array as a multi-value dimension; that is not implemented, so such a record
     is unparseable with a reason naming the dimension, never the text ``["x","y"]``.
     """
@@ -177,9 +179,9 @@ def test_an_array_or_object_for_a_string_dimension_is_refused_per_record_not_sto
     parsed = rollup.parse(values)
     assert {bad.index: bad.reason for bad in parsed.bad_samples} == {
         1: "a JSON array for string dimension a (multi-value dimensions are not supported)",
-        2: "a JSON object for string dimension b",
         3: "a JSON array for string dimension a (multi-value dimensions are not supported)"}
-    assert [row["a"] for row in parsed.rows.to_pylist()] == ["[not an array"]
+    assert sorted(row["b"] for row in parsed.rows.to_pylist()) == ["q", '{"k":1}']  # an object: its JSON text
+    assert {row["a"] for row in parsed.rows.to_pylist()} == {"[not an array"}
 
 
 def test_time_bounds_apply_to_the_event_time_before_truncation_and_count_as_thrown_away() -> None:
@@ -192,3 +194,56 @@ def test_time_bounds_apply_to_the_event_time_before_truncation_and_count_as_thro
     parsed = rollup.parse([json.dumps({"t": f"2024-01-01T{t}Z", "a": "x", "v": 1}).encode() for t in times])
     assert parsed.thrown_away == 2 and parsed.bad_count == 0
     assert sorted(row["cnt"] for row in parsed.rows.to_pylist()) == [1, 1]
+
+
+def _in_window(r: dict[str, Any]) -> bool:
+    return datetime(2024, 2, 27, 13, 30, tzinfo=UTC) <= r["_ts"] < datetime(2024, 2, 27, 14, tzinfo=UTC)
+
+
+FILTERS: list[tuple[dict[str, Any], Any]] = [
+    ({"type": "selector", "dimension": "a", "value": "x"}, lambda r: r["a"] == "x"),
+    ({"type": "selector", "dimension": "a", "value": None}, lambda r: r["a"] is None),
+    ({"type": "selector", "dimension": "n", "value": "2"}, lambda r: r["n"] == 2),  # a number's string form
+    ({"type": "in", "dimension": "a", "values": ["y", None]}, lambda r: r["a"] in ("y", None)),
+    ({"type": "not", "field": {"type": "selector", "dimension": "a", "value": "x"}},
+     lambda r: r["a"] is not None and r["a"] != "x"),  # three-valued, as Druid's default mode
+    ({"type": "bound", "dimension": "v", "lower": "10", "upper": "50", "upperStrict": True, "ordering": "numeric"},
+     lambda r: 10 <= r["v"] < 50),
+    ({"type": "bound", "dimension": "v", "lower": "50", "ordering": "lexicographic"}, lambda r: str(r["v"]) >= "50"),
+    ({"type": "range", "column": "x", "matchValueType": "DOUBLE", "lower": 0, "lowerOpen": True},
+     lambda r: r["x"] is not None and r["x"] > 0),
+    ({"type": "equals", "column": "b", "matchValueType": "STRING", "matchValue": "q"}, lambda r: r["b"] == "q"),
+    ({"type": "like", "dimension": "a", "pattern": "%y"}, lambda r: r["a"] == "y"),
+    ({"type": "regex", "dimension": "b", "pattern": "[pz]"}, lambda r: r["b"] == "p"),
+    ({"type": "null", "column": "x"}, lambda r: r["x"] is None),
+    ({"type": "interval", "dimension": "__time", "intervals": ["2024-02-27T13:30:00Z/2024-02-27T14:00:00Z"]},
+     _in_window),
+    ({"type": "or", "fields": [{"type": "selector", "dimension": "b", "value": "p"},
+                               {"type": "and", "fields": [{"type": "selector", "dimension": "a", "value": "z"},
+                                                          {"type": "bound", "dimension": "v", "upper": "0",
+                                                           "ordering": "numeric"}]}]},
+     lambda r: r["b"] == "p" or (r["a"] == "z" and r["v"] <= 0)),
+]
+
+
+@pytest.mark.parametrize(("filter_", "keep"), FILTERS, ids=[f"{f['type']}-{i}" for i, (f, _) in enumerate(FILTERS)])
+def test_a_transform_filter_keeps_what_the_reference_keeps_and_throws_the_rest_away(filter_: Any, keep: Any) -> None:
+    records = random_records(2_000, timedelta(hours=2), "iso", seed=11)
+    schema = RollupSchema.from_spec(spec_schema("NONE", "HOUR", transform_spec={"filter": filter_}))
+    rollup = Rollup(schema)
+    parsed = rollup.parse([json.dumps({k: v for k, v in r.items() if k != "_ts"}).encode() for r in records])
+    kept = [r for r in records if keep(r)]
+    assert 0 < len(kept) < len(records)
+    assert (parsed.bad_count, parsed.thrown_away) == (0, len(records) - len(kept))
+    assert sum(parsed.rows.column("cnt").to_pylist()) == len(kept)
+    assert sum(parsed.rows.column("v_sum").to_pylist()) == sum(r["v"] for r in kept)
+
+
+def test_a_filtered_out_record_is_thrown_away_even_with_a_bad_metric_value() -> None:
+    """Druid filters before it aggregates: a bad metric in a record the filter drops is not a parse error."""
+    schema = RollupSchema.from_spec(spec_schema("NONE", "HOUR", transform_spec={
+        "filter": {"type": "selector", "dimension": "a", "value": "x"}}))
+    values = [json.dumps({"t": "2024-01-01T10:00:00Z", "a": a, "v": "seven"}).encode() for a in ("x", "y")]
+    parsed = Rollup(schema).parse(values)
+    assert (parsed.bad_count, parsed.thrown_away) == (1, 1)
+    assert parsed.bad_samples[0].index == 0

@@ -23,11 +23,9 @@ def _io(change: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]]
 
 
 @pytest.mark.parametrize(("change", "path"), [
-    (_data_schema(lambda s: s.update(transformSpec={"filter": {"type": "selector", "dimension": "country",
-                                                                "value": "DE"}})), "spec.dataSchema.transformSpec"),
     (_data_schema(lambda s: s.update(transformSpec={"transforms": [{"type": "expression", "name": "x",
                                                                     "expression": "1"}]})),
-     "spec.dataSchema.transformSpec"),
+     "spec.dataSchema.transformSpec.transforms"),
     (_data_schema(lambda s: s["dimensionsSpec"].update(dimensions=[])), "spec.dataSchema.dimensionsSpec.dimensions"),
     (_data_schema(lambda s: s["dimensionsSpec"].update(useSchemaDiscovery=True)),
      "spec.dataSchema.dimensionsSpec.useSchemaDiscovery"),
@@ -35,7 +33,7 @@ def _io(change: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]]
      "spec.dataSchema.dimensionsSpec.spatialDimensions"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "flattenSpec": {"fields": [
         {"type": "path", "name": "a", "expr": "$.x.a"}]}})), "spec.ioConfig.inputFormat.flattenSpec"),
-], ids=["transform-filter", "transforms", "schema-discovery", "useSchemaDiscovery", "spatialDimensions",
+], ids=["transforms", "schema-discovery", "useSchemaDiscovery", "spatialDimensions",
         "flattenSpec-fields"])
 def test_a_field_that_would_change_the_data_is_refused_naming_it(change: Any, path: str) -> None:
     raw = spec_json("ds", "topic")
@@ -128,3 +126,25 @@ def test_message_rejection_windows_bound_the_event_times_a_task_keeps() -> None:
     assert load_supervisor_spec(raw).spec.io_config.message_time_bounds(created) == (
         datetime(2026, 1, 1, tzinfo=UTC), None)
     assert load_supervisor_spec(spec_json("ds", "topic")).spec.io_config.message_time_bounds(created) == (None, None)
+
+
+@pytest.mark.parametrize(("filter_", "path", "fragment"), [
+    ({"type": "search", "dimension": "country", "query": {"type": "contains", "value": "D"}}, "filter.type",
+     "'search' is not supported"),
+    ({"type": "and", "fields": [{"type": "selector", "dimension": "country", "value": "DE",
+                                 "extractionFn": {"type": "upper"}}]}, "filter.fields[0].extractionFn",
+     "extraction functions"),
+    ({"type": "bound", "dimension": "value", "ordering": "numeric"}, "filter", "needs a lower or an upper bound"),
+    ({"type": "bound", "dimension": "value", "lower": "1", "ordering": "strlen"}, "filter.ordering", "strlen"),
+    ({"type": "not", "field": {"type": "in", "dimension": "country", "value": "DE"}}, "filter.field.value",
+     "does not take 'value'"),
+    ({"type": "interval", "dimension": "__time", "intervals": ["2026-11-01/yesterday"]}, "filter.intervals", ""),
+], ids=["unsupported-type", "extractionFn", "bound-without-bounds", "ordering", "misspelt-key", "bad-interval"])
+def test_a_transform_filter_we_cannot_apply_exactly_is_refused_naming_its_path(filter_: Any, path: str,
+                                                                               fragment: str) -> None:
+    raw = spec_json("ds", "topic")
+    raw["spec"]["dataSchema"]["transformSpec"] = {"filter": filter_}
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    [(found, message)] = refused.value.errors
+    assert found == f"spec.dataSchema.transformSpec.{path}" and fragment in message, refused.value.errors

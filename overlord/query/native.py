@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
@@ -25,7 +25,8 @@ from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.errors import QueryError
 from segment_store.timeline import visible_segments
-from specs.durations import parse_utc_interval
+from specs.errors import SpecError, join_path
+from specs.filters import filter_condition, parse_intervals, time_condition
 
 __all__ = ["run_native"]
 
@@ -35,6 +36,7 @@ _GRANULARITIES = {"second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "te
 _AGGREGATES = {"Sum": "SUM", "Min": "MIN", "Max": "MAX"}
 _ARITHMETIC: dict[str, Callable[[float, float], float]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _TIME = "__time"
+_T = TypeVar("_T")
 
 
 def _bad(path: str, message: str) -> QueryError:
@@ -66,73 +68,20 @@ def _value(value: Any) -> exp.Expression:
 
 def _filter(spec: Any, path: str) -> exp.Expression:
     """A Druid filter as a SQL condition."""
-    if not isinstance(spec, Mapping):
-        raise _bad(path, f"expected a filter object, got {spec!r}")
-    kind = spec.get("type")
-    if spec.get("extractionFn") is not None:
-        raise _bad(f"{path}.extractionFn", "extraction functions are not supported")
-    if kind in ("and", "or"):
-        fields = _field(spec, "fields", path, list)
-        parts = [_filter(f, f"{path}.fields[{i}]") for i, f in enumerate(fields)]
-        join = exp.and_ if kind == "and" else exp.or_
-        return exp.paren(join(*parts)) if parts else exp.Boolean(this=kind == "and")
-    if kind == "not":
-        return exp.not_(exp.paren(_filter(spec.get("field"), f"{path}.field")))
-    if kind in ("true", "false"):
-        return exp.Boolean(this=kind == "true")
-    column = _col(_field(spec, "dimension" if "dimension" in spec else "column", path))
-    if kind in ("selector", "equals"):
-        value = spec.get("value") if kind == "selector" else spec.get("matchValue")
-        return exp.Is(this=column, expression=exp.Null()) if value is None else exp.EQ(this=column,
-                                                                                       expression=_value(value))
-    if kind == "null":
-        return exp.Is(this=column, expression=exp.Null())
-    if kind == "in":
-        values = _field(spec, "values", path, list)
-        return exp.In(this=column, expressions=[_value(v) for v in values])
-    if kind in ("bound", "range"):
-        return _bound(spec, column, path)
-    if kind == "like":
-        like = exp.Like(this=column, expression=exp.Literal.string(_field(spec, "pattern", path)))
-        escape = spec.get("escape")
-        return exp.Escape(this=like, expression=exp.Literal.string(escape)) if escape else like
-    if kind == "regex":
-        return exp.RegexpLike(this=column, expression=exp.Literal.string(_field(spec, "pattern", path)))
-    if kind == "interval":
-        return _time_condition(_parse_intervals(_field(spec, "intervals", path, list), f"{path}.intervals"), column)
-    raise _bad(f"{path}.type", f"filter type {kind!r} is not supported")
-
-
-def _bound(spec: Mapping[str, Any], column: exp.Expression, path: str) -> exp.Expression:
-    numeric = spec.get("ordering") == "numeric" or spec.get("matchValueType") in ("LONG", "DOUBLE", "FLOAT")
-    target = exp.cast(column, "DOUBLE") if numeric else column
-    strict = ("lowerStrict", "upperStrict") if spec.get("type") == "bound" else ("lowerOpen", "upperOpen")
-    parts: list[exp.Expression] = []
-    for key, strict_key, strict_op, loose_op in (("lower", strict[0], exp.GT, exp.GTE),
-                                                 ("upper", strict[1], exp.LT, exp.LTE)):
-        if spec.get(key) is not None:
-            bound = exp.Literal.number(float(spec[key])) if numeric else exp.Literal.string(str(spec[key]))
-            parts.append((strict_op if spec.get(strict_key) else loose_op)(this=target.copy(), expression=bound))
-    return exp.paren(exp.and_(*parts)) if parts else exp.Boolean(this=True)
-
-
-def _time_condition(intervals: list[tuple[datetime, datetime]], column: exp.Expression) -> exp.Expression:
-    """``column`` within any of ``intervals`` (each ``[start, end)``)."""
-    def within(start: datetime, end: datetime) -> exp.Expression:
-        return exp.paren(exp.and_(
-            exp.GTE(this=column.copy(), expression=exp.cast(exp.Literal.string(_sql_time(start)), "TIMESTAMP")),
-            exp.LT(this=column.copy(), expression=exp.cast(exp.Literal.string(_sql_time(end)), "TIMESTAMP"))))
-    return exp.paren(exp.or_(*(within(start, end) for start, end in intervals)))
+    return _checked(lambda: filter_condition(spec, _col), path)
 
 
 def _parse_intervals(texts: Any, path: str) -> list[tuple[datetime, datetime]]:
-    texts = [texts] if isinstance(texts, str) else texts
-    if not isinstance(texts, list) or not texts:
-        raise _bad(path, "expected ISO-8601 intervals, e.g. [\"2026-11-01/2026-11-02\"]")
+    return _checked(lambda: parse_intervals(texts, ""), path)
+
+
+def _checked(build: Callable[[], _T], path: str) -> _T:
+    """``build()``, its :class:`SpecError` as this query's 400 naming the path under ``path``."""
     try:
-        return [parse_utc_interval(str(text)) for text in texts]
-    except ValueError as exc:
-        raise _bad(path, str(exc)) from None
+        return build()
+    except SpecError as exc:
+        where, message = exc.errors[0]
+        raise _bad(join_path(path, where), message) from None
 
 
 def _sql_time(ts: datetime) -> str:
@@ -258,7 +207,7 @@ class _Native:
         return exp.Anonymous(this="TIME_FLOOR", expressions=[_col(_TIME), exp.Literal.string(self.granularity)])
 
     def where(self) -> exp.Expression | None:
-        parts = [_time_condition(self.intervals, _col(_TIME))] if self.intervals else []
+        parts = [time_condition(self.intervals, _col(_TIME))] if self.intervals else []
         if self.query.get("filter") is not None:
             parts.append(_filter(self.query["filter"], "$.filter"))
         return exp.and_(*parts) if parts else None
