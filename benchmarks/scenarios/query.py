@@ -1,11 +1,13 @@
-"""Query benchmark: latency of a group-by and a time-series query over many small segments,
-before and after compaction, and compaction throughput.
+"""Query benchmark: latency of a group-by, a time-series and a one-hour query over many small
+segments, before and after compaction, against DuckDB reading the same files; and compaction throughput.
 
 Builds ``--rows`` rolled-up rows as ``--hours`` HOUR intervals x ``--tasks`` small segments
 each (every fake task publishes one segment per hour, with consecutive fake offset ranges,
-through the real publish transaction; no Kafka), then measures both queries ``--runs`` times
-each (after one warm-up run) through the real query path, compacts every interval with the
-real Spark job, checks the results did not change, and measures again.
+through the real publish transaction, recording each file's min/max ``__time`` as ingestion
+does; no Kafka), then measures the queries ``--runs`` times each (after one warm-up run)
+through the real query path and through DuckDB over ``read_parquet`` of the same visible
+files, compacts every interval with the real Spark job, checks the results did not change
+(and that DuckDB's equal ours), and measures again.
 
     python -m benchmarks.scenarios.query --rows 10000000
 """
@@ -22,8 +24,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
@@ -31,7 +35,10 @@ from benchmarks.suite import machine
 from indexing_task.compaction import compact
 from indexing_task.spark import get_spark
 from overlord.dev.stack import dev_stack
+from overlord.query.druid_sql import translate
 from overlord.query.engine import execute_sql
+from overlord.query.formats import QueryResult
+from overlord.query.time_pruning import time_ranges
 from segment_store import PublishRequest, SegmentDescriptor, create_schema, publish, visible_segments
 from segment_store.deep_storage import DeepStorage
 from specs import load_supervisor_spec
@@ -46,7 +53,15 @@ QUERIES = {
                 f'FROM "{DATASOURCE}" GROUP BY country, device ORDER BY country, device',
     "time_series": f"SELECT date_trunc('HOUR', __time) AS t, SUM(\"count\") AS events, SUM(price_sum) AS price "
                    f'FROM "{DATASOURCE}" GROUP BY 1 ORDER BY 1',
+    "one_hour": f'SELECT country, SUM("count") AS events, SUM(value_sum) AS value FROM "{DATASOURCE}" '
+                "WHERE __time >= TIMESTAMP '2026-11-01 05:00:00' AND __time < TIMESTAMP '2026-11-01 06:00:00' "
+                "GROUP BY country ORDER BY country",
+    # the same, over a subquery: proves nothing about __time, so our path reads every file (no pruning)
+    "one_hour_unpruned": f'SELECT country, SUM("count") AS events, SUM(value_sum) AS value '
+                         f'FROM (SELECT * FROM "{DATASOURCE}") WHERE __time >= TIMESTAMP \'2026-11-01 05:00:00\' '
+                         "AND __time < TIMESTAMP '2026-11-01 06:00:00' GROUP BY country ORDER BY country",
 }
+"""Run unchanged by both engines (DuckDB reads ``"bench-query"`` as a view over the files)."""
 
 
 def spec() -> Any:
@@ -96,8 +111,11 @@ def build(engine: sa.Engine, storage: DeepStorage, rows: int, hours: int, tasks:
             path = storage.path_for(DATASOURCE, start, start + timedelta(hours=1), f"bench-task-{task:04d}", 0)
             storage.makedirs_for(path)
             pq.write_table(table, path, compression="zstd")
-            segments.append(SegmentDescriptor(f"{DATASOURCE}_{task}_{h}", DATASOURCE, start,
-                                              start + timedelta(hours=1), path, storage.size(path), table.num_rows))
+            times = table["__time"]
+            segments.append(SegmentDescriptor(
+                f"{DATASOURCE}_{task}_{h}", DATASOURCE, start, start + timedelta(hours=1), path, storage.size(path),
+                table.num_rows, {"min_time": pc.min(times).as_py().isoformat(),
+                                 "max_time": pc.max(times).as_py().isoformat()}))
             written += table.num_rows
         outcome = publish(engine, PublishRequest(DATASOURCE, "bench-query", f"bench-task-{task}", {0: task},
                                                  {0: task + 1}, {0: 0}, tuple(segments)))
@@ -106,24 +124,58 @@ def build(engine: sa.Engine, storage: DeepStorage, rows: int, hours: int, tasks:
     return written
 
 
+def duckdb_over_visible_files(engine: sa.Engine) -> duckdb.DuckDBPyConnection:
+    """DuckDB with a view named like the datasource over ``read_parquet`` of its visible files."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    paths = [s.path for s in visible_segments(engine, DATASOURCE)]
+    con.execute(f'CREATE VIEW "{DATASOURCE}" AS SELECT * FROM read_parquet({paths!r})')
+    return con
+
+
+def timed(run: Any, runs: int) -> tuple[Any, dict[str, Any]]:
+    """The first run's result, and its time with the p50/p95 of ``runs`` more."""
+    started = time.monotonic()
+    result = run()
+    first = time.monotonic() - started
+    times = []
+    for _ in range(runs):
+        started = time.monotonic()
+        run()
+        times.append(time.monotonic() - started)
+    times.sort()
+    return result, {"first_run_s": round(first, 3), "p50_s": round(statistics.median(times), 3),
+                    "p95_s": round(times[min(len(times) - 1, round(0.95 * (len(times) - 1)))], 3), "runs": runs}
+
+
+def segments_read(engine: sa.Engine, sql: str) -> int:
+    """How many visible segments our query path reads for ``sql`` (after time pruning)."""
+    segments = visible_segments(engine, DATASOURCE)
+    time_range = time_ranges(translate(sql).sql, {DATASOURCE: sql.count(f'"{DATASOURCE}"')}).get(DATASOURCE)
+    return len(segments) if time_range is None else sum(time_range.reads(s) for s in segments)
+
+
 def measure(spark: Any, engine: sa.Engine, runs: int) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
     figures: dict[str, Any] = {}
     results: dict[str, list[list[Any]]] = {}
+    con = duckdb_over_visible_files(engine)
     for name, sql in QUERIES.items():
-        started = time.monotonic()
-        results[name] = execute_sql(spark, engine, sql).rows()
-        first = time.monotonic() - started
-        times = []
-        for _ in range(runs):
-            started = time.monotonic()
-            execute_sql(spark, engine, sql)
-            times.append(time.monotonic() - started)
-        times.sort()
-        figures[name] = {"first_run_s": round(first, 3), "p50_s": round(statistics.median(times), 3),
-                         "p95_s": round(times[min(len(times) - 1, round(0.95 * (len(times) - 1)))], 3),
-                         "runs": runs}
-        print(f"  {name}: first {first:.2f}s, p50 {figures[name]['p50_s']:.2f}s, p95 {figures[name]['p95_s']:.2f}s",
-              flush=True)
+        ours, ours_s = timed(lambda sql=sql: execute_sql(spark, engine, sql), runs)
+        theirs, duck_s = timed(lambda sql=sql: QueryResult(con.sql(sql).to_arrow_table()), runs)
+        results[name] = ours.rows()
+        figures[name] = {"ours": ours_s, "duckdb": duck_s,
+                         "ours_over_duckdb_p50": round(ours_s["p50_s"] / duck_s["p50_s"], 2),
+                         "ours_over_duckdb_p95": round(ours_s["p95_s"] / duck_s["p95_s"], 2),
+                         "duckdb_result_identical": same({name: results[name]}, {name: theirs.rows()}),
+                         "segments_read": segments_read(engine, sql),
+                         "segments_visible": len(visible_segments(engine, DATASOURCE))}
+        f = figures[name]
+        print(f"  {name}: ours first {ours_s['first_run_s']:.2f}s p50 {ours_s['p50_s']:.3f}s p95 "
+              f"{ours_s['p95_s']:.3f}s | duckdb first {duck_s['first_run_s']:.2f}s p50 {duck_s['p50_s']:.3f}s p95 "
+              f"{duck_s['p95_s']:.3f}s | ours/duckdb p50 {f['ours_over_duckdb_p50']} p95 {f['ours_over_duckdb_p95']}"
+              f" | same result {f['duckdb_result_identical']} | {f['segments_read']}/{f['segments_visible']} "
+              "segments read", flush=True)
+    con.close()
     return figures, results
 
 
@@ -142,7 +194,9 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
         "benchmark": "query", "started": datetime.now(UTC).isoformat(),
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
                     "load_avg_at_start": machine.load_average()},
-        "spark_master": "local[*]", "queries": QUERIES}
+        "spark_master": "local[*]", "queries": QUERIES,
+        "duckdb": {"version": duckdb.__version__, "reads": "read_parquet([visible segment paths]), a view per phase, "
+                   "TimeZone UTC, default threads"}}
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
         create_schema(engine)
@@ -172,7 +226,10 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
         print("after compaction:", flush=True)
         results["after"], after = measure(spark, engine, runs)
         results["results_identical"] = same(before, after)
-        print(f"results identical before and after: {results['results_identical']}")
+        results["duckdb_results_identical"] = all(
+            results[phase][name]["duckdb_result_identical"] for phase in ("before", "after") for name in QUERIES)
+        print(f"results identical before and after: {results['results_identical']}; "
+              f"DuckDB's identical to ours: {results['duckdb_results_identical']}")
         spark.stop()
         engine.dispose()
     results["machine"]["load_avg_at_end"] = machine.load_average()
@@ -185,10 +242,11 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--tasks", type=int, default=100, help="segments per hour before compaction")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=RESULTS / "query.json", help="results file")
     args = parser.parse_args()
     results = run(args.rows, args.hours, args.tasks, args.runs)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "query.json"
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {out}")
 

@@ -1,7 +1,9 @@
 """SQL over published segments: Spark SQL on exactly the files the timeline says are visible.
 
 Each referenced datasource becomes a temporary view over its visible files (``__time``, the
-dimensions, the metrics), so a query never reads an unpublished, unused or overshadowed file.
+dimensions, the metrics), so a query never reads an unpublished, unused or overshadowed file;
+when the query's ``__time`` filters prove some of those files cannot match
+(:mod:`overlord.query.time_pruning`), its view leaves them out, under the datasource's full schema.
 The dialect is Spark SQL with Druid's quoting: ``"name"`` is an identifier, ``'text'`` a string.
 Queries run on a child session of the shared SparkSession (same cluster, own views, own
 configuration) and pass the sandbox (:mod:`overlord.query.sandbox`) twice: on the parsed plan
@@ -22,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -32,6 +35,7 @@ from py4j.protocol import Py4JJavaError
 from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from overlord.config import Settings
 from overlord.query.druid_sql import UTC_NAMES, metadata_view, translate
@@ -41,6 +45,7 @@ from overlord.query.metadata_tables import build_metadata_table
 from overlord.query.running import running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
+from overlord.query.time_pruning import TimeRange, time_ranges
 from segment_store.timeline import datasources, visible_segments
 
 __all__ = ["QueryLimits", "SqlQuery", "execute_sql", "run_sql"]
@@ -172,16 +177,34 @@ def _query_session(spark: SparkSession) -> _QuerySession:
         return _sessions[spark]
 
 
-def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mapping[str, Any] | None) -> DataFrame:
-    """Spark's Parquet reader for local and HDFS files; the fsspec source for object stores."""
+def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mapping[str, Any] | None,
+          schema: StructType | None = None) -> DataFrame:
+    """Spark's Parquet reader for local and HDFS files; the fsspec source for object stores.
+
+    Without ``schema``, the union of the files' schemas (columns of every spec version).
+    """
+    if not paths and schema is not None:
+        return session.createDataFrame([], schema)
     if all("://" not in p or p.startswith(("file://", "hdfs://")) for p in paths):
-        return session.read.option("mergeSchema", "true").parquet(*paths)  # columns of every spec version
-    return read_segments(session, paths, storage_options)
+        if schema is not None:
+            return session.read.schema(schema).parquet(*paths)
+        return session.read.option("mergeSchema", "true").parquet(*paths)
+    return read_segments(session, paths, storage_options, schema)
+
+
+def _view(datasource: str) -> str:
+    return "`" + datasource.replace("`", "``") + "`"
 
 
 def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
-                    storage_options: Mapping[str, Any] | None) -> None:
-    """Point a view per referenced datasource at exactly its visible files (caller holds the lock)."""
+                    storage_options: Mapping[str, Any] | None, ranges: Mapping[str, TimeRange] | None = None) -> None:
+    """Point a view per referenced datasource at exactly its visible files (caller holds the lock).
+
+    ``ranges`` (by lower-case name, from :func:`time_ranges`) narrow a view to the files its
+    range must read, under the schema of all its files (zero rows if none is left): the
+    columns of the view, and so any result, do not depend on which files were left out.
+    ``qs.frames`` keeps the views over all the files.
+    """
     known = {ds.lower(): ds for ds in datasources(engine)}
     for gone in [ds for ds in qs.frames if ds not in known.values()]:  # no used segments any more
         qs.session.catalog.dropTempView(gone)
@@ -190,17 +213,21 @@ def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
         datasource = name if name in known.values() else known.get(name.lower())
         if datasource is None:
             continue  # a CTE name, or unknown: Spark reports TABLE_OR_VIEW_NOT_FOUND with the name
-        paths = tuple(s.path for s in visible_segments(engine, datasource))
+        segments = visible_segments(engine, datasource)
+        paths = tuple(s.path for s in segments)
         if not paths:
             raise QueryError(f"datasource {datasource!r} has no published segments", "TABLE_OR_VIEW_NOT_FOUND")
-        cached = qs.frames.get(datasource)
-        if cached is None or cached[0] != paths:
-            try:
+        time_range = (ranges or {}).get(name.lower())
+        kept = paths if time_range is None else tuple(s.path for s in segments if time_range.reads(s))
+        try:
+            cached = qs.frames.get(datasource)
+            if cached is None or cached[0] != paths:
                 cached = (paths, _read(qs.session, paths, storage_options))
-            except PySparkException as exc:
-                raise _user_error(exc) or exc from None
-            qs.frames[datasource] = cached
-        cached[1].createOrReplaceTempView("`" + datasource.replace("`", "``") + "`")
+                qs.frames[datasource] = cached
+            frame = cached[1] if kept == paths else _read(qs.session, kept, storage_options, cached[1].schema)
+        except PySparkException as exc:
+            raise _user_error(exc) or exc from None
+        frame.createOrReplaceTempView(_view(datasource))
 
 
 def _register_metadata(qs: _QuerySession, engine: sa.Engine, tables: frozenset[str],
@@ -249,13 +276,20 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     qs = _query_session(spark)
     translation = translate(query)
     nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
+    names = relations(nodes)
+    ranges = time_ranges(translation.sql, Counter(name.lower() for name in names))
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
         try:
             with qs.lock:  # views and analysis together: the plan binds the file lists registered here
-                _register_views(qs, engine, relations(nodes), storage_options)
-                metadata = _register_metadata(qs, engine, translation.metadata_tables, storage_options)
-                frame = qs.session.sql(translation.sql, args=list(parameters) or None)
-                views = {name.lower() for name in qs.frames} | metadata
+                try:
+                    _register_views(qs, engine, set(names), storage_options, ranges)
+                    metadata = _register_metadata(qs, engine, translation.metadata_tables, storage_options)
+                    frame = qs.session.sql(translation.sql, args=list(parameters) or None)
+                    views = {name.lower() for name in qs.frames} | metadata
+                finally:  # a view reached by a name no query registers (session.x) must not stay pruned
+                    for datasource, (_, full) in qs.frames.items():
+                        if datasource.lower() in ranges:
+                            full.createOrReplaceTempView(_view(datasource))
             check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
             cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
             table = frame.limit(cut).toArrow()

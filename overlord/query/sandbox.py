@@ -224,12 +224,12 @@ def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> Non
             raise QueryError(f"expression {node.name} is not allowed in queries", "FUNCTION_NOT_ALLOWED")
 
 
-def relations(nodes: list[Node]) -> set[str]:
-    """Single-part table names a parsed plan refers to (datasources, or CTE names)."""
-    names = set()
+def relations(nodes: list[Node]) -> list[str]:
+    """Single-part table names a parsed plan refers to (datasources, or CTE names), once per reference."""
+    names = []
     for node in nodes:
         if node.name == "UnresolvedRelation":
             parts = node.obj.multipartIdentifier()
             if parts.length() == 1:
-                names.add(str(parts.apply(0)))
+                names.append(str(parts.apply(0)))
     return names

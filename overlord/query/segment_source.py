@@ -27,9 +27,12 @@ from pyspark.sql.types import StructType
 __all__ = ["read_segments"]
 
 
-def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Mapping[str, Any] | None = None
-                  ) -> DataFrame:
-    """A DataFrame over ``paths`` whose schema is the union of theirs (a column a file lacks is null)."""
+def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Mapping[str, Any] | None = None,
+                  schema: StructType | None = None) -> DataFrame:
+    """A DataFrame over ``paths`` whose schema is the union of theirs (a column a file lacks is null).
+
+    A given ``schema`` (say, of a superset of ``paths``) is used instead; no footer is read then.
+    """
     options = dict(storage_options or {})
 
     def footer_schema(path: str) -> pa.Schema:
@@ -37,8 +40,9 @@ def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Ma
         with fs.open(file, "rb") as f:
             return pq.read_schema(f)
 
-    with ThreadPoolExecutor(16) as pool:  # footers are small reads; on object stores mostly waiting
-        schema = from_arrow_schema(pa.unify_schemas(list(pool.map(footer_schema, paths))))
+    if schema is None:
+        with ThreadPoolExecutor(16) as pool:  # footers are small reads; on object stores mostly waiting
+            schema = from_arrow_schema(pa.unify_schemas(list(pool.map(footer_schema, paths))))
     shares = min(len(paths), 2 * spark.sparkContext.defaultParallelism)
     read = partial(_read_share, list(paths), shares, options, schema)
     return spark.range(0, shares, 1, shares).mapInArrow(read, schema)
