@@ -26,6 +26,7 @@ from sqlglot import exp
 
 from specs import DataSchemaSpec
 from specs.filters import filter_columns, filter_condition
+from specs.flatten import FlattenSpec, PathStep
 from specs.granularity import ALL_END, ALL_START, Granularity
 
 __all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "bucket_end_sql",
@@ -104,13 +105,20 @@ class RollupSchema:
     missing_timestamp: str | None = None
     filter_json: str | None = None
     """The transformSpec's Druid filter, as JSON text: records it does not keep are thrown away."""
+    input_paths: tuple[tuple[str, tuple[PathStep, ...] | None], ...] = ()
+    """Input fields not read from the top-level key of their name (a flattenSpec): the path to
+    their value, or None where the record does not offer them."""
 
     @classmethod
-    def from_spec(cls, data_schema: DataSchemaSpec) -> RollupSchema:
-        """Build from a ``specs.DataSchemaSpec``."""
+    def from_spec(cls, data_schema: DataSchemaSpec, flatten: FlattenSpec | None = None) -> RollupSchema:
+        """Build from a ``specs.DataSchemaSpec`` and the input format's ``flattenSpec``."""
         ts = data_schema.timestamp_spec
         gran = data_schema.granularity_spec
         missing = ts.missing_value
+        filter_spec = data_schema.transform_spec.filter
+        names = [ts.column, *data_schema.dimensions_spec.names, *filter_columns(filter_spec),
+                 *(m.field_name for m in data_schema.metrics_spec if m.field_name is not None)]
+        located = {} if flatten is None else {name: flatten.path_of(name) for name in names}
         return cls(
             timestamp_column=ts.column,
             timestamp_format=ts.format,
@@ -121,8 +129,8 @@ class RollupSchema:
             segment_granularity=gran.segment_granularity,
             rollup=gran.rollup,
             missing_timestamp=missing.isoformat() if isinstance(missing, datetime) else missing,
-            filter_json=None if data_schema.transform_spec.filter is None else json.dumps(
-                data_schema.transform_spec.filter),
+            filter_json=None if filter_spec is None else json.dumps(filter_spec),
+            input_paths=tuple((name, path) for name, path in located.items() if path != (name,)),
         )
 
     @property
@@ -170,6 +178,15 @@ def _wrapped_long(expr: str) -> str:
     """Return SQL for a sum as a 64-bit long that wraps around on overflow, as Druid's (Java's) long sums do."""
     wrapped = f"(((({expr})::HUGEINT + {2**63}) % {2**64} + {2**64}) % {2**64} - {2**63})"
     return f"coalesce(try_cast({expr} AS BIGINT), {wrapped})"  # the arithmetic only where it overflowed
+
+
+def _json_path(steps: tuple[PathStep, ...]) -> str:
+    """DuckDB's JSON path for ``steps`` (keys quoted; ``[#-1]`` is the last array element)."""
+    def step(key: PathStep) -> str:
+        if isinstance(key, int):
+            return f"[{key}]" if key >= 0 else f"[#{key}]"
+        return '."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "$" + "".join(map(step, steps))
 
 
 def _text(value: bytes | None) -> str:
@@ -252,43 +269,53 @@ class Rollup:
     def _build_parse_sql(self) -> str:
         s = self.schema
         filter_spec = None if s.filter_json is None else json.loads(s.filter_json)
-        filtered = [name for name in filter_columns(filter_spec) if name != TIME]
-        fields = [s.timestamp_column, *(d.name for d in s.dimensions),
-                  *(m.field for m in s.metrics if m.field is not None), *filtered]
-        paths = [_lit('$."' + f.replace("\\", "\\\\").replace('"', '\\"') + '"') for f in fields]
-        ts_text = "__f[1]" if s.missing_timestamp is None else f"coalesce(__f[1], {_lit(s.missing_timestamp)})"
+        names = [s.timestamp_column, *(d.name for d in s.dimensions),
+                 *(m.field for m in s.metrics if m.field is not None),
+                 *(name for name in filter_columns(filter_spec) if name != TIME)]
+        located = dict(s.input_paths)
+        paths = {name: _json_path(located.get(name, (name,))) for name in dict.fromkeys(names)
+                 if located.get(name, (name,)) is not None}  # the input fields a record offers
+        index = {name: i for i, name in enumerate(paths, 1)}
+
+        def text(name: str) -> str:
+            """SQL for the field's value as JSON text; NULL where the record does not offer it."""
+            return f"__f[{index[name]}]" if name in index else "NULL::VARCHAR"
+
+        extract = f"json_extract_string(__s, [{', '.join(map(_lit, paths.values()))}])" if paths else "NULL"
+        ts_text = text(s.timestamp_column)
+        if s.missing_timestamp is not None:
+            ts_text = f"coalesce({ts_text}, {_lit(s.missing_timestamp)})"
         typed = [f"{_timestamp_sql(ts_text, s.timestamp_format)} AS __t"]
         checks: list[str] = []
         arrays: list[str] = []
-        n = 2
         for d in s.dimensions:
-            typed.append(f"{_cast(f'__f[{n}]', _SQL_TYPES[d.type])} AS {_q(d.name)}")
+            value = text(d.name)
+            typed.append(f"{_cast(value, _SQL_TYPES[d.type])} AS {_q(d.name)}")
             if d.type != "string":
-                checks.append(f"WHEN __f[{n}] IS NOT NULL AND {_q(d.name)} IS NULL "
+                checks.append(f"WHEN {value} IS NOT NULL AND {_q(d.name)} IS NULL "
                               f"THEN {_lit('wrong type for ' + d.name + ' (' + d.type + ')')}")
-            else:  # an array would come out as its JSON text: refuse it rather than store that
+            elif d.name in paths:  # an array would come out as its JSON text: refuse it rather than store that
                 array = f"a JSON array for string dimension {d.name} (multi-value dimensions are not supported)"
-                arrays.append(f"WHEN left(__f[{n}], 1) = '[' AND json_type(__s, {paths[n - 1]}) = 'ARRAY' "
+                arrays.append(f"WHEN left({value}, 1) = '[' AND json_type(__s, {_lit(paths[d.name])}) = 'ARRAY' "
                               f"THEN {_lit(array)}")
-            n += 1
         for i, m in enumerate(s.metrics):
             if m.field is None:
                 continue
-            typed.append(f"{_cast(f'__f[{n}]', _SQL_TYPES[m.type])} AS __m{i}")
-            checks.append(f"WHEN __f[{n}] IS NOT NULL AND __m{i} IS NULL "
+            value = text(m.field)
+            typed.append(f"{_cast(value, _SQL_TYPES[m.type])} AS __m{i}")
+            checks.append(f"WHEN {value} IS NOT NULL AND __m{i} IS NULL "
                           f"THEN {_lit('wrong type for ' + m.field + ' (' + m.type + ')')}")
-            n += 1
         if arrays:  # one scan of the record for '[' spares the per-dimension checks (~40 ns against ~300)
             checks.append(f"WHEN contains(__s, '[') THEN CASE {' '.join(arrays)} END")
         columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
-        kept = "true" if filter_spec is None else self._filter_sql(filter_spec, fields)
+        kept = "true" if filter_spec is None else self._filter_sql(filter_spec, index)
         seg = bucket_start_sql(s.segment_granularity, "__t")
         return f"""
             WITH src AS (SELECT __i, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
             obj AS (SELECT __i, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
                            coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
             ext AS (SELECT __i, __is_null, __s, __valid, __ok,
-                           CASE WHEN __ok THEN json_extract_string(__s, [{", ".join(paths)}]) END AS __f FROM obj),
+                           CASE WHEN __ok THEN {extract} END AS __f FROM obj),
             typed AS (SELECT __i, __is_null, __s, __valid, __ok, __f, {", ".join(typed)} FROM ext),
             kept AS (SELECT *, coalesce({kept}, false) AS __kept FROM typed)
             SELECT __i, __kept,
@@ -311,11 +338,14 @@ class Rollup:
             FROM kept"""
 
     @staticmethod
-    def _filter_sql(filter_spec: object, fields: list[str]) -> str:
-        """DuckDB SQL of a Druid filter over the records' fields as text (``__f``) and event time (``__t``)."""
+    def _filter_sql(filter_spec: object, index: dict[str, int]) -> str:
+        """DuckDB SQL of a Druid filter over the fields as text (``__f``, by ``index``) and event time (``__t``)."""
         def column(name: str) -> exp.Expression:
-            return exp.column("__t") if name == TIME else exp.Anonymous(
-                this="list_extract", expressions=[exp.column("__f"), exp.Literal.number(fields.index(name) + 1)])
+            if name == TIME:
+                return exp.column("__t")
+            if name not in index:
+                return exp.cast(exp.Null(), "TEXT")
+            return exp.Anonymous(this="list_extract", expressions=[exp.column("__f"), exp.Literal.number(index[name])])
         return filter_condition(filter_spec, column).sql(dialect="duckdb")
 
     @staticmethod

@@ -8,9 +8,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from specs.data_schema import DataSchemaSpec, SpecModel, unsupported
+from specs.data_schema import DataSchemaSpec, SpecModel
 from specs.durations import IsoDuration, UtcTimestamp
 from specs.errors import SpecError, join_path, json_type_name, key_path
+from specs.flatten import FlattenSpec
 
 __all__ = [
     "DYNAMIC_CONFIG_PROVIDER",
@@ -40,22 +41,14 @@ def _key_in(data: dict[Any, Any], alias: str, name: str) -> str:
 class InputFormatSpec(SpecModel):
     """How Kafka record values are parsed; only JSON is supported."""
 
-    harmless: ClassVar[frozenset[str]] = frozenset({
-        "flattenSpec",  # checked below: only its default (field discovery, no fields) is accepted
-        "keepNullColumns", "useJsonNodeReader"})
+    harmless: ClassVar[frozenset[str]] = frozenset({"keepNullColumns", "useJsonNodeReader"})
     not_implemented: ClassVar[dict[str, str]] = {
         "featureSpec": "JSON parser features", "assumeNewlineDelimited": "splitting a value into records at newlines"}
 
     type: Literal["json"] = "json"
     """Input format type."""
-
-    @model_validator(mode="after")
-    def _no_flattening(self) -> InputFormatSpec:
-        flatten = (self.model_extra or {}).get("flattenSpec")
-        if flatten is not None and (not isinstance(flatten, dict) or flatten.get("fields")
-                                    or flatten.get("useFieldDiscovery") is False):
-            raise SpecError([unsupported("flattenSpec", "a flattenSpec with fields (or without field discovery)")])
-        return self
+    flatten_spec: FlattenSpec = FlattenSpec()
+    """Input fields read from nested values (JSONPath or jq), and whether top-level fields are offered."""
 
 
 EXACT_READ_CONSUMER_PROPERTIES: dict[str, str | bool] = {

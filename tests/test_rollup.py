@@ -247,3 +247,44 @@ def test_a_filtered_out_record_is_thrown_away_even_with_a_bad_metric_value() -> 
     parsed = Rollup(schema).parse(values)
     assert (parsed.bad_count, parsed.thrown_away) == (1, 1)
     assert parsed.bad_samples[0].index == 0
+
+
+def _flatten_schema(flatten: dict[str, Any]) -> RollupSchema:
+    spec = load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {"dataSource": "flat", "timestampSpec": {"column": "t", "format": "iso"},
+                       "dimensionsSpec": {"dimensions": ["country", "device"]},
+                       "metricsSpec": [{"type": "count", "name": "cnt"},
+                                       {"type": "longSum", "name": "last_sum", "fieldName": "last"}],
+                       "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR"},
+                       "transformSpec": {"filter": {"type": "not", "field": {
+                           "type": "selector", "dimension": "city", "value": "Paris"}}}},
+        "ioConfig": {"topic": "flat", "inputFormat": {"type": "json", "flattenSpec": flatten}}}})
+    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format.flatten_spec)
+
+
+def _nested_record(country: str, city: str, stats: list[int]) -> bytes:
+    return json.dumps({"meta": {"ts": "2024-01-01T10:20:00Z", "geo": {"country": country, "city": city}},
+                       "device": "phone", "stats": stats}).encode()
+
+
+def test_flattened_fields_are_read_from_nested_values() -> None:
+    schema = _flatten_schema({"useFieldDiscovery": True, "fields": [
+        {"type": "path", "name": "t", "expr": "$.meta.ts"},
+        {"type": "jq", "name": "country", "expr": ".meta.geo.country"},
+        {"type": "path", "name": "city", "expr": "$['meta']['geo']['city']"},
+        {"type": "path", "name": "last", "expr": "$.stats[-1]"}]})
+    parsed = Rollup(schema).parse([_nested_record("DE", "Berlin", [1, 2, 3]), _nested_record("DE", "Bonn", [4]),
+                                   _nested_record("FR", "Paris", [5, 6]), _nested_record("FR", "Lyon", [7, 8])])
+    assert (parsed.bad_count, parsed.thrown_away) == (0, 1)  # the filter reads a flattened field too
+    assert sorted((r["country"], r["device"], r["cnt"], r["last_sum"]) for r in parsed.rows.to_pylist()) == [
+        ("DE", "phone", 2, 7), ("FR", "phone", 1, 8)]
+
+
+def test_without_field_discovery_only_listed_fields_exist() -> None:
+    schema = _flatten_schema({"useFieldDiscovery": False, "fields": [
+        {"type": "path", "name": "t", "expr": "$.meta.ts"}, {"type": "root", "name": "stats"},
+        {"type": "path", "name": "country", "expr": "$.meta.geo.country"},
+        {"type": "path", "name": "city", "expr": "$.meta.geo.city"}]})
+    parsed = Rollup(schema).parse([_nested_record("DE", "Berlin", [1])])
+    # device and last are top-level or nested in the record, but not listed: absent, as in Druid
+    assert [(r["country"], r["device"], r["last_sum"]) for r in parsed.rows.to_pylist()] == [("DE", None, 0)]

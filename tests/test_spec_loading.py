@@ -121,7 +121,6 @@ def test_wikipedia_with_druid_only_fields_reports_them_as_ignored() -> None:
         "spec.dataSchema.dimensionsSpec.dimensions[16].createBitmapIndex",
         "spec.dataSchema.dimensionsSpec.spatialDimensions",
         "spec.dataSchema.granularitySpec.intervals",
-        "spec.ioConfig.inputFormat.flattenSpec",
         "spec.ioConfig.pollTimeout",
         "spec.tuningConfig.intermediatePersistPeriod",
         "context",

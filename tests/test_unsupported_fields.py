@@ -32,9 +32,9 @@ def _io(change: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]]
     (_data_schema(lambda s: s["dimensionsSpec"].update(spatialDimensions=[{"dimName": "c", "dims": ["x", "y"]}])),
      "spec.dataSchema.dimensionsSpec.spatialDimensions"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "flattenSpec": {"fields": [
-        {"type": "path", "name": "a", "expr": "$.x.a"}]}})), "spec.ioConfig.inputFormat.flattenSpec"),
+        {"type": "path", "name": "a", "expr": "$..a"}]}})), "spec.ioConfig.inputFormat.flattenSpec.fields[0].expr"),
 ], ids=["transforms", "schema-discovery", "useSchemaDiscovery", "spatialDimensions",
-        "flattenSpec-fields"])
+        "flattenSpec-deep-scan"])
 def test_a_field_that_would_change_the_data_is_refused_naming_it(change: Any, path: str) -> None:
     raw = spec_json("ds", "topic")
     change(raw)
