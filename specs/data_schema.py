@@ -268,6 +268,10 @@ class GranularitySpec(SpecModel):
     def _segment_not_none(self) -> GranularitySpec:
         if self.segment_granularity.kind == "none":
             raise SpecError.at("segmentGranularity", "segmentGranularity may not be NONE")
+        if not self.query_granularity.nests_in(self.segment_granularity):
+            raise SpecError.at("queryGranularity", f"{self.query_granularity} buckets do not fit in "
+                               f"{self.segment_granularity} segments: a row's __time would fall outside its "
+                               "segment's interval; use a queryGranularity that divides the segmentGranularity")
         return self
 
 

@@ -247,6 +247,20 @@ class Granularity:
             return _plus_months(begin, self.months)
         return begin + timedelta(days=self.days, milliseconds=self.millis)
 
+    def nests_in(self, outer: Granularity) -> bool:
+        """Whether every bucket of this granularity lies within one bucket of ``outer``."""
+        if self.kind == "none" or outer.kind == "all":
+            return True
+        if self.kind == "all" or outer.kind == "none":
+            return False
+        if self.months:
+            return outer.months > 0 and outer.months % self.months == 0
+        step = (self.days * 86_400_000 + self.millis)
+        if outer.months:  # months start at midnight: the step must divide a day, counted from the epoch
+            return self.origin == _EPOCH and 86_400_000 % step == 0
+        offset = (outer.origin - self.origin) // timedelta(milliseconds=1)
+        return (outer.days * 86_400_000 + outer.millis) % step == 0 and offset % step == 0
+
     # ----------------------------------------------------------------- pydantic
 
     @classmethod

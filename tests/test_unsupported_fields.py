@@ -148,3 +148,15 @@ def test_a_transform_filter_we_cannot_apply_exactly_is_refused_naming_its_path(f
         load_supervisor_spec(raw)
     [(found, message)] = refused.value.errors
     assert found == f"spec.dataSchema.transformSpec.{path}" and fragment in message, refused.value.errors
+
+
+@pytest.mark.parametrize(("query", "segment"), [("DAY", "HOUR"), ("WEEK", "MONTH"), ("ALL", "DAY"),
+                                                ({"type": "period", "period": "P3D"}, "WEEK")])
+def test_a_query_granularity_that_does_not_fit_in_the_segments_is_refused(query: Any, segment: str) -> None:
+    """A row's truncated __time must lie in its segment's interval: pruning and compaction go by intervals."""
+    raw = spec_json("ds", "topic")
+    raw["spec"]["dataSchema"]["granularitySpec"].update(queryGranularity=query, segmentGranularity=segment)
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    [(found, message)] = refused.value.errors
+    assert found == "spec.dataSchema.granularitySpec.queryGranularity" and "do not fit" in message
