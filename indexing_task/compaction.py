@@ -110,21 +110,25 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
     """Read, roll up and write one interval; return (rows read, written files' metadata)."""
     storage = DeepStorage(payload.deep_storage, payload.storage_options)
     target = payload.intervals[index]
-    expected = payload.rollup_schema.output_columns
     tables = []
     for path in target.paths:
         with storage.fs.open(path, "rb") as f:
-            table = pq.read_table(f)
+            tables.append(pq.read_table(f))
+    rollup_schema = payload.rollup_schema
+    if rollup_schema.discover:  # the string columns of the files are the dimensions discovered so far
+        rollup_schema = rollup_schema.with_dimensions(
+            [f.name for t in tables for f in t.schema if f.type == pa.string()])
+    expected = rollup_schema.output_columns
+    for path, table in zip(target.paths, tables, strict=True):
         unknown = [c for c in table.column_names if c not in expected]
         if unknown:  # a dropped column: merging would lose its values, so queries would change
             raise CompactionError(f"{path}: columns {unknown} are not in the spec (expected {expected}); "
                                   "compacting would drop their values")
-        tables.append(table)
     found = pa.unify_schemas([t.schema for t in tables])
-    spec_types = payload.rollup_schema.arrow_types
+    spec_types = rollup_schema.arrow_types
     schema = pa.schema([found.field(c) if c in found.names else pa.field(c, spec_types[c]) for c in expected])
     tables = [_with_columns(t, schema) for t in tables]  # nulls for columns an older spec did not have
-    rollup = Rollup(payload.rollup_schema)
+    rollup = Rollup(rollup_schema)
     try:  # the merge groups by segment start too: one constant here, the rows are all of one interval
         merged = rollup.merge([t.append_column(SEGMENT_START, pa.array(np.zeros(t.num_rows, dtype=np.int64)))
                                for t in tables])

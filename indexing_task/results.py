@@ -57,6 +57,8 @@ class WorkerResult(BaseModel):
     thrown_away: int = 0
     bad_samples: tuple[dict[str, Any], ...] = ()
     segments: tuple[WrittenSegment, ...] = ()
+    dimensions: tuple[str, ...] = ()
+    """Indexing only: the dimensions of the rows, discovered ones included."""
     error: str | None = None
     """Compaction only: why the interval could not be compacted."""
     retryable: bool = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -108,6 +108,10 @@ class RollupSchema:
     input_paths: tuple[tuple[str, tuple[PathStep, ...] | None], ...] = ()
     """Input fields not read from the top-level key of their name (a flattenSpec): the path to
     their value, or None where the record does not offer them."""
+    discover: bool = False
+    """Every top-level field of a record not in ``discovery_exclusions`` is a string dimension too."""
+    discovery_exclusions: tuple[str, ...] = ()
+    """Fields discovery leaves out: the timestamp, the metrics' names and inputs, ``dimensionExclusions``."""
 
     @classmethod
     def from_spec(cls, data_schema: DataSchemaSpec, flatten: FlattenSpec | None = None) -> RollupSchema:
@@ -116,13 +120,21 @@ class RollupSchema:
         gran = data_schema.granularity_spec
         missing = ts.missing_value
         filter_spec = data_schema.transform_spec.filter
-        names = [ts.column, *data_schema.dimensions_spec.names, *filter_columns(filter_spec),
-                 *(m.field_name for m in data_schema.metrics_spec if m.field_name is not None)]
+        dims = data_schema.dimensions_spec
+        metrics = data_schema.metrics_spec
+        excluded = (ts.column, *(m.name for m in metrics), *(m.field_name for m in metrics if m.field_name),
+                    *dims.dimension_exclusions)
+        dimensions = tuple(Dimension(d.name, d.type) for d in dims.dimensions)
+        flattened = [f.name for f in flatten.fields] if flatten is not None and dims.discovers else []
+        dimensions += tuple(Dimension(name) for name in sorted(set(flattened) - set(excluded) - set(dims.names))
+                            if not name.startswith("__"))  # a flattenSpec's fields are always offered
+        names = [ts.column, *(d.name for d in dimensions), *filter_columns(filter_spec),
+                 *(m.field_name for m in metrics if m.field_name is not None)]
         located = {} if flatten is None else {name: flatten.path_of(name) for name in names}
         return cls(
             timestamp_column=ts.column,
             timestamp_format=ts.format,
-            dimensions=tuple(Dimension(d.name, d.type) for d in data_schema.dimensions_spec.dimensions),
+            dimensions=dimensions,
             metrics=tuple(Metric(m.name, m.kind, m.field_name, _metric_type(m.type))
                           for m in data_schema.metrics_spec),
             query_granularity=gran.query_granularity,
@@ -131,7 +143,15 @@ class RollupSchema:
             missing_timestamp=missing.isoformat() if isinstance(missing, datetime) else missing,
             filter_json=None if filter_spec is None else json.dumps(filter_spec),
             input_paths=tuple((name, path) for name, path in located.items() if path != (name,)),
+            discover=dims.discovers and (flatten is None or flatten.use_field_discovery),
+            discovery_exclusions=tuple(dict.fromkeys(excluded)),
         )
+
+    def with_dimensions(self, names: list[str]) -> RollupSchema:
+        """This schema with string dimensions ``names`` added (those it has or excludes are skipped)."""
+        known = {d.name for d in self.dimensions} | set(self.discovery_exclusions)
+        new = [name for name in dict.fromkeys(names) if name not in known and not name.startswith("__")]
+        return replace(self, dimensions=self.dimensions + tuple(Dimension(name) for name in new)) if new else self
 
     @property
     def arrow_types(self) -> dict[str, pa.DataType]:
@@ -254,13 +274,27 @@ class Rollup:
 
     def __init__(self, schema: RollupSchema, min_time: datetime | None = None,
                  max_time: datetime | None = None) -> None:
-        self.schema = schema
         self._con = _database().cursor()
         self._con.execute("SET TimeZone = 'UTC'")
+        self._bounds = self._bounds_sql(min_time, max_time)
+        self._use(schema)
+
+    def _use(self, schema: RollupSchema) -> None:
+        """Parse with ``schema`` from now on (discovery adds dimensions to it)."""
+        self.schema = schema
         classified = (f"(SELECT *, CASE WHEN __reason IS NOT NULL THEN 1 "
-                      f"WHEN NOT __kept OR NOT ({self._bounds_sql(min_time, max_time)}) THEN 2 ELSE 0 END "
+                      f"WHEN NOT __kept OR NOT ({self._bounds}) THEN 2 ELSE 0 END "
                       f"AS __status FROM ({self._build_parse_sql()}))")
         self._parse_query = self._aggregate_sql(classified, combine=False, status=True)
+
+    def _discover(self) -> None:
+        """Add the batch's top-level fields not seen before as string dimensions (``batch`` is registered)."""
+        keys = self._con.execute(
+            "SELECT DISTINCT unnest(json_keys(__s)) FROM (SELECT try(decode(__raw)) AS __s FROM batch) "
+            "WHERE coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{'), false) ORDER BY 1").fetchall()
+        schema = self.schema.with_dimensions([key for (key,) in keys])
+        if schema is not self.schema:
+            self._use(schema)
 
     def close(self) -> None:
         """Close this rollup's cursor (the thread's database stays open for the next one)."""
@@ -396,6 +430,8 @@ class Rollup:
         batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "__raw": raw})
         self._con.register("batch", batch)
         try:
+            if self.schema.discover:
+                self._discover()
             out = self._con.sql(self._parse_query).to_arrow_table()
         finally:
             self._con.unregister("batch")
@@ -411,6 +447,13 @@ class Rollup:
                         for i, r in zip(first.column("__bad_i").to_pylist(), first.column("__reason").to_pylist(),
                                         strict=True))
         return ParsedBatch(rows, bad.num_rows, samples, int(pc.sum(thrown).as_py() or 0))
+
+    def _with_every_dimension(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (with a segment start) in the schema's column order, null for dimensions discovered since."""
+        for d in self.schema.dimensions:
+            if d.name not in rows.column_names:
+                rows = rows.append_column(d.name, pa.nulls(rows.num_rows, pa.string()))
+        return rows.select([SEGMENT_START, *self.schema.output_columns])
 
     def split_by_segment(self, rows: pa.Table) -> list[tuple[datetime, datetime, pa.Table]]:
         """Cut rolled-up rows into (interval start, interval end, rows) per segment interval.
@@ -439,6 +482,7 @@ class Rollup:
         """Combine partial rollups (count and sums add, min/max combine); no-op without rollup."""
         if not partials:
             raise ValueError("nothing to merge")
+        partials = [self._with_every_dimension(p) for p in partials]
         if len(partials) == 1 or not self.schema.rollup:
             return pa.concat_tables(partials)
         self._con.register("partials", pa.concat_tables(partials))

@@ -81,6 +81,8 @@ class TaskReport:
     outcome: PublishOutcome
     index_seconds: float
     publish_seconds: float
+    dimensions: tuple[str, ...] = ()
+    """The dimensions of the rows written, discovered ones included."""
 
     @property
     def processed(self) -> int:
@@ -147,7 +149,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         end_offsets=request.end_offsets, records=records, rows_out=sum(r.rows_out for r in results),
         unparseable=unparseable, thrown_away=sum(r.thrown_away for r in results), segments=segments,
         bad_samples=samples[:max(tuning.max_saved_parse_exceptions, 5)], outcome=outcome,
-        index_seconds=index_seconds, publish_seconds=time.monotonic() - started)
+        index_seconds=index_seconds, publish_seconds=time.monotonic() - started,
+        dimensions=tuple(dict.fromkeys(d for r in results for d in r.dimensions)))
     logger.info("task %s: %d records -> %d rows in %d segments, %d unparseable, publish %s: %s",
                 request.task_id, records, report.rows_out, len(segments), unparseable,
                 outcome.status, outcome.message)

@@ -126,7 +126,8 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
         consumer.close()
         rollup.close()
     return WorkerResult(index=split.index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
-                        thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments))
+                        thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments),
+                        dimensions=tuple(d.name for d in rollup.schema.dimensions))
 
 
 def _samples(parsed: ParsedBatch, messages: list[Message], partition: int, limit: int) -> list[dict[str, Any]]:

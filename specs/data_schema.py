@@ -182,18 +182,27 @@ class DimensionsSpec(SpecModel):
 
     harmless: ClassVar[frozenset[str]] = frozenset({"forceSegmentSortByTime"})
     not_implemented: ClassVar[dict[str, str]] = {
-        "useSchemaDiscovery": "schema discovery", "includeAllDimensions": "schema discovery",
+        "useSchemaDiscovery": "typed schema discovery (a column's type would depend on the records each task "
+                              "happened to read, and segments of one column with different types do not merge; "
+                              "an empty dimensions list discovers string dimensions)",
         "spatialDimensions": "spatial dimensions"}
 
     dimensions: tuple[DimensionSpec, ...] = Field(default=(), strict=False)
-    """Dimension names or objects; an empty list lets Druid discover string dimensions."""
+    """Dimension names or objects; an empty list discovers string dimensions from the records."""
     dimension_exclusions: tuple[str, ...] = Field(default=(), strict=False)
     """Input fields to leave out when dimensions are discovered."""
+    include_all_dimensions: bool = False
+    """Discover string dimensions besides the listed ones."""
 
     @property
     def names(self) -> list[str]:
         """The dimension names in order."""
         return [dimension.name for dimension in self.dimensions]
+
+    @property
+    def discovers(self) -> bool:
+        """Whether every input field that is not the timestamp, a metric or excluded becomes a dimension."""
+        return not self.dimensions or self.include_all_dimensions
 
     @model_validator(mode="after")
     def _unique_names(self) -> DimensionsSpec:
@@ -339,9 +348,6 @@ class DataSchemaSpec(SpecModel):
     def _column_names(self) -> DataSchemaSpec:
         metric_names = [metric.name for metric in self.metrics_spec]
         errors = _duplicates(metric_names, "metricsSpec", "metric")
-        if not self.dimensions_spec.dimensions:
-            errors.append(unsupported("dimensionsSpec.dimensions", "an empty or missing dimension list (Druid then "
-                                      "discovers the dimensions from the data)", "list the dimensions"))
         for index, name in enumerate(self.dimensions_spec.names):
             path = f"dimensionsSpec.dimensions[{index}].name"
             if name == self.timestamp_spec.column:

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 
+from indexing_task.compaction import compact
 from indexing_task.errors import TooManyParseErrors
 from indexing_task.task import IndexTaskRequest, run_index_task
 from overlord.dev.sample_data import make_sample_events, produce
@@ -215,3 +216,27 @@ def test_a_transform_filter_publishes_only_what_it_keeps(stack, engine, spark, m
     assert sum(r["count"] for r in table) == len(kept)
     assert sum(r["value_sum"] for r in table) == sum(r["value"] for r in kept)
     assert {r["country"] for r in table} == {"DE", "FR"}
+
+
+def test_an_empty_dimension_list_discovers_string_dimensions_and_compaction_keeps_them(
+        stack, engine, spark, make_topic, datasource, deep_storage):
+    """Druid's string discovery: every field but the timestamp and the metrics' inputs is a dimension."""
+    topic = make_topic(2)
+    first, second = make_sample_events(3_000, bad_every=10**9, seed=1), make_sample_events(2_000, bad_every=10**9,
+                                                                                          seed=2)
+    raw = spec_json(datasource, topic)
+    raw["spec"]["dataSchema"]["dimensionsSpec"] = {"dimensions": []}
+    spec = load_supervisor_spec(raw)
+    settings = settings_for(stack, deep_storage)
+    for sample in (first, second):  # two tasks: two generations of segments in each hour
+        produce(stack.bootstrap_servers, topic, sample.records, 2)
+        report = index_once(spark, engine, settings, spec)
+        assert report.outcome.status == "ok" and report.dimensions == ("country", "device")
+
+    table = published_table(engine, datasource)
+    assert table.schema.names == ["__time", "country", "device", "count", "value_sum", "value_min", "value_max",
+                                  "price_sum"]
+    assert_exact(table, merged(first, second))
+    reports = compact(spark, engine, spec, deep_storage, storage_options=None)
+    assert reports and all(r.outcome.ok for r in reports)
+    assert_exact(published_table(engine, datasource), merged(first, second))

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from indexing_task.rollup import Rollup, RollupSchema, bucket_end_sql, bucket_start_sql
@@ -288,3 +289,49 @@ def test_without_field_discovery_only_listed_fields_exist() -> None:
     parsed = Rollup(schema).parse([_nested_record("DE", "Berlin", [1])])
     # device and last are top-level or nested in the record, but not listed: absent, as in Druid
     assert [(r["country"], r["device"], r["last_sum"]) for r in parsed.rows.to_pylist()] == [("DE", None, 0)]
+
+
+def _discovery_schema(dimensions_spec: dict[str, Any], flatten: dict[str, Any] | None = None) -> RollupSchema:
+    spec = load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {"dataSource": "disc", "timestampSpec": {"column": "t", "format": "iso"},
+                       "dimensionsSpec": dimensions_spec,
+                       "metricsSpec": [{"type": "count", "name": "cnt"},
+                                       {"type": "longSum", "name": "v_sum", "fieldName": "v"}],
+                       "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR"}},
+        "ioConfig": {"topic": "disc", "inputFormat": {"type": "json", "flattenSpec": flatten or {}}}}})
+    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format.flatten_spec)
+
+
+def _event(**fields: Any) -> bytes:
+    return json.dumps({"t": "2024-01-01T10:00:00Z", "v": 1, **fields}).encode()
+
+
+def test_discovered_dimensions_are_every_field_but_the_timestamp_metrics_and_exclusions() -> None:
+    """Druid's string discovery: fields seen in any batch become string dimensions; rows without one hold null."""
+    rollup = Rollup(_discovery_schema({"dimensions": [], "dimensionExclusions": ["debug"]}))
+    first = rollup.parse([_event(country="DE", debug="x"), _event(country="FR", cnt=9, v_sum=3)])
+    second = rollup.parse([_event(country="DE", n=5, flag=True), _event(country="DE", __hidden="y")])
+    assert [d.name for d in rollup.schema.dimensions] == ["country", "flag", "n"]
+    merged = rollup.merge([first.rows, second.rows])
+    rows = sorted(((r["country"], r["flag"], r["n"], r["cnt"], r["v_sum"]) for r in merged.to_pylist()), key=repr)
+    assert rows == [("DE", "true", "5", 1, 1), ("DE", None, None, 2, 2), ("FR", None, None, 1, 1)]
+    [(_, _, table)] = rollup.split_by_segment(merged)
+    assert table.column_names == ["__time", "country", "flag", "n", "cnt", "v_sum"]
+    assert table.schema.field("n").type == pa.string()
+
+
+def test_include_all_dimensions_keeps_the_listed_types_and_discovers_the_rest() -> None:
+    rollup = Rollup(_discovery_schema({"dimensions": [{"name": "n", "type": "long"}], "includeAllDimensions": True}))
+    parsed = rollup.parse([_event(n=5, city="Bonn")])
+    assert [(d.name, d.type) for d in rollup.schema.dimensions] == [("n", "long"), ("city", "string")]
+    assert [(r["n"], r["city"]) for r in rollup.merge([parsed.rows]).to_pylist()] == [(5, "Bonn")]
+
+
+def test_discovery_with_a_flatten_spec_offers_its_fields_and_only_them_without_field_discovery() -> None:
+    flatten = {"useFieldDiscovery": False, "fields": [{"type": "path", "name": "t", "expr": "$.meta.ts"},
+                                                      {"type": "jq", "name": "city", "expr": ".geo.city"}]}
+    rollup = Rollup(_discovery_schema({"dimensions": []}, flatten))
+    parsed = rollup.parse([json.dumps({"meta": {"ts": "2024-01-01T10:00:00Z"}, "geo": {"city": "Bonn"},
+                                       "country": "DE", "v": 1}).encode()])
+    assert [(r["city"], r["cnt"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist()] == [("Bonn", 1, 0)]
+    assert [d.name for d in rollup.schema.dimensions] == ["city"]

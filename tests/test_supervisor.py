@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from pathlib import Path
 from overlord.config import Settings
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.dev.stack import TansuBroker, free_port
+from overlord.http.status import status_payload
 from overlord.supervisor.manager import Overlord
 from tests.helpers import (
     ON_EVERY_DEEP_STORAGE,
@@ -240,3 +242,20 @@ def test_late_and_early_messages_are_thrown_away_by_the_windows_fixed_at_plannin
     assert_exact(published_table(overlord.engine, datasource), kept)
     counters = overlord.get(datasource).status.counters
     assert (counters.processed, counters.thrown_away, counters.unparseable) == (300, rejected, 0)
+
+
+def test_discovered_dimensions_are_shown_in_the_status(stack, make_topic, datasource, make_overlord):
+    topic = make_topic(1)
+    records = [json.dumps({"ts": "2026-11-01T00:00:00Z", "value": 1, "price": 1.0, **extra}).encode()
+               for extra in ({"country": "DE"}, {"country": "FR", "city": "Lyon"})]
+    produce(stack.bootstrap_servers, topic, records, 1)
+    raw = spec_json(datasource, topic)
+    raw["spec"]["dataSchema"]["dimensionsSpec"] = {"dimensions": [], "dimensionExclusions": ["city"]}
+    overlord = make_overlord()
+    overlord.submit(raw)
+
+    wait_until(lambda: committed_total(overlord.engine, datasource) == len(records), "all records committed")
+    sup = overlord.get(datasource)  # the status learns of a task's rows once the task is handled, after its commit
+    wait_until(lambda: sup.status.counters.processed == len(records), "the finished tasks handled")
+    assert status_payload(sup.status)["payload"]["discoveredDimensions"] == ["country"]
+    assert sorted(published_table(overlord.engine, datasource).column("country").to_pylist()) == ["DE", "FR"]

@@ -26,14 +26,13 @@ def _io(change: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]]
     (_data_schema(lambda s: s.update(transformSpec={"transforms": [{"type": "expression", "name": "x",
                                                                     "expression": "1"}]})),
      "spec.dataSchema.transformSpec.transforms"),
-    (_data_schema(lambda s: s["dimensionsSpec"].update(dimensions=[])), "spec.dataSchema.dimensionsSpec.dimensions"),
     (_data_schema(lambda s: s["dimensionsSpec"].update(useSchemaDiscovery=True)),
      "spec.dataSchema.dimensionsSpec.useSchemaDiscovery"),
     (_data_schema(lambda s: s["dimensionsSpec"].update(spatialDimensions=[{"dimName": "c", "dims": ["x", "y"]}])),
      "spec.dataSchema.dimensionsSpec.spatialDimensions"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "flattenSpec": {"fields": [
         {"type": "path", "name": "a", "expr": "$..a"}]}})), "spec.ioConfig.inputFormat.flattenSpec.fields[0].expr"),
-], ids=["transforms", "schema-discovery", "useSchemaDiscovery", "spatialDimensions",
+], ids=["transforms", "useSchemaDiscovery", "spatialDimensions",
         "flattenSpec-deep-scan"])
 def test_a_field_that_would_change_the_data_is_refused_naming_it(change: Any, path: str) -> None:
     raw = spec_json("ds", "topic")
@@ -160,3 +159,13 @@ def test_a_query_granularity_that_does_not_fit_in_the_segments_is_refused(query:
         load_supervisor_spec(raw)
     [(found, message)] = refused.value.errors
     assert found == "spec.dataSchema.granularitySpec.queryGranularity" and "do not fit" in message
+
+
+def test_an_empty_dimension_list_or_include_all_dimensions_discovers_string_dimensions() -> None:
+    raw = spec_json("ds", "topic")
+    raw["spec"]["dataSchema"]["dimensionsSpec"] = {"dimensions": [], "dimensionExclusions": ["debug"]}
+    assert load_supervisor_spec(raw).spec.data_schema.dimensions_spec.discovers
+    raw["spec"]["dataSchema"]["dimensionsSpec"] = {"dimensions": [{"name": "n", "type": "long"}],
+                                                   "includeAllDimensions": True}
+    assert load_supervisor_spec(raw).spec.data_schema.dimensions_spec.discovers
+    assert not load_supervisor_spec(spec_json("ds", "topic")).spec.data_schema.dimensions_spec.discovers

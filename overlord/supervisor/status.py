@@ -73,3 +73,5 @@ class SupervisorStatus:
     generated_at: datetime
     history: tuple[tuple[float, int, float], ...] = ()
     """(unix time, aggregate lag, records/s over 1 min) over the last 15 minutes, oldest first."""
+    dimensions: tuple[str, ...] = ()
+    """The dimensions of the rows published since the overlord started (discovered ones included)."""
