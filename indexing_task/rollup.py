@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
@@ -24,7 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from indexing_task.buckets import bucket_end_sql, bucket_start_sql
+from indexing_task.transforms import compile_expression, create_macros
 from specs import DataSchemaSpec
+from specs.expressions import parse_expression, referenced_fields
 from specs.filters import filter_columns, filter_condition
 from specs.flatten import FlattenSpec, PathStep
 from specs.granularity import ALL_END, ALL_START, Granularity
@@ -62,35 +66,6 @@ class Metric:
     type: Literal["long", "float", "double"] = "long"
 
 
-def bucket_start_sql(granularity: Granularity, t: str) -> str:
-    """DuckDB SQL for the start of the bucket holding timestamp ``t`` (the rule of ``Granularity.truncate``)."""
-    g = granularity
-    if g.kind == "none":
-        return f"epoch_ms(epoch_ms({t}))"  # keep millisecond precision, as Druid does
-    if g.kind == "all":
-        return f"TIMESTAMP '{ALL_START:%Y-%m-%d}'"
-    origin = f"TIMESTAMP '{g.origin:%Y-%m-%d}'"
-    if g.months:
-        return f"time_bucket(INTERVAL {g.months} MONTH, {t}, {origin})"
-    if g.days:
-        return f"time_bucket(INTERVAL {g.days} DAY, {t}, {origin})"
-    return f"time_bucket(to_milliseconds({g.millis}), {t}, {origin})"
-
-
-def bucket_end_sql(granularity: Granularity, start: str) -> str:
-    """DuckDB SQL for the exclusive end of the bucket starting at ``start`` (``Granularity.bucket_end``)."""
-    g = granularity
-    if g.kind == "all":
-        return f"TIMESTAMP '{ALL_END:%Y-%m-%d}'"
-    if g.kind == "none":
-        return f"{start} + INTERVAL 1 MILLISECOND"
-    if g.months:
-        return f"{start} + INTERVAL {g.months} MONTH"
-    if g.days:
-        return f"{start} + INTERVAL {g.days} DAY"
-    return f"{start} + to_milliseconds({g.millis})"
-
-
 @dataclass(frozen=True)
 class RollupSchema:
     """What the rollup needs from a spec's dataSchema (see :meth:`from_spec`)."""
@@ -105,6 +80,8 @@ class RollupSchema:
     missing_timestamp: str | None = None
     filter_json: str | None = None
     """The transformSpec's Druid filter, as JSON text: records it does not keep are thrown away."""
+    transforms: tuple[tuple[str, str], ...] = ()
+    """The transformSpec's expression transforms, (name, expression): fields computed from the record."""
     input_paths: tuple[tuple[str, tuple[PathStep, ...] | None], ...] = ()
     """Input fields not read from the top-level key of their name (a flattenSpec): the path to
     their value, or None where the record does not offer them."""
@@ -122,14 +99,17 @@ class RollupSchema:
         filter_spec = data_schema.transform_spec.filter
         dims = data_schema.dimensions_spec
         metrics = data_schema.metrics_spec
+        transforms = data_schema.transform_spec.transforms
         excluded = (ts.column, *(m.name for m in metrics), *(m.field_name for m in metrics if m.field_name),
                     *dims.dimension_exclusions)
         dimensions = tuple(Dimension(d.name, d.type) for d in dims.dimensions)
-        flattened = [f.name for f in flatten.fields] if flatten is not None and dims.discovers else []
-        dimensions += tuple(Dimension(name) for name in sorted(set(flattened) - set(excluded) - set(dims.names))
-                            if not name.startswith("__"))  # a flattenSpec's fields are always offered
+        always = [*(f.name for f in (flatten.fields if flatten else ())), *(t.name for t in transforms)]
+        always = always if dims.discovers else []
+        dimensions += tuple(Dimension(name) for name in sorted(set(always) - set(excluded) - set(dims.names))
+                            if not name.startswith("__"))  # a flattenSpec's fields and transforms always exist
         names = [ts.column, *(d.name for d in dimensions), *filter_columns(filter_spec),
-                 *(m.field_name for m in metrics if m.field_name is not None)]
+                 *(m.field_name for m in metrics if m.field_name is not None),
+                 *(f for t in transforms for f in referenced_fields(parse_expression(t.expression)))]
         located = {} if flatten is None else {name: flatten.path_of(name) for name in names}
         return cls(
             timestamp_column=ts.column,
@@ -142,6 +122,7 @@ class RollupSchema:
             rollup=gran.rollup,
             missing_timestamp=missing.isoformat() if isinstance(missing, datetime) else missing,
             filter_json=None if filter_spec is None else json.dumps(filter_spec),
+            transforms=tuple((t.name, t.expression) for t in transforms),
             input_paths=tuple((name, path) for name, path in located.items() if path != (name,)),
             discover=dims.discovers and (flatten is None or flatten.use_field_discovery),
             discovery_exclusions=tuple(dict.fromkeys(excluded)),
@@ -198,6 +179,11 @@ def _wrapped_long(expr: str) -> str:
     """Return SQL for a sum as a 64-bit long that wraps around on overflow, as Druid's (Java's) long sums do."""
     wrapped = f"(((({expr})::HUGEINT + {2**63}) % {2**64} + {2**64}) % {2**64} - {2**63})"
     return f"coalesce(try_cast({expr} AS BIGINT), {wrapped})"  # the arithmetic only where it overflowed
+
+
+def _extract(function: str, paths: dict[str, str]) -> str:
+    """SQL extracting the values at ``paths`` from ``__s`` as a list (NULL when there are none)."""
+    return f"{function}(__s, [{', '.join(map(_lit, paths.values()))}])" if paths else "NULL"
 
 
 def _json_path(steps: tuple[PathStep, ...]) -> str:
@@ -260,6 +246,7 @@ def _database() -> duckdb.DuckDBPyConnection:
     database = getattr(_local, "database", None)
     if database is None:
         database = _local.database = duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
+        create_macros(database)
     return database
 
 
@@ -303,23 +290,41 @@ class Rollup:
     def _build_parse_sql(self) -> str:
         s = self.schema
         filter_spec = None if s.filter_json is None else json.loads(s.filter_json)
-        names = [s.timestamp_column, *(d.name for d in s.dimensions),
-                 *(m.field for m in s.metrics if m.field is not None),
-                 *(name for name in filter_columns(filter_spec) if name != TIME)]
+        transforms = {name: parse_expression(text) for name, text in s.transforms}
+        outputs = {name: f'"__x{i}"' for i, name in enumerate(transforms)}  # each transform's JSON token
+        needed = [*(d.name for d in s.dimensions), *(m.field for m in s.metrics if m.field is not None),
+                  *(name for name in filter_columns(filter_spec) if name != TIME)]
         located = dict(s.input_paths)
-        paths = {name: _json_path(located.get(name, (name,))) for name in dict.fromkeys(names)
-                 if located.get(name, (name,)) is not None}  # the input fields a record offers
-        index = {name: i for i, name in enumerate(paths, 1)}
 
-        def text(name: str) -> str:
-            """SQL for the field's value as JSON text; NULL where the record does not offer it."""
+        def offered(names: Iterable[str]) -> dict[str, str]:
+            """The JSON paths of the ``names`` a record offers (by its flattenSpec), in order."""
+            steps = {name: located.get(name, (name,)) for name in dict.fromkeys(names)}
+            return {name: _json_path(path) for name, path in steps.items() if path is not None}
+
+        paths = offered([s.timestamp_column, *(n for n in needed if n not in outputs)])
+        tokens = offered(f for e in transforms.values() for f in referenced_fields(e) if f != TIME)
+        index, token_index = ({name: i for i, name in enumerate(p, 1)} for p in (paths, tokens))
+
+        def raw(name: str) -> str:
+            """SQL for an input field's value as text; NULL where the record does not offer it."""
             return f"__f[{index[name]}]" if name in index else "NULL::VARCHAR"
 
-        extract = f"json_extract_string(__s, [{', '.join(map(_lit, paths.values()))}])" if paths else "NULL"
-        ts_text = text(s.timestamp_column)
+        def text(name: str) -> str:
+            """SQL for a field's value as text, as dimensions, metrics and the filter see it (transformed)."""
+            return f"d_str({outputs[name]})" if name in outputs else raw(name)
+
+        def token(name: str) -> str:
+            return f"nullif(__j[{token_index[name]}], 'null')" if name in token_index else "NULL::VARCHAR"
+
+        extract = [f"CASE WHEN __ok THEN {_extract('json_extract_string', paths)} END AS __f"]
+        if tokens:
+            extract.append(f"CASE WHEN __ok THEN {_extract('json_extract', tokens)}::VARCHAR[] END AS __j")
+        computed = [f"{compile_expression(expr, token, 'epoch_ms(__t)')} AS {outputs[name]}"
+                    for name, expr in transforms.items()]
+        ts_text = raw(s.timestamp_column)
         if s.missing_timestamp is not None:
             ts_text = f"coalesce({ts_text}, {_lit(s.missing_timestamp)})"
-        typed = [f"{_timestamp_sql(ts_text, s.timestamp_format)} AS __t"]
+        typed: list[str] = []
         checks: list[str] = []
         arrays: list[str] = []
         for d in s.dimensions:
@@ -328,6 +333,9 @@ class Rollup:
             if d.type != "string":
                 checks.append(f"WHEN {value} IS NOT NULL AND {_q(d.name)} IS NULL "
                               f"THEN {_lit('wrong type for ' + d.name + ' (' + d.type + ')')}")
+            elif d.name in outputs:  # transforms' values are JSON tokens: an array or object shows at once
+                checks.append(f"WHEN left({outputs[d.name]}, 1) IN ('[', '{{') THEN "
+                              f"{_lit(f'transform {d.name} gave a JSON array or object, not a string')}")
             elif d.name in paths:  # an array would come out as its JSON text: refuse it rather than store that
                 array = f"a JSON array for string dimension {d.name} (multi-value dimensions are not supported)"
                 arrays.append(f"WHEN left({value}, 1) = '[' AND json_type(__s, {_lit(paths[d.name])}) = 'ARRAY' "
@@ -342,15 +350,16 @@ class Rollup:
         if arrays:  # one scan of the record for '[' spares the per-dimension checks (~40 ns against ~300)
             checks.append(f"WHEN contains(__s, '[') THEN CASE {' '.join(arrays)} END")
         columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
-        kept = "true" if filter_spec is None else self._filter_sql(filter_spec, index)
+        kept = "true" if filter_spec is None else self._filter_sql(filter_spec, index, outputs)
         seg = bucket_start_sql(s.segment_granularity, "__t")
         return f"""
             WITH src AS (SELECT __i, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
             obj AS (SELECT __i, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
                            coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
-            ext AS (SELECT __i, __is_null, __s, __valid, __ok,
-                           CASE WHEN __ok THEN {extract} END AS __f FROM obj),
-            typed AS (SELECT __i, __is_null, __s, __valid, __ok, __f, {", ".join(typed)} FROM ext),
+            ext AS (SELECT __i, __is_null, __s, __valid, __ok, {", ".join(extract)} FROM obj),
+            timed AS (SELECT *, {_timestamp_sql(ts_text, s.timestamp_format)} AS __t FROM ext),
+            transformed AS (SELECT *{"".join(", " + c for c in computed)} FROM timed),
+            typed AS (SELECT *{"".join(", " + c for c in typed)} FROM transformed),
             kept AS (SELECT *, coalesce({kept}, false) AS __kept FROM typed)
             SELECT __i, __kept,
                 CASE WHEN __is_null THEN 'null value'
@@ -372,11 +381,13 @@ class Rollup:
             FROM kept"""
 
     @staticmethod
-    def _filter_sql(filter_spec: object, index: dict[str, int]) -> str:
-        """DuckDB SQL of a Druid filter over the fields as text (``__f``, by ``index``) and event time (``__t``)."""
+    def _filter_sql(filter_spec: object, index: dict[str, int], outputs: dict[str, str]) -> str:
+        """DuckDB SQL of a Druid filter over fields as text (``__f``, transforms' ``outputs``) and ``__t``."""
         def column(name: str) -> exp.Expression:
             if name == TIME:
                 return exp.column("__t")
+            if name in outputs:
+                return exp.Anonymous(this="d_str", expressions=[exp.column(outputs[name].strip('"'), quoted=True)])
             if name not in index:
                 return exp.cast(exp.Null(), "TEXT")
             return exp.Anonymous(this="list_extract", expressions=[exp.column("__f"), exp.Literal.number(index[name])])

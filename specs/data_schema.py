@@ -27,6 +27,7 @@ from sqlglot import exp
 
 from specs.durations import UtcTimestamp
 from specs.errors import SpecError, json_type_name, key_path
+from specs.expressions import parse_expression
 from specs.filters import filter_condition
 from specs.granularity import Granularity
 
@@ -36,6 +37,7 @@ __all__ = [
     "DimensionSpec",
     "DimensionType",
     "DimensionsSpec",
+    "ExpressionTransform",
     "GranularitySpec",
     "MetricSpec",
     "SpecModel",
@@ -284,13 +286,32 @@ class GranularitySpec(SpecModel):
         return self
 
 
+class ExpressionTransform(SpecModel):
+    """An input field computed from the record by a Druid expression (see :mod:`specs.expressions`)."""
+
+    type: Literal["expression"]
+    """Transform type; only expression transforms exist."""
+    name: str = Field(min_length=1)
+    """The field it makes (or replaces) for dimensions, metrics and the filter."""
+    expression: str
+    """The expression, over the record's input fields as they are (not other transforms' outputs)."""
+
+    _reserved = field_validator("name")(_not_reserved)
+
+    @field_validator("expression")
+    @classmethod
+    def _supported_expression(cls, value: str) -> str:
+        parse_expression(value)
+        return value
+
+
 class TransformSpec(SpecModel):
-    """Druid's ``transformSpec``: a filter on the input records (the rest count as thrown away)."""
+    """Druid's ``transformSpec``: computed input fields, and a filter on the records (the rest are thrown away)."""
 
     filter: dict[str, Any] | None = None
-    """A Druid filter (see :mod:`specs.filters`) over input fields and ``__time`` (the event time)."""
-    transforms: tuple[Any, ...] = Field(default=(), strict=False)
-    """Expression transforms (not implemented yet: a non-empty list is refused)."""
+    """A Druid filter (see :mod:`specs.filters`) over input fields, transforms' outputs and ``__time``."""
+    transforms: tuple[ExpressionTransform, ...] = Field(default=(), strict=False)
+    """Expression transforms; each reads the record as it arrived."""
 
     @field_validator("filter")
     @classmethod
@@ -299,12 +320,12 @@ class TransformSpec(SpecModel):
             filter_condition(value, exp.column)  # raises SpecError naming the unsupported part
         return value
 
-    @field_validator("transforms")
-    @classmethod
-    def _no_transforms(cls, value: tuple[Any, ...]) -> tuple[Any, ...]:
-        if value:
-            raise SpecError([unsupported("", "expression transforms")])
-        return value
+    @model_validator(mode="after")
+    def _unique_names(self) -> TransformSpec:
+        errors = _duplicates([t.name for t in self.transforms], "transforms", "transform")
+        if errors:
+            raise SpecError(errors)
+        return self
 
 
 class DataSchemaSpec(SpecModel):

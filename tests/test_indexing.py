@@ -240,3 +240,27 @@ def test_an_empty_dimension_list_discovers_string_dimensions_and_compaction_keep
     reports = compact(spark, engine, spec, deep_storage, storage_options=None)
     assert reports and all(r.outcome.ok for r in reports)
     assert_exact(published_table(engine, datasource), merged(first, second))
+
+
+def test_transforms_and_a_filter_on_their_output_publish_what_druid_would(stack, engine, spark, make_topic,
+                                                                           datasource, deep_storage):
+    topic = make_topic(2)
+    sample = make_sample_events(5_000, bad_every=10**9)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    raw = spec_json(datasource, topic)
+    raw["spec"]["dataSchema"]["transformSpec"] = {
+        "transforms": [{"type": "expression", "name": "country", "expression": "lower(country)"},
+                       {"type": "expression", "name": "value", "expression": "value * 3"},
+                       {"type": "expression", "name": "device", "expression": "concat(device, '/', country)"}],
+        "filter": {"type": "like", "dimension": "device", "pattern": "%/DE"}}
+
+    report = index_once(spark, engine, settings_for(stack, deep_storage), load_supervisor_spec(raw))
+
+    events = [json.loads(r) for r in sample.records]
+    kept = [e for e in events if e["country"] == "DE"]
+    assert (report.records, report.thrown_away, report.unparseable) == (len(events), len(events) - len(kept), 0)
+    rows = published_table(engine, datasource).to_pylist()
+    assert {r["country"] for r in rows} == {"de"}
+    assert {r["device"] for r in rows} == {f"{e['device']}/DE" for e in kept}
+    assert sum(r["value_sum"] for r in rows) == sum(3 * e["value"] for e in kept)
+    assert sum(r["count"] for r in rows) == len(kept)

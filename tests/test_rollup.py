@@ -335,3 +335,32 @@ def test_discovery_with_a_flatten_spec_offers_its_fields_and_only_them_without_f
                                        "country": "DE", "v": 1}).encode()])
     assert [(r["city"], r["cnt"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist()] == [("Bonn", 1, 0)]
     assert [d.name for d in rollup.schema.dimensions] == ["city"]
+
+
+def test_transforms_replace_and_add_fields_that_dimensions_metrics_and_the_filter_see() -> None:
+    """Each transform reads the record as it arrived; what it makes replaces the field of its name."""
+    records = random_records(2_000, timedelta(hours=2), "iso", seed=5)
+    schema = RollupSchema.from_spec(spec_schema("NONE", "HOUR", transform_spec={
+        "transforms": [{"type": "expression", "name": "a", "expression": "upper(a)"},
+                       {"type": "expression", "name": "v", "expression": "v * 2"},
+                       {"type": "expression", "name": "n", "expression": "n + 10"},
+                       {"type": "expression", "name": "b", "expression": "concat(b, '-', v)"}],
+        "filter": {"type": "bound", "dimension": "v", "lower": "0", "ordering": "numeric"}}))
+    parsed = Rollup(schema).parse([json.dumps({k: v for k, v in r.items() if k != "_ts"}).encode() for r in records])
+    kept = [r for r in records if r["v"] * 2 >= 0]
+    assert (parsed.bad_count, parsed.thrown_away) == (0, len(records) - len(kept))
+    rows = parsed.rows.to_pylist()
+    assert sum(r["cnt"] for r in rows) == len(kept) and sum(r["v_sum"] for r in rows) == sum(2 * r["v"] for r in kept)
+    assert {r["a"] for r in rows} == {None if r["a"] is None else r["a"].upper() for r in kept}
+    assert {r["n"] for r in rows} == {r["n"] + 10 for r in kept}  # a long dimension from a LONG transform
+    assert {r["b"] for r in rows} == {f"{r['b']}-{r['v']}" for r in kept}  # the record's v, not the transform's
+
+
+def test_a_transform_that_gives_an_array_for_a_string_dimension_makes_the_record_unparseable() -> None:
+    schema = RollupSchema.from_spec(spec_schema("NONE", "HOUR", transform_spec={
+        "transforms": [{"type": "expression", "name": "a", "expression": "nvl(tags, a)"}]}))
+    values = [json.dumps({"t": "2024-01-01T10:00:00Z", "a": "x", "v": 1, **extra}).encode()
+              for extra in ({}, {"tags": ["p", "q"]})]
+    parsed = Rollup(schema).parse(values)
+    assert [(b.index, b.reason) for b in parsed.bad_samples] == [
+        (1, "transform a gave a JSON array or object, not a string")]

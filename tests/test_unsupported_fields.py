@@ -24,15 +24,15 @@ def _io(change: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]]
 
 @pytest.mark.parametrize(("change", "path"), [
     (_data_schema(lambda s: s.update(transformSpec={"transforms": [{"type": "expression", "name": "x",
-                                                                    "expression": "1"}]})),
-     "spec.dataSchema.transformSpec.transforms"),
+                                                                    "expression": "array_length(a)"}]})),
+     "spec.dataSchema.transformSpec.transforms[0].expression"),
     (_data_schema(lambda s: s["dimensionsSpec"].update(useSchemaDiscovery=True)),
      "spec.dataSchema.dimensionsSpec.useSchemaDiscovery"),
     (_data_schema(lambda s: s["dimensionsSpec"].update(spatialDimensions=[{"dimName": "c", "dims": ["x", "y"]}])),
      "spec.dataSchema.dimensionsSpec.spatialDimensions"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "flattenSpec": {"fields": [
         {"type": "path", "name": "a", "expr": "$..a"}]}})), "spec.ioConfig.inputFormat.flattenSpec.fields[0].expr"),
-], ids=["transforms", "useSchemaDiscovery", "spatialDimensions",
+], ids=["transform-function", "useSchemaDiscovery", "spatialDimensions",
         "flattenSpec-deep-scan"])
 def test_a_field_that_would_change_the_data_is_refused_naming_it(change: Any, path: str) -> None:
     raw = spec_json("ds", "topic")
@@ -169,3 +169,19 @@ def test_an_empty_dimension_list_or_include_all_dimensions_discovers_string_dime
                                                    "includeAllDimensions": True}
     assert load_supervisor_spec(raw).spec.data_schema.dimensions_spec.discovers
     assert not load_supervisor_spec(spec_json("ds", "topic")).spec.data_schema.dimensions_spec.discovers
+
+
+@pytest.mark.parametrize(("transforms", "path"), [
+    ([{"type": "expression", "name": "__time", "expression": "timestamp_floor(__time, 'PT1H')"}],
+     "transforms[0].name"),
+    ([{"type": "expression", "name": "x", "expression": "1"}, {"type": "expression", "name": "x",
+                                                              "expression": "2"}], "transforms[1].name"),
+    ([{"type": "javascript", "name": "x", "function": "function(r) { return 1; }"}], "transforms[0].type"),
+    ([{"type": "expression", "name": "x", "expression": "a ||"}], "transforms[0].expression"),
+], ids=["__time", "duplicate", "javascript", "syntax"])
+def test_a_transform_we_cannot_compute_exactly_is_refused_naming_its_path(transforms: Any, path: str) -> None:
+    raw = spec_json("ds", "topic")
+    raw["spec"]["dataSchema"]["transformSpec"] = {"transforms": transforms}
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    assert f"spec.dataSchema.transformSpec.{path}" == refused.value.errors[0][0], refused.value.errors
