@@ -1,0 +1,75 @@
+"""The example specs in ``specs/examples``: each ingests what Druid would from known records, or is refused
+naming the field we do not implement (never accepted and ignored).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from indexing_task.rollup import Rollup, RollupSchema
+from specs import SpecError, load_example
+from specs.loader import EXAMPLES_DIR
+
+
+def ingest(name: str, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The rolled-up rows of ``records`` under example ``name`` (times as ISO text), and how many were dropped."""
+    spec = load_example(name)
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format.flatten_spec))
+    parsed = rollup.parse([json.dumps(r).encode() for r in records])
+    assert parsed.bad_count == 0, parsed.bad_samples
+    rows = [{**row, "__time": row["__time"].astimezone(UTC).isoformat()}
+            for _, _, table in rollup.split_by_segment(rollup.merge([parsed.rows])) for row in table.to_pylist()]
+    return rows, parsed.thrown_away
+
+
+def test_every_example_is_covered_here() -> None:
+    assert {p.stem for p in EXAMPLES_DIR.glob("*.json")} == {
+        "events", "wikipedia", "transform", "flatten", "discovery", "typed-discovery", "sketches"}
+
+
+def test_transform_example() -> None:
+    def record(hour: int, animal: str, location: int, number: int) -> dict[str, Any]:
+        return {"timestamp": f"2018-01-01T{hour:02d}:01:35Z", "animal": animal, "location": location,
+                "number": number}
+    rows, dropped = ingest("transform", [record(7, "octopus", 1, 100), record(5, "mongoose", 2, 200),
+                                         record(6, "snake", 3, 300), record(1, "lion", 1, 400)])
+    assert dropped == 1  # the lion: neither super-mongoose, nor 300 tripled, nor location >= 3
+    assert rows == [
+        {"__time": "2018-01-01T05:00:00+00:00", "animal": "super-mongoose", "location": "2", "triple-number": 600,
+         "count": 1, "number": 200, "triple-number-sum": 600},
+        {"__time": "2018-01-01T06:00:00+00:00", "animal": "super-snake", "location": "3", "triple-number": 900,
+         "count": 1, "number": 300, "triple-number-sum": 900},
+        {"__time": "2018-01-01T07:00:00+00:00", "animal": "super-octopus", "location": "1", "triple-number": 300,
+         "count": 1, "number": 100, "triple-number-sum": 300}]
+
+
+def test_flatten_example() -> None:
+    rows, _ = ingest("flatten", [{"timestamp": "2015-09-12T12:10:53.155Z", "dim1": "a", "foo": {"bar1": "b"},
+                                  "hello": [1.0, 2.0, 3.0], "baz": [1, 2, 3], "metric1": 4.5}])
+    assert rows == [{"__time": "2015-09-12T12:10:53.155000+00:00", "dim1": "a", "foo.bar1": "b",
+                     "path-first-hello": "1.0", "jq-first-hello": "1.0", "baz0": "3", "count": 1, "metric1-sum": 4.5}]
+
+
+def test_discovery_example() -> None:
+    base = datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000
+    rows, _ = ingest("discovery", [
+        {"time": int(base) + 1_000, "page": "Main", "user": "ann", "comment": "fix", "added": 3},
+        {"time": int(base) + 2_000, "page": "Main", "user": "ann", "comment": "typo", "added": 4},
+        {"time": int(base) + 3_000, "page": "Talk", "added": 1}])
+    assert rows == [
+        {"__time": "2026-11-01T00:00:00+00:00", "page": "Main", "user": "ann", "edits": 2, "added": 7},
+        {"__time": "2026-11-01T00:00:00+00:00", "page": "Talk", "user": None, "edits": 1, "added": 1}]
+
+
+@pytest.mark.parametrize(("name", "path"), [
+    ("typed-discovery", "spec.dataSchema.dimensionsSpec.useSchemaDiscovery"),
+    ("sketches", "spec.dataSchema.metricsSpec[1].type"),
+])
+def test_examples_we_cannot_ingest_exactly_are_refused_naming_the_field(name: str, path: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        load_example(name)
+    assert [found for found, _ in refused.value.errors] == [path]
