@@ -6,6 +6,7 @@ live overlord.
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections import Counter
@@ -21,7 +22,8 @@ from overlord.http.app import create_app
 from overlord.query.druid_sql import translate
 from overlord.query.engine import SqlQuery, run_sql
 from overlord.query.errors import QueryError
-from tests.helpers import served, start_overlord
+from overlord.supervisor.metadata_store import MetadataStore
+from tests.helpers import served, spec_json, start_overlord
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random
 
 TS = "TIMESTAMP '2026-11-04 13:47:12'"  # a Wednesday
@@ -342,3 +344,22 @@ def test_native_scan_and_segment_metadata(live_sql, datasource):
         "value_min": "LONG", "value_max": "LONG", "price_sum": "DOUBLE"}
     unmerged = httpx.post(f"{live_sql}/druid/v2", timeout=60, json={"queryType": "segmentMetadata", "dataSource": NAME})
     assert unmerged.status_code == 400 and unmerged.json()["errorMessage"].startswith("$.merge")
+
+
+def test_sys_supervisors_lists_the_stored_supervisors_with_their_state(spark, engine):
+    """Built from the metadata store: suspended, or unhealthy after a failed last task, or running."""
+    store = MetadataStore(engine)
+    store.create_schema()
+    ids = [f"sup-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    for i, sup in enumerate(ids):
+        store.append_spec(sup, spec_json(sup, f"topic-{sup}"), suspended=i == 1)
+    store.append_spec(ids[3], spec_json(ids[3], "t"), terminated=True)
+    store.insert_task(f"task-{ids[2]}", ids[2], ids[2], {0: 0}, {0: 5})
+    store.finish_task(f"task-{ids[2]}", "FAILED", "boom", None)
+    rows = run_sql(spark, engine, "SELECT supervisor_id, state, detailed_state, healthy, type, source, suspended, "
+                   f"spec FROM sys.supervisors WHERE supervisor_id IN ({', '.join(repr(i) for i in ids)}) ORDER BY 1")
+    assert {(r["supervisor_id"], r["state"], r["healthy"], r["suspended"], r["type"], r["source"]) for r in rows} == {
+        (ids[0], "RUNNING", 1, 0, "kafka", f"topic-{ids[0]}"),
+        (ids[1], "SUSPENDED", 1, 1, "kafka", f"topic-{ids[1]}"),
+        (ids[2], "UNHEALTHY_TASKS", 0, 0, "kafka", f"topic-{ids[2]}")}  # the terminated one is not listed
+    assert all(json.loads(r["spec"])["spec"]["dataSchema"]["dataSource"] == r["supervisor_id"] for r in rows)

@@ -1,12 +1,15 @@
 """Druid's metadata tables, built from the metadata store for the queries that read them.
 
 ``INFORMATION_SCHEMA.SCHEMATA``, ``TABLES`` and ``COLUMNS`` (with Druid's columns: SQL types,
-JDBC type numbers, nullability), ``sys.segments`` and ``sys.tasks``. What SQLAlchemy's
+JDBC type numbers, nullability), ``sys.segments``, ``sys.tasks`` and ``sys.supervisors`` (whose
+state is what the store knows: SUSPENDED, UNHEALTHY_TASKS when its last finished task failed,
+or RUNNING; the live state is at ``/druid/indexer/v1/supervisor/{id}/status``). What SQLAlchemy's
 ``druid://`` dialect (Superset) and pydruid ask to list tables and columns is answered here.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -15,6 +18,7 @@ import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.metadata_store import tasks as tasks_t
 from segment_store.records import segment_record
 from segment_store.schema import segments as segments_t
@@ -59,6 +63,9 @@ SCHEMAS: dict[str, T.StructType] = {
         ("created_time", _STRING), ("queue_insertion_time", _STRING), ("status", _STRING),
         ("runner_status", _STRING), ("duration", _LONG), ("location", _STRING), ("host", _STRING),
         ("plaintext_port", _LONG), ("tls_port", _LONG), ("error_msg", _STRING)),
+    "sys.supervisors": _schema(
+        ("supervisor_id", _STRING), ("state", _STRING), ("detailed_state", _STRING), ("healthy", _LONG),
+        ("type", _STRING), ("source", _STRING), ("suspended", _LONG), ("spec", _STRING)),
 }
 """Every metadata table's columns, as Druid names them."""
 
@@ -89,12 +96,30 @@ def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mappin
         return [(s.id, s.datasource, _iso(s.interval_start), _iso(s.interval_end), s.size_bytes, str(s.version),
                  s.partition_num, int(s.used), s.num_rows, int(s.id in shown), int(s.used), int(s.used), 0,
                  int(s.used and s.id not in shown)) for s in segments]
+    if table == "sys.supervisors":
+        return _supervisor_rows(engine)
     with engine.connect() as conn:
         tasks = list(conn.execute(sa.select(tasks_t).order_by(tasks_t.c.created_at.desc())).mappings())
     return [(t["id"], t["supervisor_id"], t["type"], t["datasource"], _iso(t["created_at"]), _iso(t["created_at"]),
              t["status"], "RUNNING" if t["status"] == "RUNNING" else "NONE",
              -1 if t["finished_at"] is None else int((t["finished_at"] - t["created_at"]).total_seconds() * 1000),
              None, None, -1, -1, t["status_detail"] if t["status"] == "FAILED" else None) for t in tasks]
+
+
+def _supervisor_rows(engine: sa.Engine) -> list[tuple[Any, ...]]:
+    last = (sa.select(tasks_t.c.supervisor_id, tasks_t.c.status).where(tasks_t.c.finished_at.is_not(None))
+            .distinct(tasks_t.c.supervisor_id).order_by(tasks_t.c.supervisor_id, tasks_t.c.finished_at.desc()))
+    with engine.connect() as conn:
+        last_failed = {row.supervisor_id: row.status == "FAILED" for row in conn.execute(last)}
+    rows = []
+    for record in MetadataStore(engine).current_specs():
+        if record.terminated:
+            continue
+        state = "SUSPENDED" if record.suspended else "UNHEALTHY_TASKS" if last_failed.get(record.id) else "RUNNING"
+        io = record.spec.get("spec", {}).get("ioConfig", {})
+        rows.append((record.id, state, state, int(state != "UNHEALTHY_TASKS"), record.spec.get("type", "kafka"),
+                     io.get("topic"), int(record.suspended), json.dumps(record.spec)))
+    return rows
 
 
 def _display_name(table: str) -> tuple[str, str]:
