@@ -215,29 +215,62 @@ class DimensionsSpec(SpecModel):
 
 
 class MetricSpec(SpecModel):
-    """One aggregator of ``metricsSpec``, computed at ingestion time."""
+    """One aggregator of ``metricsSpec``, computed at ingestion time; ``filtered`` wraps another."""
 
     not_implemented: ClassVar[dict[str, str]] = {"expression": "an aggregator's expression"}
 
-    type: AggregatorType
-    """Aggregator type: count, or long/double/float Sum, Min or Max."""
+    type: AggregatorType | Literal["filtered"]
+    """Aggregator type: count, long/double/float Sum, Min or Max, or filtered."""
     name: str = Field(min_length=1)
-    """Output column name of the aggregator."""
+    """Output column name of the aggregator (a filtered one's defaults to its aggregator's)."""
     field_name: str | None = Field(default=None, min_length=1)
     """Input field to aggregate (not used by count)."""
+    filter: dict[str, Any] | None = None
+    """filtered only: the Druid filter a record must match to be aggregated (see :mod:`specs.filters`)."""
+    aggregator: MetricSpec | None = None
+    """filtered only: the aggregator applied to the matching records."""
 
     _reserved = field_validator("name")(_not_reserved)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _filtered_name(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("type") == "filtered" and data.get("name") is None:
+            inner = data.get("aggregator")
+            if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                return {**data, "name": inner["name"]}
+        return data
 
     @field_validator("type", mode="before")
     @classmethod
     def _known_type(cls, value: object) -> object:
-        if isinstance(value, str) and value not in _AGGREGATOR_TYPES:
-            supported = ", ".join(_AGGREGATOR_TYPES)
+        if isinstance(value, str) and value not in (*_AGGREGATOR_TYPES, "filtered"):
+            supported = ", ".join((*_AGGREGATOR_TYPES, "filtered"))
             raise SpecError.at("", f"unknown aggregator type {value!r}; supported: {supported}")
+        return value
+
+    @field_validator("filter")
+    @classmethod
+    def _supported_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            filter_condition(value, exp.column)  # raises SpecError naming the unsupported part
         return value
 
     @model_validator(mode="after")
     def _field_name_rules(self) -> MetricSpec:
+        if self.type == "filtered":
+            errors = [(key, "required for a filtered aggregator") for key, value in
+                      (("filter", self.filter), ("aggregator", self.aggregator)) if value is None]
+            if self.field_name is not None:
+                errors.append(("fieldName", "a filtered aggregator takes no fieldName (its aggregator does)"))
+            if self.aggregator is not None and self.aggregator.type == "filtered":
+                errors.append(("aggregator.type", "a filtered aggregator cannot wrap another filtered one"))
+            if errors:
+                raise SpecError(errors)
+            return self
+        for key, value in (("filter", self.filter), ("aggregator", self.aggregator)):
+            if value is not None:
+                raise SpecError.at(key, f"only a filtered aggregator takes {key}")
         if self.type == "count" and self.field_name is not None:
             raise SpecError.at("fieldName", "a count aggregator takes no fieldName")
         if self.type != "count" and self.field_name is None:
@@ -245,18 +278,24 @@ class MetricSpec(SpecModel):
         return self
 
     @property
-    def output_type(self) -> Literal["long", "double"]:
-        """Column type of the result: long for count and long*, double for double* and float*."""
-        return "long" if self.type == "count" or self.type.startswith("long") else "double"
+    def base(self) -> MetricSpec:
+        """The aggregator that computes the value: this one, or the one a filtered aggregator wraps."""
+        return self.aggregator if self.aggregator is not None else self
+
+    @property
+    def input_field(self) -> str | None:
+        """The input field aggregated (None for count)."""
+        return self.base.field_name
 
     @property
     def kind(self) -> Literal["count", "sum", "min", "max"]:
         """What the aggregator computes."""
-        if self.type == "count":
+        kind = self.base.type
+        if kind == "count":
             return "count"
-        if self.type.endswith("Sum"):
+        if kind.endswith("Sum"):
             return "sum"
-        return "min" if self.type.endswith("Min") else "max"
+        return "min" if kind.endswith("Min") else "max"
 
 
 class GranularitySpec(SpecModel):

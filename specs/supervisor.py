@@ -355,6 +355,9 @@ def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> Non
         elif before.field_name != metric.field_name:
             errors.append((f"spec.dataSchema.metricsSpec[{i}].fieldName", f"metric {metric.name!r} was "
                            f"{before.field_name!r}, got {metric.field_name!r}; use a new name"))
+        elif (before.filter, before.aggregator) != (metric.filter, metric.aggregator):
+            errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"filtered metric {metric.name!r} changed its filter "
+                           "or aggregator: published rows were aggregated by the old one; use a new name"))
     old_dimensions = {d.name: d for old in earlier for d in old.dimensions_spec.dimensions}
     for i, dimension in enumerate(new.dimensions_spec.dimensions):
         before_dim = old_dimensions.get(dimension.name)

@@ -364,3 +364,45 @@ def test_a_transform_that_gives_an_array_for_a_string_dimension_makes_the_record
     parsed = Rollup(schema).parse(values)
     assert [(b.index, b.reason) for b in parsed.bad_samples] == [
         (1, "transform a gave a JSON array or object, not a string")]
+
+
+def _filtered_schema(rollup: bool) -> RollupSchema:
+    spec = load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {"dataSource": "f", "timestampSpec": {"column": "t", "format": "iso"},
+                       "dimensionsSpec": {"dimensions": ["b"]},
+                       "metricsSpec": [
+                           {"type": "count", "name": "cnt"},
+                           {"type": "filtered", "filter": {"type": "selector", "dimension": "a", "value": "x"},
+                            "aggregator": {"type": "count", "name": "x_cnt"}},
+                           {"type": "filtered", "name": "x_v", "filter": {"type": "in", "dimension": "a",
+                                                                          "values": ["x", "y"]},
+                            "aggregator": {"type": "longSum", "name": "ignored", "fieldName": "v"}},
+                           {"type": "filtered", "filter": {"type": "bound", "dimension": "v", "lower": "0",
+                                                           "ordering": "numeric"},
+                            "aggregator": {"type": "doubleMax", "name": "pos_x_max", "fieldName": "x"}}],
+                       "granularitySpec": {"segmentGranularity": "DAY", "queryGranularity": "DAY", "rollup": rollup}},
+        "ioConfig": {"topic": "f"}}})
+    return RollupSchema.from_spec(spec.spec.data_schema)
+
+
+@pytest.mark.parametrize("rollup", [True, False])
+def test_a_filtered_aggregator_aggregates_only_the_records_its_filter_matches(rollup: bool) -> None:
+    records = random_records(3_000, timedelta(hours=5), "iso", seed=3)
+    values = [json.dumps({k: v for k, v in r.items() if k != "_ts"}).encode() for r in records]
+    engine = Rollup(_filtered_schema(rollup))
+    merged = engine.merge([engine.parse(values[:1_000]).rows, engine.parse(values[1_000:]).rows])
+    rows = merged.to_pylist()
+    for b in ("p", "q"):
+        mine = [r for r in records if r["b"] == b]
+        got = [r for r in rows if r["b"] == b]
+        assert sum(r["cnt"] for r in got) == len(mine)
+        assert sum(r["x_cnt"] for r in got) == sum(r["a"] == "x" for r in mine)
+        assert sum(r["x_v"] for r in got) == sum(r["v"] for r in mine if r["a"] in ("x", "y"))
+        positive = [r["x"] for r in mine if r["v"] >= 0 and r["x"] is not None]
+        assert max((r["pos_x_max"] for r in got if r["pos_x_max"] is not None), default=None) == max(positive)
+
+
+def test_a_bad_value_in_a_record_a_filtered_aggregator_skips_is_not_a_parse_error() -> None:
+    engine = Rollup(_filtered_schema(True))
+    parsed = engine.parse([json.dumps({"t": "2024-01-01T00:00:00Z", "b": "p", "a": "z", "v": "many"}).encode()])
+    assert parsed.bad_count == 0 and parsed.rows.to_pylist()[0]["x_v"] == 0

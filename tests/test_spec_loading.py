@@ -82,13 +82,13 @@ def test_events_example_loads() -> None:
     schema = spec.spec.data_schema
     assert (schema.timestamp_spec.column, schema.timestamp_spec.format) == ("ts", "iso")
     assert schema.dimensions_spec.names == ["country", "device"]
-    metrics = [(m.type, m.name, m.field_name, m.kind, m.output_type) for m in schema.metrics_spec]
+    metrics = [(m.type, m.name, m.field_name, m.kind) for m in schema.metrics_spec]
     assert metrics == [
-        ("count", "count", None, "count", "long"),
-        ("longSum", "value_sum", "value", "sum", "long"),
-        ("longMin", "value_min", "value", "min", "long"),
-        ("longMax", "value_max", "value", "max", "long"),
-        ("doubleSum", "price_sum", "price", "sum", "double"),
+        ("count", "count", None, "count"),
+        ("longSum", "value_sum", "value", "sum"),
+        ("longMin", "value_min", "value", "min"),
+        ("longMax", "value_max", "value", "max"),
+        ("doubleSum", "price_sum", "price", "sum"),
     ]
     granularity = schema.granularity_spec
     assert (granularity.segment_granularity.name, granularity.query_granularity.name) == ("HOUR", "MINUTE")

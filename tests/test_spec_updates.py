@@ -56,3 +56,19 @@ def test_a_metric_dropped_by_an_earlier_update_keeps_its_meaning() -> None:
         check_update([dropped, ORIGINAL], again)
     assert refused.value.errors == [("spec.dataSchema.metricsSpec[3].type", refused.value.errors[0][1])]
     assert "was longMax" in refused.value.errors[0][1]
+
+
+def _filtered(device: str) -> dict[str, Any]:
+    return {"type": "filtered", "filter": {"type": "selector", "dimension": "device", "value": device},
+            "aggregator": {"type": "longSum", "name": "mobile_value", "fieldName": "value"}}
+
+
+def test_a_filtered_metric_keeps_its_filter_and_aggregator() -> None:
+    """Published rows were aggregated over the old filter's records: a new filter needs a new name."""
+    first = updated(lambda s: s["metricsSpec"].append(_filtered("mobile")))
+    assert first.spec.data_schema.metrics_spec[-1].name == "mobile_value"  # the aggregator's name
+    check_update([first], updated(lambda s: s["metricsSpec"].append(_filtered("mobile"))))  # unchanged: fine
+    with pytest.raises(SpecError) as refused:
+        check_update([first], updated(lambda s: s["metricsSpec"].append(_filtered("tablet"))))
+    [(path, message)] = refused.value.errors
+    assert path == "spec.dataSchema.metricsSpec[5]" and "mobile_value" in message

@@ -185,3 +185,20 @@ def test_a_transform_we_cannot_compute_exactly_is_refused_naming_its_path(transf
     with pytest.raises(SpecError) as refused:
         load_supervisor_spec(raw)
     assert f"spec.dataSchema.transformSpec.{path}" == refused.value.errors[0][0], refused.value.errors
+
+
+@pytest.mark.parametrize(("metric", "path"), [
+    ({"type": "filtered", "aggregator": {"type": "count", "name": "n"}}, "filter"),
+    ({"type": "filtered", "filter": {"type": "true"}, "name": "n"}, "aggregator"),
+    ({"type": "filtered", "filter": {"type": "search", "dimension": "d"}, "aggregator": {"type": "count", "name": "n"}},
+     "filter.type"),
+    ({"type": "filtered", "filter": {"type": "true"}, "aggregator": {"type": "filtered", "name": "n", "filter": {
+        "type": "true"}, "aggregator": {"type": "count", "name": "n"}}}, "aggregator.type"),
+    ({"type": "longSum", "name": "n", "fieldName": "v", "filter": {"type": "true"}}, "filter"),
+], ids=["no-filter", "no-aggregator", "unsupported-filter", "nested", "filter-on-plain"])
+def test_a_filtered_aggregator_we_cannot_compute_is_refused_naming_its_path(metric: Any, path: str) -> None:
+    raw = spec_json("ds", "topic")
+    raw["spec"]["dataSchema"]["metricsSpec"].append(metric)
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    assert refused.value.errors[0][0] == f"spec.dataSchema.metricsSpec[5].{path}", refused.value.errors
