@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
@@ -30,8 +30,9 @@ from indexing_task.transforms import compile_expression, create_macros
 from specs import DataSchemaSpec
 from specs.expressions import parse_expression, referenced_fields
 from specs.filters import filter_columns, filter_condition
-from specs.flatten import FlattenSpec, PathStep
+from specs.flatten import PathStep
 from specs.granularity import ALL_END, ALL_START, Granularity
+from specs.input_format import InputFormatSpec
 
 __all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "bucket_end_sql",
            "bucket_start_sql"]
@@ -87,14 +88,19 @@ class RollupSchema:
     input_paths: tuple[tuple[str, tuple[PathStep, ...] | None], ...] = ()
     """Input fields not read from the top-level key of their name (a flattenSpec): the path to
     their value, or None where the record does not offer them."""
+    metadata: tuple[tuple[str, str], ...] = ()
+    """Input fields read from the Kafka record rather than its value: (name, source), the source as
+    ``InputFormatSpec.metadata_source`` names it."""
     discover: bool = False
     """Every top-level field of a record not in ``discovery_exclusions`` is a string dimension too."""
     discovery_exclusions: tuple[str, ...] = ()
     """Fields discovery leaves out: the timestamp, the metrics' names and inputs, ``dimensionExclusions``."""
 
     @classmethod
-    def from_spec(cls, data_schema: DataSchemaSpec, flatten: FlattenSpec | None = None) -> RollupSchema:
-        """Build from a ``specs.DataSchemaSpec`` and the input format's ``flattenSpec``."""
+    def from_spec(cls, data_schema: DataSchemaSpec, input_format: InputFormatSpec | None = None) -> RollupSchema:
+        """Build from a ``specs.DataSchemaSpec`` and the ``inputFormat`` (its flattenSpec, Kafka metadata)."""
+        fmt = input_format or InputFormatSpec()
+        flatten = fmt.value_json.flatten_spec
         ts = data_schema.timestamp_spec
         gran = data_schema.granularity_spec
         missing = ts.missing_value
@@ -105,15 +111,22 @@ class RollupSchema:
         excluded = (ts.column, *(m.name for m in metrics), *(m.input_field for m in metrics if m.input_field),
                     *dims.dimension_exclusions)
         dimensions = tuple(Dimension(d.name, d.type) for d in dims.dimensions)
-        always = [*(f.name for f in (flatten.fields if flatten else ())), *(t.name for t in transforms)]
+        columns = fmt.metadata_columns if fmt.type == "kafka" else {}
+        always = [*(f.name for f in flatten.fields), *(t.name for t in transforms),
+                  *(columns[k] for k in ("timestamp", "topic") if k in columns),
+                  *([columns["key"]] if columns and fmt.key_format is not None else [])]
         always = always if dims.discovers else []
         dimensions += tuple(Dimension(name) for name in sorted(set(always) - set(excluded) - set(dims.names))
-                            if not name.startswith("__"))  # a flattenSpec's fields and transforms always exist
+                            if not name.startswith("__"))  # these fields exist in every record
         names = [ts.column, *(d.name for d in dimensions), *filter_columns(filter_spec),
                  *(m.input_field for m in metrics if m.input_field is not None),
                  *(f for m in metrics for f in filter_columns(m.filter)),
                  *(f for t in transforms for f in referenced_fields(parse_expression(t.expression)))]
-        located = {} if flatten is None else {name: flatten.path_of(name) for name in names}
+        metadata = {name: source for name in names if (source := fmt.metadata_source(name)) is not None}
+        if fmt.key_format is not None:  # the key's source carries its separator: key:<format>:<separator>
+            metadata = {name: f"{source}:{fmt.key_format.separator}" if source.startswith("key:") else source
+                        for name, source in metadata.items()}
+        located = {name: flatten.path_of(name) for name in names if name not in metadata}
         return cls(
             timestamp_column=ts.column,
             timestamp_format=ts.format,
@@ -127,9 +140,15 @@ class RollupSchema:
             filter_json=None if filter_spec is None else json.dumps(filter_spec),
             transforms=tuple((t.name, t.expression) for t in transforms),
             input_paths=tuple((name, path) for name, path in located.items() if path != (name,)),
-            discover=dims.discovers and (flatten is None or flatten.use_field_discovery),
+            metadata=tuple(metadata.items()),
+            discover=dims.discovers and flatten.use_field_discovery,
             discovery_exclusions=tuple(dict.fromkeys(excluded)),
         )
+
+    @property
+    def metadata_needs(self) -> list[str]:
+        """What of each Kafka record the parse reads besides its value: key, timestamp, topic, header:<name>."""
+        return list(dict.fromkeys("key" if source.startswith("key:") else source for _, source in self.metadata))
 
     def with_dimensions(self, names: list[str]) -> RollupSchema:
         """This schema with string dimensions ``names`` added (those it has or excludes are skipped)."""
@@ -182,6 +201,20 @@ def _wrapped_long(expr: str) -> str:
     """Return SQL for a sum as a 64-bit long that wraps around on overflow, as Druid's (Java's) long sums do."""
     wrapped = f"(((({expr})::HUGEINT + {2**63}) % {2**64} + {2**64}) % {2**64} - {2**63})"
     return f"coalesce(try_cast({expr} AS BIGINT), {wrapped})"  # the arithmetic only where it overflowed
+
+
+def _metadata_column(source: str) -> str:
+    """The batch column holding a Kafka record's metadata ``source`` (the key, a header, ...), quoted."""
+    return _q("__kafka_" + ("key" if source.startswith("key") else source))
+
+
+def _metadata_text(source: str, column: str) -> str:
+    """SQL for a metadata field's text: the key's first column, the timestamp in ms, the topic, a header."""
+    if source.startswith("key:"):
+        return f"split_part(try(decode({column})), {_lit(source.split(':', 2)[2])}, 1)"
+    if source == "timestamp":
+        return f"{column}::VARCHAR"
+    return column if source == "topic" else f"try(decode({column}))"
 
 
 def _extract(function: str, paths: dict[str, str]) -> str:
@@ -306,12 +339,16 @@ class Rollup:
             steps = {name: located.get(name, (name,)) for name in dict.fromkeys(names)}
             return {name: _json_path(path) for name, path in steps.items() if path is not None}
 
-        paths = offered([s.timestamp_column, *(n for n in needed if n not in outputs)])
-        tokens = offered(f for e in transforms.values() for f in referenced_fields(e) if f != TIME)
+        metadata = {name: (source, _metadata_column(source)) for name, source in s.metadata}
+        paths = offered(n for n in [s.timestamp_column, *needed] if n not in outputs and n not in metadata)
+        inputs = [f for e in transforms.values() for f in referenced_fields(e) if f != TIME]
+        tokens = offered(f for f in inputs if f not in metadata)
         index, token_index = ({name: i for i, name in enumerate(p, 1)} for p in (paths, tokens))
 
         def raw(name: str) -> str:
             """SQL for an input field's value as text; NULL where the record does not offer it."""
+            if name in metadata:
+                return _metadata_text(*metadata[name])
             return f"__f[{index[name]}]" if name in index else "NULL::VARCHAR"
 
         def text(name: str) -> str:
@@ -319,6 +356,9 @@ class Rollup:
             return f"d_str({outputs[name]})" if name in outputs else raw(name)
 
         def token(name: str) -> str:
+            if name in metadata:  # the timestamp is a LONG, the key, topic and headers strings
+                text = raw(name)
+                return f"{text}" if metadata[name][0] == "timestamp" else f"d_quote({text})"
             return f"nullif(__j[{token_index[name]}], 'null')" if name in token_index else "NULL::VARCHAR"
 
         extract = [f"CASE WHEN __ok THEN {_extract('json_extract_string', paths)} END AS __f"]
@@ -355,16 +395,21 @@ class Rollup:
                           f"THEN {_lit('wrong type for ' + m.field + ' (' + m.type + ')')}")
         if arrays:  # one scan of the record for '[' spares the per-dimension checks (~40 ns against ~300)
             checks.append(f"WHEN contains(__s, '[') THEN CASE {' '.join(arrays)} END")
+        for name, (source, column) in metadata.items():
+            if source.startswith("key:csv:"):  # a quoted first column may hold commas: not read rather than wrong
+                checks.append(f"WHEN left(try(decode({column})), 1) = '\"' THEN "
+                              f"{_lit(f'a quoted CSV key ({name}) is not supported')}")
+        carried = ", ".join(["__i", *dict.fromkeys(column for _, column in metadata.values())])
         columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
         kept = "true" if filter_spec is None else self._filter_sql(filter_spec, index, outputs)
         matched = [f"coalesce({self._filter_sql(f, index, outputs)}, false) AS __mf{i}"
                    for i, f in metric_filters.items()]
         seg = bucket_start_sql(s.segment_granularity, "__t")
         return f"""
-            WITH src AS (SELECT __i, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
-            obj AS (SELECT __i, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
+            WITH src AS (SELECT {carried}, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
+            obj AS (SELECT {carried}, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
                            coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
-            ext AS (SELECT __i, __is_null, __s, __valid, __ok, {", ".join(extract)} FROM obj),
+            ext AS (SELECT {carried}, __is_null, __s, __valid, __ok, {", ".join(extract)} FROM obj),
             timed AS (SELECT *, {_timestamp_sql(ts_text, s.timestamp_format)} AS __t FROM ext),
             transformed AS (SELECT *{"".join(", " + c for c in computed)} FROM timed),
             typed AS (SELECT *{"".join(", " + c for c in typed)} FROM transformed),
@@ -446,10 +491,15 @@ class Rollup:
             return f"SELECT {select} FROM {source} GROUP BY ALL"
         return f"SELECT {select} FROM {source}"
 
-    def parse(self, values: list[bytes | None]) -> ParsedBatch:
-        """Parse and roll up one batch of record values (``None`` for a null value), in one pass."""
+    def parse(self, values: list[bytes | None], metadata: Mapping[str, pa.Array] | None = None) -> ParsedBatch:
+        """Parse and roll up one batch of record values (``None`` for a null value), in one pass.
+
+        ``metadata`` holds the records' metadata the schema reads (:attr:`RollupSchema.metadata_needs`),
+        by need: ``key`` and ``header:<name>`` (binary), ``timestamp`` (int64 ms), ``topic`` (string).
+        """
         raw = pa.array(values, type=pa.binary())
-        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "__raw": raw})
+        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "__raw": raw,
+                          **{_metadata_column(need).strip('"'): array for need, array in (metadata or {}).items()}})
         self._con.register("batch", batch)
         try:
             if self.schema.discover:

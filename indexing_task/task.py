@@ -106,7 +106,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     payload = TaskPayload(
         task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
         consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),
-        rollup_schema=RollupSchema.from_spec(data_schema, io.input_format.flatten_spec),
+        rollup_schema=RollupSchema.from_spec(data_schema, io.input_format),
         deep_storage=request.deep_storage,
         generation=request.generation,
         storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,

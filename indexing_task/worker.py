@@ -24,7 +24,7 @@ from indexing_task.results import WorkerResult, WrittenSegment, result_batch
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store.deep_storage import DeepStorage
 
-__all__ = ["TaskPayload", "cyclic_gc_paused", "index_split", "run_splits",
+__all__ = ["TaskPayload", "cyclic_gc_paused", "index_split", "record_metadata", "run_splits",
            "write_segment_file"]
 
 CHUNK_RECORDS = 200_000
@@ -98,9 +98,12 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
     partials: list[pa.Table] = []
     buffered: list[Message] = []
 
+    needs = payload.rollup_schema.metadata_needs
+
     def process(messages: list[Message]) -> None:
         nonlocal records, unparseable, thrown_away, partials
-        parsed = rollup.parse([m.value() for m in messages])
+        parsed = rollup.parse([m.value() for m in messages],
+                              record_metadata(needs, messages, payload.topic) if needs else None)
         records += len(messages)
         unparseable += parsed.bad_count
         thrown_away += parsed.thrown_away
@@ -128,6 +131,23 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
     return WorkerResult(index=split.index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
                         thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments),
                         dimensions=tuple(d.name for d in rollup.schema.dimensions))
+
+
+def record_metadata(needs: list[str], messages: list[Message], topic: str) -> dict[str, pa.Array]:
+    """The Kafka metadata the parse reads (key, timestamp, topic, headers), one array per need."""
+    out: dict[str, pa.Array] = {}
+    for need in needs:
+        if need == "key":
+            out[need] = pa.array([m.key() for m in messages], pa.binary())
+        elif need == "timestamp":  # (type, ms); type 0 is "not available"
+            out[need] = pa.array([ts if kind else None for kind, ts in (m.timestamp() for m in messages)], pa.int64())
+        elif need == "topic":
+            out[need] = pa.array([topic] * len(messages), pa.string())
+        else:  # header:<name>: the first header of that name
+            name = need.removeprefix("header:")
+            out[need] = pa.array([next((v for k, v in (m.headers() or ()) if k == name), None) for m in messages],
+                                 pa.binary())
+    return out
 
 
 def _samples(parsed: ParsedBatch, messages: list[Message], partition: int, limit: int) -> list[dict[str, Any]]:

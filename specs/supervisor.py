@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from specs.data_schema import DataSchemaSpec, SpecModel
 from specs.durations import IsoDuration, UtcTimestamp
 from specs.errors import SpecError, join_path, json_type_name, key_path
-from specs.flatten import FlattenSpec
+from specs.input_format import InputFormatSpec
 
 __all__ = [
     "DYNAMIC_CONFIG_PROVIDER",
@@ -36,19 +36,6 @@ _SECTIONS = ("dataSchema", "ioConfig", "tuningConfig")
 
 def _key_in(data: dict[Any, Any], alias: str, name: str) -> str:
     return name if name in data and alias not in data else alias
-
-
-class InputFormatSpec(SpecModel):
-    """How Kafka record values are parsed; only JSON is supported."""
-
-    harmless: ClassVar[frozenset[str]] = frozenset({"keepNullColumns", "useJsonNodeReader"})
-    not_implemented: ClassVar[dict[str, str]] = {
-        "featureSpec": "JSON parser features", "assumeNewlineDelimited": "splitting a value into records at newlines"}
-
-    type: Literal["json"] = "json"
-    """Input format type."""
-    flatten_spec: FlattenSpec = FlattenSpec()
-    """Input fields read from nested values (JSONPath or jq), and whether top-level fields are offered."""
 
 
 EXACT_READ_CONSUMER_PROPERTIES: dict[str, str | bool] = {
@@ -132,7 +119,7 @@ class KafkaIOConfigSpec(SpecModel):
     """Properties for the Kafka consumer (strings, integers, booleans; bootstrap.servers defaults to the
     service's configuration), and Druid's ``druid.dynamic.config.provider`` for values from the environment."""
     input_format: InputFormatSpec = InputFormatSpec()
-    """Format of the record values."""
+    """Format of the records: JSON values, or the kafka format (key, timestamp, topic and headers too)."""
     task_count: int = Field(default=1, ge=1)
     """Maximum number of reading tasks in a replica set."""
     replicas: int = Field(default=1, ge=1)

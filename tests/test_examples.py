@@ -18,7 +18,7 @@ from specs.loader import EXAMPLES_DIR
 def ingest(name: str, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """The rolled-up rows of ``records`` under example ``name`` (times as ISO text), and how many were dropped."""
     spec = load_example(name)
-    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format.flatten_spec))
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format))
     parsed = rollup.parse([json.dumps(r).encode() for r in records])
     assert parsed.bad_count == 0, parsed.bad_samples
     rows = [{**row, "__time": row["__time"].astimezone(UTC).isoformat()}

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from confluent_kafka import Producer
 
 from indexing_task.compaction import compact
 from indexing_task.errors import TooManyParseErrors
@@ -264,3 +266,37 @@ def test_transforms_and_a_filter_on_their_output_publish_what_druid_would(stack,
     assert {r["device"] for r in rows} == {f"{e['device']}/DE" for e in kept}
     assert sum(r["value_sum"] for r in rows) == sum(3 * e["value"] for e in kept)
     assert sum(r["count"] for r in rows) == len(kept)
+
+
+def test_the_kafka_input_format_ingests_keys_headers_timestamps_and_the_topic(
+        stack, engine, spark, make_topic, datasource, deep_storage):
+    """Real records through the broker: the key, a header and the Kafka timestamp become columns."""
+    topic = make_topic(1)
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    base = 1_700_000_000_000
+    for i in range(30):
+        producer.produce(topic, key=f"user{i % 3}\tx".encode(), value=json.dumps({"value": i}).encode(),
+                         headers=[("env", b"prod" if i % 2 else b"dev")], timestamp=base + i * 60_000)
+        if i >= 28:  # the embedded broker reports the end as the last batch's base + 1: the last goes alone
+            producer.flush(10)
+    raw = spec_json(datasource, topic, inputFormat={"type": "kafka", "valueFormat": {"type": "json"},
+                                                    "keyFormat": {"type": "tsv", "columns": ["user"]},
+                                                    "headerFormat": {"type": "string"}})
+    schema = raw["spec"]["dataSchema"]
+    schema["timestampSpec"] = {"column": "kafka.timestamp", "format": "millis"}
+    schema["dimensionsSpec"] = {"dimensions": ["kafka.key", "kafka.header.env", "kafka.topic"]}
+    schema["metricsSpec"] = [{"type": "count", "name": "count"}, {"type": "longSum", "name": "v", "fieldName": "value"}]
+
+    report = index_once(spark, engine, settings_for(stack, deep_storage), load_supervisor_spec(raw))
+
+    assert report.outcome.status == "ok" and (report.records, report.unparseable) == (30, 0)
+    rows = published_table(engine, datasource).to_pylist()
+    assert {r["kafka.topic"] for r in rows} == {topic}
+    totals: Counter[tuple[str, str]] = Counter()
+    for r in rows:
+        totals[(r["kafka.key"], r["kafka.header.env"])] += r["v"]
+    expected: Counter[tuple[str, str]] = Counter()
+    for i in range(30):
+        expected[(f"user{i % 3}", "prod" if i % 2 else "dev")] += i
+    assert totals == expected
+    assert min(r["__time"] for r in rows).timestamp() * 1000 == base - base % 60_000  # MINUTE query granularity

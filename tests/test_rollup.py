@@ -260,7 +260,7 @@ def _flatten_schema(flatten: dict[str, Any]) -> RollupSchema:
                        "transformSpec": {"filter": {"type": "not", "field": {
                            "type": "selector", "dimension": "city", "value": "Paris"}}}},
         "ioConfig": {"topic": "flat", "inputFormat": {"type": "json", "flattenSpec": flatten}}}})
-    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format.flatten_spec)
+    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format)
 
 
 def _nested_record(country: str, city: str, stats: list[int]) -> bytes:
@@ -299,7 +299,7 @@ def _discovery_schema(dimensions_spec: dict[str, Any], flatten: dict[str, Any] |
                                        {"type": "longSum", "name": "v_sum", "fieldName": "v"}],
                        "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR"}},
         "ioConfig": {"topic": "disc", "inputFormat": {"type": "json", "flattenSpec": flatten or {}}}}})
-    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format.flatten_spec)
+    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format)
 
 
 def _event(**fields: Any) -> bytes:
@@ -406,3 +406,28 @@ def test_a_bad_value_in_a_record_a_filtered_aggregator_skips_is_not_a_parse_erro
     engine = Rollup(_filtered_schema(True))
     parsed = engine.parse([json.dumps({"t": "2024-01-01T00:00:00Z", "b": "p", "a": "z", "v": "many"}).encode()])
     assert parsed.bad_count == 0 and parsed.rows.to_pylist()[0]["x_v"] == 0
+
+
+def test_the_kafka_format_reads_the_key_timestamp_topic_and_headers_as_fields() -> None:
+    spec = load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {"dataSource": "k", "timestampSpec": {"column": "kafka.timestamp", "format": "millis"},
+                       "dimensionsSpec": {"dimensions": ["kafka.key", "kafka.topic", "kafka.header.env", "a"]},
+                       "metricsSpec": [{"type": "count", "name": "cnt"}],
+                       "granularitySpec": {"segmentGranularity": "DAY", "queryGranularity": "NONE"},
+                       "transformSpec": {"transforms": [
+                           {"type": "expression", "name": "a", "expression": 'concat(a, \'@\', "kafka.header.env")'}]}},
+        "ioConfig": {"topic": "k", "inputFormat": {"type": "kafka", "valueFormat": {"type": "json"},
+                                                  "keyFormat": {"type": "csv", "columns": ["id"]},
+                                                  "headerFormat": {"type": "string"}}}}})
+    schema = RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format)
+    assert schema.metadata_needs == ["timestamp", "key", "topic", "header:env"]
+    values = [b'{"a": "x"}', b'{"a": "y"}', b'{"a": "z"}']
+    metadata = {"timestamp": pa.array([1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002], pa.int64()),
+                "key": pa.array([b"u1,rest", None, b'"q,uoted",x'], pa.binary()),
+                "topic": pa.array(["k"] * 3), "header:env": pa.array([b"prod", None, b"dev"], pa.binary())}
+    parsed = Rollup(schema).parse(values, metadata)
+    assert [(b.index, b.reason) for b in parsed.bad_samples] == [(2, "a quoted CSV key (kafka.key) is not supported")]
+    rows = sorted(parsed.rows.to_pylist(), key=lambda r: r["__time"])
+    assert [(r["kafka.key"], r["kafka.topic"], r["kafka.header.env"], r["a"]) for r in rows] == [
+        ("u1", "k", "prod", "x@prod"), (None, "k", None, None)]
+    assert rows[0]["__time"].replace(tzinfo=UTC) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)

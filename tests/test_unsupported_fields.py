@@ -202,3 +202,32 @@ def test_a_filtered_aggregator_we_cannot_compute_is_refused_naming_its_path(metr
     with pytest.raises(SpecError) as refused:
         load_supervisor_spec(raw)
     assert refused.value.errors[0][0] == f"spec.dataSchema.metricsSpec[5].{path}", refused.value.errors
+
+
+def _kafka_format(**fields: Any) -> dict[str, Any]:
+    return {"type": "kafka", "valueFormat": {"type": "json"}, **fields}
+
+
+def test_the_kafka_input_format_names_the_record_metadata_columns() -> None:
+    raw = spec_json("ds", "topic", inputFormat=_kafka_format(
+        keyFormat={"type": "tsv", "columns": ["k"]}, headerFormat={"type": "string"},
+        timestampColumnName="kts"))
+    kafka = load_supervisor_spec(raw).spec.io_config.input_format
+    assert kafka.metadata_source("kafka.key") == "key:tsv"
+    assert kafka.metadata_source("kts") == "timestamp" and kafka.metadata_source("kafka.timestamp") is None
+    assert kafka.metadata_source("kafka.topic") == "topic"
+    assert kafka.metadata_source("kafka.header.trace") == "header:trace"
+    assert kafka.value_json.flatten_spec.use_field_discovery
+
+
+@pytest.mark.parametrize(("fields", "path"), [
+    ({"valueFormat": {"type": "csv", "columns": ["a"]}}, "valueFormat.type"),
+    ({"keyFormat": {"type": "json"}}, "keyFormat.type"),
+    ({"headerFormat": {"type": "string", "encoding": "ISO-8859-1"}}, "headerFormat.encoding"),
+    ({"keyColumnName": "kafka.topic"}, "topicColumnName"),
+], ids=["csv-value", "json-key", "latin1-headers", "same-names"])
+def test_a_kafka_input_format_we_cannot_read_exactly_is_refused_naming_its_path(fields: Any, path: str) -> None:
+    raw = spec_json("ds", "topic", inputFormat=_kafka_format(**fields))
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    assert refused.value.errors[0][0] == f"spec.ioConfig.inputFormat.{path}", refused.value.errors

@@ -1,0 +1,145 @@
+"""The ``inputFormat`` of a Kafka supervisor spec: JSON values, or Druid's ``kafka`` format around them.
+
+The ``kafka`` format reads the value with its ``valueFormat`` (JSON here) and offers the
+record's metadata as input fields too: the key's first column (``keyFormat`` tsv or csv), the
+Kafka timestamp in milliseconds, the topic, and each header as UTF-8 text, under the names
+its ``...ColumnName`` fields give (Druid's defaults ``kafka.key``, ``kafka.timestamp``,
+``kafka.topic``, ``kafka.header.<name>``). The key and headers are read only when their
+formats are given, as in Druid.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from specs.data_schema import SpecModel
+from specs.errors import SpecError
+from specs.flatten import FlattenSpec
+
+__all__ = ["HeaderFormatSpec", "InputFormatSpec", "KeyFormatSpec"]
+
+
+class KeyFormatSpec(SpecModel):
+    """How a record's key is read: its first tab- (tsv) or comma-separated (csv) column."""
+
+    not_implemented: ClassVar[dict[str, str]] = {
+        "findColumnsFromHeader": "column names from a header row", "skipHeaderRows": "skipping header rows"}
+    harmless: ClassVar[frozenset[str]] = frozenset({"listDelimiter"})  # multi-value columns: only the first is read
+
+    type: Literal["tsv", "csv"]
+    """Key format: tsv or csv (a csv key that starts with a quote is unparseable)."""
+    columns: tuple[str, ...] = Field(default=(), strict=False)
+    """Column names; only the first column is ingested, as the key column."""
+    delimiter: str = "\t"
+    """tsv only: the column delimiter (one character)."""
+
+    @model_validator(mode="after")
+    def _one_character_delimiter(self) -> KeyFormatSpec:
+        if len(self.delimiter) != 1:
+            raise SpecError.at("delimiter", f"expected one character, got {self.delimiter!r}")
+        return self
+
+    @property
+    def separator(self) -> str:
+        """The character that ends the first column."""
+        return "," if self.type == "csv" else self.delimiter
+
+
+class HeaderFormatSpec(SpecModel):
+    """How header values are read: as UTF-8 text."""
+
+    type: Literal["string"]
+    """Header format type."""
+    encoding: str = "UTF-8"
+    """Only UTF-8 is supported."""
+
+    @field_validator("encoding")
+    @classmethod
+    def _utf8(cls, value: str) -> str:
+        if value.upper().replace("_", "-") not in ("UTF-8", "UTF8"):
+            raise SpecError.at("", f"only UTF-8 headers are supported, got {value!r}")
+        return value
+
+
+class InputFormatSpec(SpecModel):
+    """How Kafka records are parsed: JSON values, or the ``kafka`` format around a JSON ``valueFormat``."""
+
+    harmless: ClassVar[frozenset[str]] = frozenset({"keepNullColumns", "useJsonNodeReader"})
+    not_implemented: ClassVar[dict[str, str]] = {
+        "featureSpec": "JSON parser features", "assumeNewlineDelimited": "splitting a value into records at newlines"}
+
+    type: Literal["json", "kafka"] = "json"
+    """Input format type."""
+    flatten_spec: FlattenSpec = FlattenSpec()
+    """json: input fields read from nested values (JSONPath or jq), and whether top-level fields are offered."""
+    value_format: InputFormatSpec | None = None
+    """kafka: the format of the record value (json)."""
+    key_format: KeyFormatSpec | None = None
+    """kafka: the format of the record key; without it the key is not read."""
+    header_format: HeaderFormatSpec | None = None
+    """kafka: the format of header values; without it headers are not read."""
+    key_column_name: str | None = None
+    """kafka: the input field holding the key's first column (default ``kafka.key``)."""
+    timestamp_column_name: str | None = None
+    """kafka: the input field holding the record's Kafka timestamp in ms (default ``kafka.timestamp``)."""
+    topic_column_name: str | None = None
+    """kafka: the input field holding the topic (default ``kafka.topic``)."""
+    header_column_prefix: str | None = None
+    """kafka: header ``h`` is the input field ``<prefix>h`` (default ``kafka.header.``)."""
+
+    @property
+    def metadata_columns(self) -> dict[str, str]:
+        """kafka: the input field names of the key, timestamp and topic, and the header prefix."""
+        return {"key": self.key_column_name or "kafka.key",
+                "timestamp": self.timestamp_column_name or "kafka.timestamp",
+                "topic": self.topic_column_name or "kafka.topic",
+                "header": self.header_column_prefix or "kafka.header."}
+
+    @model_validator(mode="after")
+    def _fields_of_its_type(self) -> InputFormatSpec:
+        kafka_only = {"valueFormat", "keyFormat", "headerFormat", "keyColumnName", "timestampColumnName",
+                      "topicColumnName", "headerColumnPrefix"}
+        fields = type(self).model_fields
+        given = {fields[name].alias or name for name in self.model_fields_set if name in fields}
+        if self.type == "json":
+            wrong = sorted(given & kafka_only)
+            if wrong:
+                raise SpecError([(key, "only the kafka input format takes it") for key in wrong])
+            return self
+        if "flattenSpec" in given:
+            raise SpecError.at("flattenSpec", "the kafka format takes it in valueFormat")
+        if self.value_format is None:
+            raise SpecError.at("valueFormat", "required for the kafka input format")
+        if self.value_format.type != "json":
+            raise SpecError.at("valueFormat.type", "only json values are supported")
+        columns = self.metadata_columns
+        names = {"keyColumnName": columns["key"], "timestampColumnName": columns["timestamp"],
+                 "topicColumnName": columns["topic"]}
+        seen: dict[str, str] = {}
+        for key, name in names.items():
+            if name in seen or name.startswith(columns["header"]):
+                raise SpecError.at(key, f"{name!r} is already the name of {seen.get(name, 'a header column')}")
+            seen[name] = key
+        return self
+
+    @property
+    def value_json(self) -> InputFormatSpec:
+        """The JSON format of the record values."""
+        return self.value_format if self.value_format is not None else self
+
+    def metadata_source(self, name: str) -> str | None:
+        """What input field ``name`` holds: ``key:tsv|csv``, ``timestamp``, ``topic``, ``header:<name>``, or None."""
+        if self.type != "kafka":
+            return None
+        columns = self.metadata_columns
+        if self.key_format is not None and name == columns["key"]:
+            return f"key:{self.key_format.type}"
+        if name == columns["timestamp"]:
+            return "timestamp"
+        if name == columns["topic"]:
+            return "topic"
+        if self.header_format is not None and name.startswith(columns["header"]) and name != columns["header"]:
+            return f"header:{name[len(columns['header']):]}"
+        return None
