@@ -7,6 +7,7 @@ both versions run in the same process on the same warm Spark session, alternatel
 
     python -m benchmarks.scenarios.ab --ref HEAD --events 1000000 --repeat 3
     python -m benchmarks.scenarios.ab --ref HEAD --worker --events 1000000 --repeat 5
+    python -m benchmarks.scenarios.ab --transforms --events 1000000 --repeat 5   # plain vs filter + transforms
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from benchmarks.suite.shapes import shape_by_name
 from benchmarks.suite.topics import delete_topics
 from overlord.supervisor.ranges import next_task_request
 from segment_store import create_schema
+from specs import SupervisorSpec, load_supervisor_spec
 
 ALIAS = "indexing_task_ref"
 
@@ -76,8 +78,22 @@ def _index(bench: Bench, runner: Any, shape_name: str, topic: str, events: int) 
     return events / elapsed
 
 
+def with_transforms(spec: SupervisorSpec) -> SupervisorSpec:
+    """``spec`` plus a filter (keeps ~90%), two expression transforms and a filtered aggregator."""
+    raw = spec.to_druid_json()
+    schema = raw["spec"]["dataSchema"]
+    schema["transformSpec"] = {
+        "transforms": [{"type": "expression", "name": "low0", "expression": "concat(low0, '-', upper(low0))"},
+                       {"type": "expression", "name": "value", "expression": "value * 2"}],
+        "filter": {"type": "bound", "dimension": "value", "lower": "100", "ordering": "numeric"}}
+    schema["metricsSpec"].append({"type": "filtered", "filter": {"type": "in", "dimension": "low0",
+                                                                 "values": ["v1", "v2", "v3"]},
+                                  "aggregator": {"type": "longSum", "name": "some_sum", "fieldName": "value"}})
+    return load_supervisor_spec(raw)
+
+
 def _worker_cost(bench: Bench, package: str, shape_name: str, topic: str, ends: dict[int, int],
-                 events: int) -> tuple[float, float]:
+                 events: int, transformed: bool = False) -> tuple[float, float]:
     """``index_split`` of every partition in this process, no Spark: (events/s, CPU µs per event).
 
     CPU time counts every thread of the process (librdkafka's included), so it is far less
@@ -89,6 +105,7 @@ def _worker_cost(bench: Bench, package: str, shape_name: str, topic: str, ends: 
     rollup = importlib.import_module(f"{package}.rollup")
     shape = shape_by_name(shape_name)
     spec = spec_for(f"ab_{uuid.uuid4().hex[:8]}", topic, shape.low, shape.high)
+    spec = with_transforms(spec) if transformed else spec
     payload = worker.TaskPayload(
         task_id=f"ab-{uuid.uuid4().hex[:8]}", datasource=spec.datasource, topic=topic,
         consumer_config=reader.consumer_config({"bootstrap.servers": bench.bootstrap}, "bench-ab"),
@@ -104,10 +121,17 @@ def _worker_cost(bench: Bench, package: str, shape_name: str, topic: str, ends: 
     return events / wall, cpu / events * 1e6
 
 
-def run_worker(ref: str, shapes: list[str], events: int, repeat: int) -> dict[str, Any]:
-    """Before/after of the worker alone, in this process, alternately on the same topic."""
-    sys.path.insert(0, str(export_ref(ref)))
-    out: dict[str, Any] = {"ref": ref, "mode": "worker", "events": events, "repeat": repeat, "shapes": {}}
+def run_worker(ref: str, shapes: list[str], events: int, repeat: int, transforms: bool = False) -> dict[str, Any]:
+    """Before/after of the worker alone, in this process, alternately on the same topic.
+
+    With ``transforms``, "before" is the working tree on the plain spec and "after" the working
+    tree on the spec :func:`with_transforms` makes: what a filter, transforms and a filtered
+    aggregator cost.
+    """
+    if not transforms:
+        sys.path.insert(0, str(export_ref(ref)))
+    out: dict[str, Any] = {"ref": "plain spec" if transforms else ref, "mode": "worker", "events": events,
+                           "repeat": repeat, "shapes": {}, "after": "with_transforms" if transforms else "working tree"}
     with scratch_stack() as (stack, workdir):
         bench = Bench(stack.bootstrap_servers, sa.create_engine(stack.database_url), None, 4,  # type: ignore[arg-type]
                       workdir=workdir)
@@ -116,8 +140,9 @@ def run_worker(ref: str, shapes: list[str], events: int, repeat: int) -> dict[st
             figures: dict[str, dict[str, list[float]]] = {v: {"per_s": [], "cpu_us": []} for v in ("before", "after")}
             for i in range(repeat + 1):
                 for version in (("before", "after") if i % 2 == 0 else ("after", "before")):
-                    package = ALIAS if version == "before" else "indexing_task"
-                    rate, cpu = _worker_cost(bench, package, name, made["topic"], made["ends"], events)
+                    package = ALIAS if version == "before" and not transforms else "indexing_task"
+                    rate, cpu = _worker_cost(bench, package, name, made["topic"], made["ends"], events,
+                                             transformed=transforms and version == "after")
                     if i:  # the first round warms the broker and both versions up
                         figures[version]["per_s"].append(round(rate))
                         figures[version]["cpu_us"].append(round(cpu, 3))
@@ -171,10 +196,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--worker", action="store_true",
                         help="compare the worker alone (index_split in this process: CPU time per event)")
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "ab.json")
+    parser.add_argument("--transforms", action="store_true",
+                        help="worker mode on the working tree: the plain spec against it with a filter, two "
+                             "transforms and a filtered aggregator (--ref is ignored)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="default: benchmarks/results/ab.json (ab_transforms.json with --transforms)")
     args = parser.parse_args()
+    args.output = args.output or REPO / "benchmarks" / "results" / ("ab_transforms.json" if args.transforms
+                                                                    else "ab.json")
     try:
-        result = (run_worker if args.worker else run)(args.ref, args.shapes, args.events, args.repeat)
+        if args.worker or args.transforms:
+            result = run_worker(args.ref, args.shapes, args.events, args.repeat, args.transforms)
+        else:
+            result = run(args.ref, args.shapes, args.events, args.repeat)
     finally:
         for path in sys.path:
             if Path(path).name.startswith("bench_ab_") and (Path(path) / ALIAS).is_dir():
