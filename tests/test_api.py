@@ -191,6 +191,12 @@ def test_secrets_in_consumer_properties_appear_in_no_response(api: Api, make_top
                  f"/tasks?datasource={datasource}"):
         bodies.append(api.http.get(V1 + path).text)
     bodies += [api.http.get(path).text for path in ("/console/api/overview", "/metrics")]
+    for sql in ("SELECT spec FROM sys.supervisors", "SELECT error_msg FROM sys.tasks"):
+        for result_format in ("object", "csv"):
+            answer = api.http.post("/druid/v2/sql", json={"query": sql, "resultFormat": result_format})
+            assert answer.status_code == 200, answer.text
+            bodies.append(answer.text)
+    assert datasource in bodies[-4]  # sys.supervisors holds the spec, with its secrets masked
     bodies.append(api.post(f"/supervisor/{datasource}/terminate").text)
     bodies.append(api.http.get(V1 + "/supervisor/history").text)
 

@@ -123,7 +123,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     app.openapi = openapi  # type: ignore[method-assign]
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
-                   coordinator_routes(out), query_routes(overlord)):
+                   coordinator_routes(out), query_routes(overlord, out.secrets)):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
     app.add_middleware(SameOriginWrites)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexing_task.compaction import CompactionReport
 from overlord.errors import NotFound
+from overlord.http.redact import SecretRegistry
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
@@ -54,8 +55,11 @@ def _report(r: CompactionReport) -> dict[str, Any]:
             "carriedOver": len(outcome.carried_over), "seconds": round(r.seconds, 3)}
 
 
-def query_routes(overlord: Overlord) -> APIRouter:
-    """``POST /druid/v2/sql``, ``/druid/v2/datasources`` and ``POST /druid/indexer/v1/compact/{datasource}``."""
+def query_routes(overlord: Overlord, secrets: SecretRegistry) -> APIRouter:
+    """``POST /druid/v2/sql``, ``/druid/v2/datasources`` and ``POST /druid/indexer/v1/compact/{datasource}``.
+
+    SQL results are scrubbed of known secret values (a task's error in ``sys.tasks`` may quote one).
+    """
     spark, engine = overlord.runner.spark, overlord.engine
     limits = QueryLimits.from_settings(overlord.settings)
     router = APIRouter()
@@ -65,7 +69,7 @@ def query_routes(overlord: Overlord) -> APIRouter:
     def sql(body: SqlQuery) -> Response:
         query_id = body.query_id()
         result = timed(lambda: body.run(spark, engine, limits, query_id))
-        content = result if isinstance(result, str) else json.dumps(result)
+        content = secrets.scrub(result) if isinstance(result, str) else json.dumps(secrets.scrub_strings(result))
         return Response(content, media_type=CONTENT_TYPES[body.result_format],
                         headers={"X-Druid-SQL-Query-Id": query_id})
 

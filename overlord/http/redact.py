@@ -69,6 +69,8 @@ class SecretRegistry:
 
     def scrub_strings(self, value: Any) -> Any:
         """A copy of decoded JSON with secrets scrubbed from every string (numbers and booleans untouched)."""
+        if not self._values:
+            return value
         if isinstance(value, str):
             return self.scrub(value)
         if isinstance(value, Mapping):

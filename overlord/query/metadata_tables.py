@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from overlord.http.status import mask_secrets
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.metadata_store import tasks as tasks_t
 from segment_store.records import segment_record
@@ -118,7 +119,7 @@ def _supervisor_rows(engine: sa.Engine) -> list[tuple[Any, ...]]:
         state = "SUSPENDED" if record.suspended else "UNHEALTHY_TASKS" if last_failed.get(record.id) else "RUNNING"
         io = record.spec.get("spec", {}).get("ioConfig", {})
         rows.append((record.id, state, state, int(state != "UNHEALTHY_TASKS"), record.spec.get("type", "kafka"),
-                     io.get("topic"), int(record.suspended), json.dumps(record.spec)))
+                     io.get("topic"), int(record.suspended), json.dumps(mask_secrets(record.spec))))
     return rows
 
 
