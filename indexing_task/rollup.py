@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
@@ -23,6 +23,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlglot
 from sqlglot import exp
 
 from indexing_task.buckets import bucket_end_sql, bucket_start_sql
@@ -95,6 +96,8 @@ class RollupSchema:
     """Every top-level field of a record not in ``discovery_exclusions`` is a string dimension too."""
     discovery_exclusions: tuple[str, ...] = ()
     """Fields discovery leaves out: the timestamp, the metrics' names and inputs, ``dimensionExclusions``."""
+    case_clashes: tuple[str, ...] = ()
+    """Discovered fields whose names differ only in case from a column's: a record holding one is unparseable."""
 
     @classmethod
     def from_spec(cls, data_schema: DataSchemaSpec, input_format: InputFormatSpec | None = None) -> RollupSchema:
@@ -112,7 +115,7 @@ class RollupSchema:
                     *dims.dimension_exclusions)
         dimensions = tuple(Dimension(d.name, d.type) for d in dims.dimensions)
         columns = fmt.metadata_columns if fmt.type == "kafka" else {}
-        always = [*(f.name for f in flatten.fields), *(t.name for t in transforms),
+        always = [*(f.name for f in flatten.fields),
                   *(columns[k] for k in ("timestamp", "topic") if k in columns),
                   *([columns["key"]] if columns and fmt.key_format is not None else [])]
         always = always if dims.discovers else []
@@ -152,9 +155,21 @@ class RollupSchema:
 
     def with_dimensions(self, names: list[str]) -> RollupSchema:
         """This schema with string dimensions ``names`` added (those it has or excludes are skipped)."""
-        known = {d.name for d in self.dimensions} | set(self.discovery_exclusions)
-        new = [name for name in dict.fromkeys(names) if name not in known and not name.startswith("__")]
-        return replace(self, dimensions=self.dimensions + tuple(Dimension(name) for name in new)) if new else self
+        columns = {name.lower(): name for name in [*(d.name for d in self.dimensions), *(m.name for m in self.metrics)]}
+        excluded = set(self.discovery_exclusions)
+        new, clashes = [], []
+        for name in names:
+            if not name or name.startswith("__") or name in excluded or columns.get(name.lower()) == name:
+                continue
+            if name.lower() in columns:  # one column to DuckDB and Spark: the records holding it are refused
+                clashes.append(name)
+            else:
+                columns[name.lower()] = name
+                new.append(name)
+        if not new and set(clashes) <= set(self.case_clashes):
+            return self
+        return replace(self, dimensions=self.dimensions + tuple(Dimension(name) for name in new),
+                       case_clashes=tuple(dict.fromkeys([*self.case_clashes, *clashes])))
 
     @property
     def arrow_types(self) -> dict[str, pa.DataType]:
@@ -203,9 +218,16 @@ def _wrapped_long(expr: str) -> str:
     return f"coalesce(try_cast({expr} AS BIGINT), {wrapped})"  # the arithmetic only where it overflowed
 
 
+def _filter_sql(filter_spec: object, text: Callable[[str], str]) -> str:
+    """DuckDB SQL of a Druid filter over fields as their ``text`` SQL gives them, and ``__time`` as ``__t``."""
+    def column(name: str) -> exp.Expression:
+        return exp.column("__t") if name == TIME else sqlglot.parse_one(text(name), read="duckdb")
+    return filter_condition(filter_spec, column).sql(dialect="duckdb")
+
+
 def _metadata_column(source: str) -> str:
-    """The batch column holding a Kafka record's metadata ``source`` (the key, a header, ...), quoted."""
-    return _q("__kafka_" + ("key" if source.startswith("key") else source))
+    """The batch column holding a Kafka record's metadata ``source`` (the key, a header, ...)."""
+    return "__kafka_" + ("key" if source.startswith("key") else source)
 
 
 def _metadata_text(source: str, column: str) -> str:
@@ -289,7 +311,7 @@ def _database() -> duckdb.DuckDBPyConnection:
 class Rollup:
     """Parses and rolls up batches of raw JSON values against one schema (one DuckDB cursor).
 
-    Records whose event time (before truncation) is outside ``[min_time, max_time)`` are thrown away.
+    Records whose event time (before truncation) is outside ``[min_time, max_time]`` are thrown away.
 
     The cursor belongs to its thread's database, which Rollups created one after another
     (the splits a Spark Python worker runs) share.
@@ -312,9 +334,10 @@ class Rollup:
 
     def _discover(self) -> None:
         """Add the batch's top-level fields not seen before as string dimensions (``batch`` is registered)."""
-        keys = self._con.execute(
-            "SELECT DISTINCT unnest(json_keys(__s)) FROM (SELECT try(decode(__raw)) AS __s FROM batch) "
-            "WHERE coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{'), false) ORDER BY 1").fetchall()
+        keys = self._con.execute(  # Druid discovers no nested object, and no field that is only ever null
+            "SELECT DISTINCT key FROM (SELECT try(decode(__raw)) AS __s FROM batch) AS b, json_each(b.__s) "
+            "WHERE coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{'), false) "
+            "AND type NOT IN ('OBJECT', 'NULL') ORDER BY 1").fetchall()
         schema = self.schema.with_dimensions([key for (key,) in keys])
         if schema is not self.schema:
             self._use(schema)
@@ -339,8 +362,8 @@ class Rollup:
             steps = {name: located.get(name, (name,)) for name in dict.fromkeys(names)}
             return {name: _json_path(path) for name, path in steps.items() if path is not None}
 
-        metadata = {name: (source, _metadata_column(source)) for name, source in s.metadata}
-        paths = offered(n for n in [s.timestamp_column, *needed] if n not in outputs and n not in metadata)
+        metadata = {name: (source, _q(_metadata_column(source))) for name, source in s.metadata}
+        paths = offered(n for n in [s.timestamp_column, *(n for n in needed if n not in outputs)] if n not in metadata)
         inputs = [f for e in transforms.values() for f in referenced_fields(e) if f != TIME]
         tokens = offered(f for f in inputs if f not in metadata)
         index, token_index = ({name: i for i, name in enumerate(p, 1)} for p in (paths, tokens))
@@ -393,17 +416,20 @@ class Rollup:
             skipped = f"__mf{i} AND " if i in metric_filters else ""  # Druid reads a value only to aggregate it
             checks.append(f"WHEN {skipped}{value} IS NOT NULL AND __m{i} IS NULL "
                           f"THEN {_lit('wrong type for ' + m.field + ' (' + m.type + ')')}")
-        if arrays:  # one scan of the record for '[' spares the per-dimension checks (~40 ns against ~300)
-            checks.append(f"WHEN contains(__s, '[') THEN CASE {' '.join(arrays)} END")
         for name, (source, column) in metadata.items():
             if source.startswith("key:csv:"):  # a quoted first column may hold commas: not read rather than wrong
                 checks.append(f"WHEN left(try(decode({column})), 1) = '\"' THEN "
                               f"{_lit(f'a quoted CSV key ({name}) is not supported')}")
+        for name in s.case_clashes:
+            column = next(c for c in s.output_columns if c.lower() == name.lower())
+            checks.append(f"WHEN json_type(__s, {_lit(_json_path((name,)))}) <> 'NULL' THEN "
+                          f"{_lit(f'field {name} differs only in case from column {column}')}")
+        if arrays:  # last (its CASE ends the checks): one scan for '[' spares the per-dimension checks
+            checks.append(f"WHEN contains(__s, '[') THEN CASE {' '.join(arrays)} END")
         carried = ", ".join(["__i", *dict.fromkeys(column for _, column in metadata.values())])
         columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
-        kept = "true" if filter_spec is None else self._filter_sql(filter_spec, index, outputs)
-        matched = [f"coalesce({self._filter_sql(f, index, outputs)}, false) AS __mf{i}"
-                   for i, f in metric_filters.items()]
+        kept = "true" if filter_spec is None else _filter_sql(filter_spec, text)
+        matched = [f"coalesce({_filter_sql(f, text)}, false) AS __mf{i}" for i, f in metric_filters.items()]
         seg = bucket_start_sql(s.segment_granularity, "__t")
         return f"""
             WITH src AS (SELECT {carried}, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
@@ -425,7 +451,7 @@ class Rollup:
                          THEN 'invalid timestamp'
                      WHEN NOT (__t >= TIMESTAMP '{MIN_TIME:%Y-%m-%d}' AND __t < TIMESTAMP '{MAX_TIME:%Y-%m-%d}')
                          THEN {_lit(f"timestamp out of range (supported: {MIN_TIME:%Y-%m-%d} to {MAX_TIME:%Y-%m-%d})")}
-                     WHEN NOT __kept THEN NULL
+                     WHEN NOT __kept OR NOT ({self._bounds}) THEN NULL
                      {" ".join(checks)}
                 END AS __reason,
                 __t, {bucket_start_sql(s.query_granularity, "__t")} AS {TIME},
@@ -434,25 +460,12 @@ class Rollup:
             FROM kept"""
 
     @staticmethod
-    def _filter_sql(filter_spec: object, index: dict[str, int], outputs: dict[str, str]) -> str:
-        """DuckDB SQL of a Druid filter over fields as text (``__f``, transforms' ``outputs``) and ``__t``."""
-        def column(name: str) -> exp.Expression:
-            if name == TIME:
-                return exp.column("__t")
-            if name in outputs:
-                return exp.Anonymous(this="d_str", expressions=[exp.column(outputs[name].strip('"'), quoted=True)])
-            if name not in index:
-                return exp.cast(exp.Null(), "TEXT")
-            return exp.Anonymous(this="list_extract", expressions=[exp.column("__f"), exp.Literal.number(index[name])])
-        return filter_condition(filter_spec, column).sql(dialect="duckdb")
-
-    @staticmethod
     def _bounds_sql(min_time: datetime | None, max_time: datetime | None) -> str:
         conds = []
         if min_time is not None:
             conds.append(f"__t >= TIMESTAMP '{min_time.astimezone(UTC).replace(tzinfo=None).isoformat()}'")
         if max_time is not None:
-            conds.append(f"__t < TIMESTAMP '{max_time.astimezone(UTC).replace(tzinfo=None).isoformat()}'")
+            conds.append(f"__t <= TIMESTAMP '{max_time.astimezone(UTC).replace(tzinfo=None).isoformat()}'")
         return " AND ".join(conds) or "true"
 
     def _aggregate_sql(self, source: str, combine: bool, status: bool = False) -> str:
@@ -499,7 +512,7 @@ class Rollup:
         """
         raw = pa.array(values, type=pa.binary())
         batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "__raw": raw,
-                          **{_metadata_column(need).strip('"'): array for need, array in (metadata or {}).items()}})
+                          **{_metadata_column(need): array for need, array in (metadata or {}).items()}})
         self._con.register("batch", batch)
         try:
             if self.schema.discover:

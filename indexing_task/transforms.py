@@ -5,12 +5,12 @@ A value is carried as its JSON text, so its Druid type travels with it: a string
 NULL. Input fields are read as JSON tokens (``json_extract``), so a record's ``"5"`` stays a
 string and its ``5`` a number, as in Druid. The rules, one macro each (:data:`MACROS`):
 
-* ``+ - * / % ^`` on two LONGs give a LONG (``/`` truncates; dividing by zero gives null),
-  otherwise a DOUBLE; ``+`` with a string operand concatenates; other operators read a
-  string operand as a number (null if it is not one). Any null operand gives null.
-* ``< <= > >= == !=`` compare numbers as numbers and anything with a string as strings,
-  giving 1 or 0 (null with a null operand); ``&& || !`` and the conditions of ``if`` and the
-  ``case_`` functions take numbers as true when non-zero and strings when ``'true'``.
+* ``+ - * / % ^`` on two LONGs give a LONG (``/`` truncates; dividing by zero or overflowing
+  gives null), ``+`` on two strings concatenates, and anything else is DOUBLE arithmetic (a
+  string read as a number, null if it is not one). Any null operand gives null.
+* ``< <= > >= == !=`` compare two strings as strings and anything else as numbers, giving 1 or
+  0 (null with a null operand); ``&& || !`` and the conditions of ``if`` and the ``case_``
+  functions take numbers as true when non-zero and strings when ``'true'``.
 * Numbers are written as DuckDB writes them (``1e+20`` where Java writes ``1.0E20``).
 """
 
@@ -34,7 +34,7 @@ MACROS: dict[str, tuple[str, str]] = {
     "d_islong": ("v", "NOT d_isstr(v) AND try_cast(v AS BIGINT) IS NOT NULL "
                       "AND NOT (contains(v, '.') OR contains(v, 'e') OR contains(v, 'E'))"),
     "d_num": ("v", "try_cast(d_str(v) AS DOUBLE)"),
-    "d_add": ("a, b", "CASE WHEN d_isstr(a) OR d_isstr(b) THEN d_quote(d_str(a) || d_str(b)) "
+    "d_add": ("a, b", "CASE WHEN d_isstr(a) AND d_isstr(b) THEN d_quote(d_str(a) || d_str(b)) "
                       "WHEN d_islong(a) AND d_islong(b) THEN try(a::BIGINT + b::BIGINT)::VARCHAR "
                       "ELSE (d_num(a) + d_num(b))::VARCHAR END"),
     "d_sub": ("a, b", "CASE WHEN d_islong(a) AND d_islong(b) THEN try(a::BIGINT - b::BIGINT)::VARCHAR "
@@ -49,7 +49,7 @@ MACROS: dict[str, tuple[str, str]] = {
                       "THEN try(round(pow(a::BIGINT, b::BIGINT))::BIGINT)::VARCHAR "
                       "ELSE pow(d_num(a), d_num(b))::VARCHAR END"),
     "d_neg": ("a", "CASE WHEN d_islong(a) THEN try(-a::BIGINT)::VARCHAR ELSE (-d_num(a))::VARCHAR END"),
-    "d_cmp": ("a, b", "CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN d_isstr(a) OR d_isstr(b) "
+    "d_cmp": ("a, b", "CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN d_isstr(a) AND d_isstr(b) "
                       "THEN CASE WHEN d_str(a) < d_str(b) THEN -1 WHEN d_str(a) > d_str(b) THEN 1 ELSE 0 END "
                       "ELSE sign(d_num(a) - d_num(b)) END"),
     "d_truth": ("v", "CASE WHEN d_isstr(v) THEN lower(d_str(v)) = 'true' ELSE d_num(v) <> 0 END"),
@@ -81,6 +81,10 @@ def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str
 
     def string(node: Expr) -> str:
         return f"d_str({sql(node)})"
+
+    def millis(node: Expr) -> str:
+        """A value read as epoch milliseconds, as a TIMESTAMP (null when out of range)."""
+        return f"try(epoch_ms(try_cast(d_num({sql(node)}) AS BIGINT)))"
 
     def truth(node: Expr) -> str:
         return f"d_truth({sql(node)})"
@@ -132,7 +136,7 @@ def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str
                     f"THEN regexp_extract({text}, {pattern}, {group}) END)")
         if name == "abs":
             value = sql(args[0])
-            return (f"CASE WHEN d_islong({value}) THEN abs({value}::BIGINT)::VARCHAR "
+            return (f"CASE WHEN d_islong({value}) THEN try(abs({value}::BIGINT))::VARCHAR "
                     f"ELSE abs(d_num({value}))::VARCHAR END")
         if name == "cast":
             target = str(args[1].value if isinstance(args[1], Literal) else "").upper()
@@ -145,8 +149,7 @@ def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str
         if name == "timestamp_floor":
             period = args[1].value if isinstance(args[1], Literal) else None
             granularity = Granularity.parse({"type": "period", "period": period})
-            at = f"epoch_ms(try_cast(d_num({sql(args[0])}) AS BIGINT))"
-            return f"epoch_ms({bucket_start_sql(granularity, at)})::VARCHAR"
+            return f"try(epoch_ms({bucket_start_sql(granularity, millis(args[0]))}))::VARCHAR"
         if name == "timestamp_parse":
             text = string(args[0])
             parsed = (f"try_strptime({text}, {_lit(joda_to_strptime(str(args[1].value)))})"
@@ -154,8 +157,7 @@ def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str
                       f"try_cast({text} AS TIMESTAMPTZ)::TIMESTAMP")
             return f"epoch_ms({parsed})::VARCHAR"
         if name == "timestamp_format":
-            at = f"epoch_ms(try_cast(d_num({sql(args[0])}) AS BIGINT))"
-            return f"d_quote(strftime({at}, '%Y-%m-%dT%H:%M:%S.%gZ'))"
+            return f"d_quote(try(strftime({millis(args[0])}, '%Y-%m-%dT%H:%M:%S.%gZ')))"
         raise ValueError(f"no SQL for {name}")  # parse_expression accepts only the functions above
 
     return sql(expr)

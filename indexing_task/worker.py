@@ -143,10 +143,10 @@ def record_metadata(needs: list[str], messages: list[Message], topic: str) -> di
             out[need] = pa.array([ts if kind else None for kind, ts in (m.timestamp() for m in messages)], pa.int64())
         elif need == "topic":
             out[need] = pa.array([topic] * len(messages), pa.string())
-        else:  # header:<name>: the first header of that name
+        else:  # header:<name>: the last header of that name, as Druid keeps it
             name = need.removeprefix("header:")
-            out[need] = pa.array([next((v for k, v in (m.headers() or ()) if k == name), None) for m in messages],
-                                 pa.binary())
+            out[need] = pa.array([next((v for k, v in reversed(m.headers() or ()) if k == name), None)
+                                  for m in messages], pa.binary())
     return out
 
 

@@ -414,6 +414,14 @@ class DataSchemaSpec(SpecModel):
                 errors.append((path, f"dimension {name!r} has the name of the timestamp column"))
             elif name in metric_names:
                 errors.append((path, f"dimension {name!r} has the name of a metric"))
+        columns = [(f"dimensionsSpec.dimensions[{i}].name", n) for i, n in enumerate(self.dimensions_spec.names)]
+        columns += [(f"metricsSpec[{i}].name", n) for i, n in enumerate(metric_names)]
+        first: dict[str, str] = {}
+        for path, name in columns:  # segment columns differing only in case are one column to Spark and DuckDB
+            other = first.setdefault(name.lower(), name)
+            if other != name:
+                errors.append((path, f"{name!r} differs from column {other!r} only in case; names are "
+                                     "case-insensitive in queries"))
         if errors:
             raise SpecError(errors)
         return self

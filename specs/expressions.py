@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specs.errors import SpecError
+from specs.filters import check_regex
 from specs.granularity import Granularity
 
 __all__ = ["CAST_TYPES", "FUNCTIONS", "Call", "Expr", "Field", "Literal", "joda_to_strptime", "parse_expression",
@@ -235,6 +236,8 @@ def _check_constant(name: str, index: int, arg: Expr, error: Callable[[str], Spe
             Granularity.parse({"type": "period", "period": value})
         elif name == "timestamp_parse":
             joda_to_strptime(value)
+        elif name == "regexp_extract":
+            check_regex(value, "")
         elif name == "cast" and value.upper() not in CAST_TYPES:
             raise ValueError(f"cast to {value!r} is not supported (supported: {', '.join(CAST_TYPES)})")
     except (SpecError, ValueError) as exc:

@@ -3,7 +3,9 @@
 Supported: ``selector``, ``equals``, ``in``, ``bound`` and ``range`` (lexicographic or numeric),
 ``like``, ``regex`` (a match anywhere, as Druid's), ``null``, ``interval``, ``and``/``or``/``not``
 and ``true``/``false``. A condition is NULL where SQL's three-valued logic says so, as in Druid's
-default (SQL-compatible) mode: a row is kept where it is true. Names and values from the JSON
+default (SQL-compatible) mode: a row is kept where it is true. Values compare as the column holds
+them (ingestion reads every field as text; Spark casts a literal to a typed column's type).
+``__time`` takes ``interval`` and ``null`` filters only. Names and values from the JSON
 are nodes of the tree, quoted by the generator, never pasted into SQL text. Anything else (an
 ``extractionFn``, another type or ordering, a key a type does not take) is a :class:`SpecError`
 naming its path relative to the filter.
@@ -11,16 +13,18 @@ naming its path relative to the filter.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import duckdb
 from sqlglot import exp
 
 from specs.durations import parse_utc_interval
 from specs.errors import SpecError, json_type_name
 
-__all__ = ["Column", "filter_columns", "filter_condition", "parse_intervals", "time_condition"]
+__all__ = ["Column", "check_regex", "filter_columns", "filter_condition", "parse_intervals", "time_condition"]
 
 Column = Callable[[str], exp.Expression]
 """Maps a column name of the filter to the SQL expression it reads."""
@@ -63,8 +67,11 @@ def filter_condition(spec: object, column: Column) -> exp.Expression:
         return exp.not_(exp.paren(_nested(spec.get("field"), "field", column)))
     if kind in ("true", "false"):
         return exp.Boolean(this=kind == "true")
-    target = column(_required(spec, "column" if kind in ("equals", "range", "null") else "dimension", str))
-    text = exp.cast(target.copy(), "TEXT")  # Druid compares a value's string form, whatever the column's type
+    name = _required(spec, "column" if kind in ("equals", "range", "null") else "dimension", str)
+    if name == "__time" and kind not in ("interval", "null"):
+        raise SpecError.at("", f"a {kind} filter on __time is not supported: use an interval filter")
+    target = column(name)
+    text = target.copy()
     if kind == "selector":
         value = spec.get("value")
         return exp.Is(this=target, expression=exp.Null()) if value is None else exp.EQ(
@@ -87,9 +94,12 @@ def filter_condition(spec: object, column: Column) -> exp.Expression:
     if kind == "like":
         like = exp.Like(this=text, expression=exp.Literal.string(_required(spec, "pattern", str)))
         escape = spec.get("escape")
+        if escape is not None and (not isinstance(escape, str) or len(escape) != 1):
+            raise SpecError.at("escape", f"expected one character, got {escape!r}")
         return exp.Escape(this=like, expression=exp.Literal.string(escape)) if escape else like
     if kind == "regex":
-        return exp.RegexpLike(this=text, expression=exp.Literal.string(_required(spec, "pattern", str)))
+        return exp.RegexpLike(this=text, expression=exp.Literal.string(check_regex(_required(spec, "pattern", str),
+                                                                                   "pattern")))
     return time_condition(parse_intervals(spec.get("intervals"), "intervals"), target)
 
 
@@ -122,6 +132,24 @@ def parse_intervals(texts: object, path: str) -> list[tuple[datetime, datetime]]
         return [parse_utc_interval(str(text)) for text in texts]
     except ValueError as exc:
         raise SpecError.at(path, str(exc)) from None
+
+
+def check_regex(pattern: str, path: str) -> str:
+    """``pattern`` if RE2 (what DuckDB and Spark's ``rlike`` share, mostly) compiles it; else :class:`SpecError`."""
+    problem = _regex_problem(pattern)
+    if problem is not None:
+        raise SpecError.at(path, f"not a supported regular expression ({problem})")
+    return pattern
+
+
+@functools.lru_cache(maxsize=256)
+def _regex_problem(pattern: str) -> str | None:
+    with duckdb.connect() as con:  # its own connection: specs are validated on many threads
+        try:
+            con.execute("SELECT regexp_matches('', ?)", [pattern])
+        except duckdb.Error as exc:
+            return str(exc).splitlines()[0]
+    return None
 
 
 def _nested(spec: object, path: str, column: Column) -> exp.Expression:
@@ -170,7 +198,7 @@ def _bound(spec: Mapping[str, Any], target: exp.Expression) -> exp.Expression:
         numeric, strict = ordering == "numeric", ("lowerStrict", "upperStrict")
     else:
         numeric, strict = _required(spec, "matchValueType", str).upper() in _NUMERIC_TYPES, ("lowerOpen", "upperOpen")
-    value = _as_double(target) if numeric else exp.cast(target, "TEXT")
+    value = _as_double(target) if numeric else target
     parts: list[exp.Expression] = []
     for key, strict_key, strict_op, loose_op in (("lower", strict[0], exp.GT, exp.GTE),
                                                  ("upper", strict[1], exp.LT, exp.LTE)):

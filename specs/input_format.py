@@ -37,6 +37,8 @@ class KeyFormatSpec(SpecModel):
 
     @model_validator(mode="after")
     def _one_character_delimiter(self) -> KeyFormatSpec:
+        if self.type == "csv" and "delimiter" in self.model_fields_set:
+            raise SpecError.at("delimiter", "a csv key is comma-separated; use tsv for another delimiter")
         if len(self.delimiter) != 1:
             raise SpecError.at("delimiter", f"expected one character, got {self.delimiter!r}")
         return self

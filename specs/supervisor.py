@@ -174,7 +174,7 @@ class KafkaIOConfigSpec(SpecModel):
         return self
 
     def message_time_bounds(self, planned: datetime) -> tuple[datetime | None, datetime | None]:
-        """The event times ``[earliest, latest)`` a task planned at ``planned`` keeps (None: unbounded).
+        """The event times ``[earliest, latest]`` a task planned at ``planned`` keeps (None: unbounded).
 
         Druid's rejection windows: earlier than ``lateMessageRejectionStartDateTime``, or than
         ``lateMessageRejectionPeriod`` before planning; later than ``earlyMessageRejectionPeriod``
@@ -346,6 +346,12 @@ def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> Non
             errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"filtered metric {metric.name!r} changed its filter "
                            "or aggregator: published rows were aggregated by the old one; use a new name"))
     old_dimensions = {d.name: d for old in earlier for d in old.dimensions_spec.dimensions}
+    if new.dimensions_spec.discovers:  # a field it does not list is discovered as a string
+        typed = sorted(name for name, d in old_dimensions.items() if d.type != "string" and name not in
+                       new.dimensions_spec.names and name not in new.dimensions_spec.dimension_exclusions)
+        if typed:
+            errors.append(("spec.dataSchema.dimensionsSpec.dimensions", f"discovery would make {', '.join(typed)} "
+                           "string dimensions, but published rows hold them as numbers; list them with their type"))
     for i, dimension in enumerate(new.dimensions_spec.dimensions):
         before_dim = old_dimensions.get(dimension.name)
         if before_dim is not None and before_dim.type != dimension.type:

@@ -187,14 +187,17 @@ def test_an_array_for_a_string_dimension_is_refused_per_record_not_stored_as_tex
 
 def test_time_bounds_apply_to_the_event_time_before_truncation_and_count_as_thrown_away() -> None:
     """Druid rejects by the record's own timestamp: 10:00:30 is kept with a bound of 10:00:15 even
-    though its MINUTE bucket (10:00) starts before the bound.
+    though its MINUTE bucket (10:00) starts before the bound; the latest time itself is kept. A record
+    thrown away is not also checked: its bad metric is no parse error.
     """
     bounds = (datetime(2024, 1, 1, 10, 0, 15, tzinfo=UTC), datetime(2024, 1, 1, 10, 5, tzinfo=UTC))
     rollup = Rollup(RollupSchema.from_spec(spec_schema("MINUTE", "HOUR")), *bounds)
-    times = ["10:00:10", "10:00:30", "10:04:59.999", "10:05:00"]
-    parsed = rollup.parse([json.dumps({"t": f"2024-01-01T{t}Z", "a": "x", "v": 1}).encode() for t in times])
-    assert parsed.thrown_away == 2 and parsed.bad_count == 0
-    assert sorted(row["cnt"] for row in parsed.rows.to_pylist()) == [1, 1]
+    times = ["10:00:10", "10:00:30", "10:04:59.999", "10:05:00", "10:05:00.001"]
+    values = [json.dumps({"t": f"2024-01-01T{t}Z", "a": "x", "v": 1}).encode() for t in times]
+    values.append(json.dumps({"t": "2024-01-01T09:00:00Z", "a": "x", "v": "many"}).encode())
+    parsed = rollup.parse(values)
+    assert parsed.thrown_away == 3 and parsed.bad_count == 0
+    assert sum(row["cnt"] for row in parsed.rows.to_pylist()) == 3
 
 
 def _in_window(r: dict[str, Any]) -> bool:
@@ -431,3 +434,56 @@ def test_the_kafka_format_reads_the_key_timestamp_topic_and_headers_as_fields() 
     assert [(r["kafka.key"], r["kafka.topic"], r["kafka.header.env"], r["a"]) for r in rows] == [
         ("u1", "k", "prod", "x@prod"), (None, "k", None, None)]
     assert rows[0]["__time"].replace(tzinfo=UTC) == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+
+
+def _kafka_schema(dimensions: list[Any], transform_spec: dict[str, Any] | None = None,
+                  key_format: str = "csv") -> RollupSchema:
+    spec = load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {"dataSource": "k", "timestampSpec": {"column": "t", "format": "iso"},
+                       "dimensionsSpec": {"dimensions": dimensions},
+                       "metricsSpec": [{"type": "count", "name": "cnt"}],
+                       "granularitySpec": {"segmentGranularity": "DAY", "queryGranularity": "NONE"},
+                       "transformSpec": transform_spec or {}},
+        "ioConfig": {"topic": "k", "inputFormat": {"type": "kafka", "valueFormat": {"type": "json"},
+                                                  "keyFormat": {"type": key_format},
+                                                  "headerFormat": {"type": "string"}}}}})
+    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format)
+
+
+def test_filters_see_kafka_metadata_and_odd_header_names_are_read() -> None:
+    """Found in review: the filter saw metadata fields as null, and a '"' in a header name crashed the task."""
+    schema = _kafka_schema(["a", 'kafka.header.x"y'], {
+        "filter": {"type": "selector", "dimension": "kafka.topic", "value": "k"}})
+    parsed = Rollup(schema).parse([b'{"t": "2024-01-01T00:00:00Z", "a": "v"}'], {
+        "topic": pa.array(["k"]), 'header:x"y': pa.array([b"h"], pa.binary())})
+    rows = parsed.rows.to_pylist()
+    assert parsed.thrown_away == 0 and [(r["a"], r['kafka.header.x"y']) for r in rows] == [("v", "h")]
+
+
+def test_a_quoted_csv_key_is_refused_even_in_a_record_holding_an_array() -> None:
+    """Found in review: the array check ended the checks, so a quoted key after it was split wrongly."""
+    schema = _kafka_schema(["a", "kafka.key"])
+    parsed = Rollup(schema).parse([b'{"t": "2024-01-01T00:00:00Z", "a": "v", "tags": [1]}'], {
+        "key": pa.array([b'"q,1",2'], pa.binary()), "topic": pa.array(["k"])})
+    assert [b.reason for b in parsed.bad_samples] == ["a quoted CSV key (kafka.key) is not supported"]
+
+
+def test_a_transform_named_like_the_timestamp_column_leaves_the_timestamp_alone() -> None:
+    """Found in review: the timestamp was read from the transform's (absent) raw field, so every record failed."""
+    schema = RollupSchema.from_spec(spec_schema("NONE", "HOUR", transform_spec={
+        "transforms": [{"type": "expression", "name": "t", "expression": "upper(a)"}]}))
+    parsed = Rollup(schema).parse([json.dumps({"t": "2024-01-01T10:00:00Z", "a": "x", "v": 1}).encode()])
+    assert parsed.bad_count == 0 and sum(r["cnt"] for r in parsed.rows.to_pylist()) == 1
+
+
+def test_discovery_skips_empty_and_case_clashing_keys_objects_and_nulls() -> None:
+    """Found in review: an empty key crashed every batch; "CNT" replaced the cnt metric's column."""
+    rollup = Rollup(_discovery_schema({"dimensions": []}))
+    first = rollup.parse([_event(**{"": "e", "obj": {"x": 1}, "none": None, "country": "DE"})])
+    second = rollup.parse([_event(country="FR"), _event(CNT="5"), _event(Country="fr")])
+    assert [d.name for d in rollup.schema.dimensions] == ["country"]
+    assert [(b.index, b.reason) for b in second.bad_samples] == [
+        (1, "field CNT differs only in case from column cnt"),
+        (2, "field Country differs only in case from column country")]
+    assert sorted((r["country"], r["cnt"]) for r in rollup.merge([first.rows, second.rows]).to_pylist()) == [
+        ("DE", 1), ("FR", 1)]

@@ -72,3 +72,13 @@ def test_a_filtered_metric_keeps_its_filter_and_aggregator() -> None:
         check_update([first], updated(lambda s: s["metricsSpec"].append(_filtered("tablet"))))
     [(path, message)] = refused.value.errors
     assert path == "spec.dataSchema.metricsSpec[5]" and "mobile_value" in message
+
+
+def test_discovery_may_not_turn_a_typed_dimension_into_a_string() -> None:
+    first = updated(lambda s: s["dimensionsSpec"].update(dimensions=["country", {"name": "n", "type": "long"}]))
+    with pytest.raises(SpecError) as refused:
+        check_update([first], updated(lambda s: s["dimensionsSpec"].update(dimensions=[])))
+    [(path, message)] = refused.value.errors
+    assert path == "spec.dataSchema.dimensionsSpec.dimensions" and "n string" in message
+    check_update([first], updated(lambda s: s["dimensionsSpec"].update(
+        dimensions=[{"name": "n", "type": "long"}], includeAllDimensions=True)))  # listed with its type: fine

@@ -208,13 +208,13 @@ def test_a_stored_spec_that_no_longer_loads_does_not_stop_the_others(make_topic,
     overlord = make_overlord()
     overlord.submit(spec_json(datasource, make_topic(1)))
     stale = spec_json("stale_" + datasource, make_topic(1))
-    stale["spec"]["ioConfig"]["lateMessageRejectionPeriod"] = "PT1H"  # refused now, stored by an older version
+    stale["spec"]["ioConfig"]["topicPattern"] = "events-.*"  # refused now, stored by an older version
     overlord.store.append_spec("stale_" + datasource, stale)
     overlord.stop(grace_s=10)
 
     restarted = make_overlord(database_url=overlord.settings.database_url)
     assert datasource in restarted.supervisors and "stale_" + datasource not in restarted.supervisors
-    assert any(f"stale_{datasource}" in r.getMessage() and "lateMessageRejectionPeriod" in r.getMessage()
+    assert any(f"stale_{datasource}" in r.getMessage() and "topicPattern" in r.getMessage()
                for r in caplog.records if r.levelname == "ERROR")
     fixed = spec_json("stale_" + datasource, stale["spec"]["ioConfig"]["topic"])
     restarted.submit(fixed)  # the refused earlier spec does not block a corrected one

@@ -231,3 +231,22 @@ def test_a_kafka_input_format_we_cannot_read_exactly_is_refused_naming_its_path(
     with pytest.raises(SpecError) as refused:
         load_supervisor_spec(raw)
     assert refused.value.errors[0][0] == f"spec.ioConfig.inputFormat.{path}", refused.value.errors
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    (lambda s: s["dimensionsSpec"].update(dimensions=["country", "Country"]),
+     "spec.dataSchema.dimensionsSpec.dimensions[1].name"),
+    (lambda s: s["dimensionsSpec"].update(dimensions=["COUNT"]), "spec.dataSchema.metricsSpec[0].name"),
+    (lambda s: s.update(transformSpec={"filter": {"type": "selector", "dimension": "__time", "value": "0"}}),
+     "spec.dataSchema.transformSpec.filter"),
+    (lambda s: s.update(transformSpec={"filter": {"type": "regex", "dimension": "country", "pattern": "(?<=x)y"}}),
+     "spec.dataSchema.transformSpec.filter.pattern"),
+    (lambda s: s.update(transformSpec={"filter": {"type": "like", "dimension": "country", "pattern": "a",
+                                                  "escape": "ab"}}), "spec.dataSchema.transformSpec.filter.escape"),
+], ids=["case-dimensions", "case-metric", "time-selector", "java-only-regex", "long-escape"])
+def test_what_would_be_read_differently_or_crash_a_task_is_refused_at_submission(change: Any, path: str) -> None:
+    raw = spec_json("ds", "topic")
+    change(raw["spec"]["dataSchema"])
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    assert refused.value.errors[0][0] == path, refused.value.errors
