@@ -27,6 +27,8 @@ import sqlglot
 from sqlglot import exp
 
 from indexing_task.buckets import bucket_end_sql, bucket_start_sql
+from indexing_task.sql_text import quote_identifier as _q
+from indexing_task.sql_text import quote_string as _lit
 from indexing_task.transforms import compile_expression, create_macros
 from specs import DataSchemaSpec
 from specs.expressions import parse_expression, referenced_fields
@@ -190,16 +192,6 @@ def _metric_type(druid_type: str) -> Literal["long", "float", "double"]:
     if druid_type.startswith("float"):
         return "float"
     return "long"
-
-
-def _q(name: str) -> str:
-    """Quote an SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _lit(text: str) -> str:
-    """Quote an SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _cast(text: str, sql_type: str) -> str:

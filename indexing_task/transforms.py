@@ -22,6 +22,7 @@ from collections.abc import Callable
 import duckdb
 
 from indexing_task.buckets import bucket_start_sql
+from indexing_task.sql_text import quote_string
 from specs.expressions import Call, Expr, Field, Literal, joda_to_strptime
 from specs.granularity import Granularity
 
@@ -73,7 +74,7 @@ def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str
     def sql(node: Expr) -> str:
         if isinstance(node, Literal):
             value = node.value
-            return "NULL::VARCHAR" if value is None else _lit(json.dumps(value) if isinstance(value, str) else
+            return "NULL::VARCHAR" if value is None else quote_string(json.dumps(value) if isinstance(value, str) else
                                                              repr(value))
         if isinstance(node, Field):
             return f"({time_millis})::VARCHAR" if node.name == "__time" else field(node.name)
@@ -152,7 +153,7 @@ def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str
             return f"try(epoch_ms({bucket_start_sql(granularity, millis(args[0]))}))::VARCHAR"
         if name == "timestamp_parse":
             text = string(args[0])
-            parsed = (f"try_strptime({text}, {_lit(joda_to_strptime(str(args[1].value)))})"
+            parsed = (f"try_strptime({text}, {quote_string(joda_to_strptime(str(args[1].value)))})"
                       if len(args) == 2 and isinstance(args[1], Literal) else
                       f"try_cast({text} AS TIMESTAMPTZ)::TIMESTAMP")
             return f"epoch_ms({parsed})::VARCHAR"
@@ -161,7 +162,3 @@ def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str
         raise ValueError(f"no SQL for {name}")  # parse_expression accepts only the functions above
 
     return sql(expr)
-
-
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

@@ -62,7 +62,8 @@ def unsupported(path: str, what: str, fix: str = "remove it") -> tuple[str, str]
                   f"so the spec is refused: {fix}")
 
 
-def _duplicates(names: list[str], list_path: str, what: str) -> list[tuple[str, str]]:
+def duplicates(names: list[str], list_path: str, what: str) -> list[tuple[str, str]]:
+    """An error at ``list_path[i].name`` for every name that repeats an earlier one."""
     first: dict[str, int] = {}
     errors: list[tuple[str, str]] = []
     for index, name in enumerate(names):
@@ -146,6 +147,13 @@ class TimestampSpec(SpecModel):
         return lowered
 
 
+def _supported_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Refuse a Druid filter we cannot apply exactly (:class:`SpecError` naming the unsupported part)."""
+    if value is not None:
+        filter_condition(value, exp.column)
+    return value
+
+
 def _not_reserved(name: str) -> str:
     """Refuse column names the segment schema keeps for itself (``__time`` and any ``__`` prefix)."""
     if name.startswith("__"):
@@ -208,7 +216,7 @@ class DimensionsSpec(SpecModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> DimensionsSpec:
-        errors = _duplicates(self.names, "dimensions", "dimension")
+        errors = duplicates(self.names, "dimensions", "dimension")
         if errors:
             raise SpecError(errors)
         return self
@@ -249,12 +257,7 @@ class MetricSpec(SpecModel):
             raise SpecError.at("", f"unknown aggregator type {value!r}; supported: {supported}")
         return value
 
-    @field_validator("filter")
-    @classmethod
-    def _supported_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            filter_condition(value, exp.column)  # raises SpecError naming the unsupported part
-        return value
+    _supported_filter = field_validator("filter")(_supported_filter)
 
     @model_validator(mode="after")
     def _field_name_rules(self) -> MetricSpec:
@@ -352,16 +355,11 @@ class TransformSpec(SpecModel):
     transforms: tuple[ExpressionTransform, ...] = Field(default=(), strict=False)
     """Expression transforms; each reads the record as it arrived."""
 
-    @field_validator("filter")
-    @classmethod
-    def _supported_filter(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            filter_condition(value, exp.column)  # raises SpecError naming the unsupported part
-        return value
+    _supported_filter = field_validator("filter")(_supported_filter)
 
     @model_validator(mode="after")
     def _unique_names(self) -> TransformSpec:
-        errors = _duplicates([t.name for t in self.transforms], "transforms", "transform")
+        errors = duplicates([t.name for t in self.transforms], "transforms", "transform")
         if errors:
             raise SpecError(errors)
         return self
@@ -407,7 +405,7 @@ class DataSchemaSpec(SpecModel):
     @model_validator(mode="after")
     def _column_names(self) -> DataSchemaSpec:
         metric_names = [metric.name for metric in self.metrics_spec]
-        errors = _duplicates(metric_names, "metricsSpec", "metric")
+        errors = duplicates(metric_names, "metricsSpec", "metric")
         for index, name in enumerate(self.dimensions_spec.names):
             path = f"dimensionsSpec.dimensions[{index}].name"
             if name == self.timestamp_spec.column:

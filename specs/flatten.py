@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from specs.data_schema import SpecModel
+from specs.data_schema import SpecModel, duplicates
 from specs.errors import SpecError
 
 __all__ = ["FlattenField", "FlattenSpec", "PathStep", "parse_path"]
@@ -94,12 +94,9 @@ class FlattenSpec(SpecModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> FlattenSpec:
-        seen: dict[str, int] = {}
-        for index, item in enumerate(self.fields):
-            if item.name in seen:
-                raise SpecError.at(f"fields[{index}].name", f"duplicate field name {item.name!r} (first at index "
-                                                            f"{seen[item.name]})")
-            seen[item.name] = index
+        errors = duplicates([item.name for item in self.fields], "fields", "field")
+        if errors:
+            raise SpecError(errors)
         return self
 
     def path_of(self, name: str) -> tuple[PathStep, ...] | None:
