@@ -7,6 +7,15 @@ visible to queries. Reports p50/p95/max freshness and the overlord's own overhea
 (launch to Spark job start, publish time).
 
     python -m benchmarks.scenarios.freshness --rate 5000 --seconds 60
+
+With ``--duration-s`` it runs live for that long instead (``--auto-compaction``: with an
+auto-compaction config on the datasource) and every ``--sample-s`` records the visible segments
+per interval, the latency of a few queries through the SQL engine and an exactness check: the
+datasource's ``SUM("count")`` and ``SUM(value_sum)`` against what its committed offsets cover, as
+of one moment (offsets read before and after the query agree, else under the offsets row lock).
+Results go to results/freshness_autocompaction.json (freshness_live.json without compaction).
+
+    python -m benchmarks.scenarios.freshness --auto-compaction --duration-s 600 --linger-ms 50
 """
 
 from __future__ import annotations
@@ -66,15 +75,21 @@ def produce_steadily(bootstrap: str, topic: str, partitions: int, rate: int, sec
 
 def watch_commits(engine: sa.Engine, datasource: str, visible: dict[int, list[tuple[float, int]]],
                   stop: threading.Event) -> None:
-    """Record (time, committed offset) per partition whenever a committed offset advances."""
+    """Record (time, committed offset) per partition whenever a committed offset advances.
+
+    Polls once more after ``stop``: the commit that made the caller stop is recorded too.
+    """
     last: dict[int, int] = {}
-    while not stop.is_set():
+    while True:
+        stopping = stop.is_set()
         stored = committed_offsets(engine, datasource)
         now = time.monotonic()
         for p, offset in (stored.offsets.items() if stored else []):
             if offset != last.get(p):
                 visible.setdefault(p, []).append((now, offset))
                 last[p] = offset
+        if stopping:
+            return
         time.sleep(0.05)
 
 
@@ -145,10 +160,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--period", help="supervisor period, e.g. PT5S (default: the spec default)")
+    parser.add_argument("--out", help="results file name under benchmarks/results")
     args = parser.parse_args()
-    results = run(args.rate, args.seconds, args.partitions, args.period)
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "freshness.json"
+    results = run(args.rate, args.seconds, args.partitions, args.period)
+    out = RESULTS / (args.out or "freshness.json")
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     print(f"written to {out}")
