@@ -240,7 +240,10 @@ def test_late_and_early_messages_are_thrown_away_by_the_windows_fixed_at_plannin
 
     wait_until(lambda: committed_total(overlord.engine, datasource) == len(records), "all records committed")
     assert_exact(published_table(overlord.engine, datasource), kept)
-    counters = overlord.get(datasource).status.counters
+    sup = overlord.get(datasource)  # counters learn of a task once it is handled, just after its commit
+    wait_until(lambda: sup.status.counters.processed + sup.status.counters.thrown_away == len(records),
+               "the finished task handled")
+    counters = sup.status.counters
     assert (counters.processed, counters.thrown_away, counters.unparseable) == (300, rejected, 0)
 
 
