@@ -48,6 +48,14 @@ class Settings(BaseSettings):
     query_max_bytes: int = Field(
         default=64 * 2**20, ge=1, description="the most bytes (Arrow, in memory) a SQL result may have; a bigger "
         "one is refused with a 400")
+    query_local_max_bytes: int = Field(
+        default=2**30, ge=0, description="queries whose segment files (after time pruning) total at most this many "
+        "bytes run on DuckDB inside the overlord, when DuckDB answers them exactly as Spark would (see the README's "
+        "query section); the others on Spark. 0 sends every query to Spark")
+    query_local_memory_limit: str = Field(
+        default="2GB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
+        description="the most memory DuckDB's queries may use together, e.g. `2GB`; a query that needs more "
+        "runs on Spark")
     query_max_length: int = Field(
         default=100_000, ge=1, description="the longest SQL text accepted (characters)")
     auth_file: str | None = Field(

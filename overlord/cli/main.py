@@ -94,13 +94,14 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from overlord.query.engine import QueryLimits, execute_sql
     from overlord.query.errors import QueryError
     from overlord.query.formats import format_table
+    from overlord.query.local_engine import LocalEngine
     from segment_store.database import metadata_engine
 
     settings = Settings.from_env()
     try:
         spark = get_spark(settings.spark_master, settings.spark_conf)
         result = execute_sql(spark, metadata_engine(settings.database_url), args.sql,
-                             limits=QueryLimits.from_settings(settings))
+                             limits=QueryLimits.from_settings(settings), local=LocalEngine.from_settings(settings))
     except QueryError as exc:
         print(f"query failed: {exc.message}", file=sys.stderr)
         return 2

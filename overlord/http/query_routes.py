@@ -19,6 +19,7 @@ from overlord.http.redact import SecretRegistry
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
+from overlord.query.local_engine import LocalEngine
 from overlord.query.native import run_native
 from overlord.query.running import cancel_query
 from overlord.supervisor.manager import Overlord
@@ -62,13 +63,14 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry) -> APIRouter:
     """
     spark, engine = overlord.runner.spark, overlord.engine
     limits = QueryLimits.from_settings(overlord.settings)
+    local = LocalEngine.from_settings(overlord.settings)
     router = APIRouter()
 
     @router.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
     @router.post("/druid/v2/sql/", tags=["query"], include_in_schema=False)  # pydruid's path: no redirect
     def sql(body: SqlQuery) -> Response:
         query_id = body.query_id()
-        result = timed(lambda: body.run(spark, engine, limits, query_id))
+        result = timed(lambda: body.run(spark, engine, limits, query_id, local))
         content = secrets.scrub(result) if isinstance(result, str) else json.dumps(secrets.scrub_strings(result))
         return Response(content, media_type=CONTENT_TYPES[body.result_format],
                         headers={"X-Druid-SQL-Query-Id": query_id})
@@ -78,7 +80,7 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry) -> APIRouter:
     @router.post("/druid/v2/", tags=["query"], include_in_schema=False)
     def native(body: Annotated[dict[str, Any], Body()]) -> Response:
         query_id = str((body.get("context") or {}).get("queryId") or uuid.uuid4().hex)
-        return JSONResponse(timed(lambda: run_native(spark, engine, body, limits, query_id)))
+        return JSONResponse(timed(lambda: run_native(spark, engine, body, limits, query_id, local)))
 
     def timed(run: Callable[[], T]) -> T:
         """Run a query, observing its duration and outcome in the query latency histogram."""

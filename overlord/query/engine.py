@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 from weakref import WeakKeyDictionary
 
+import duckdb
+import pyarrow as pa
 import sqlalchemy as sa
 from py4j.protocol import Py4JJavaError
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,11 +40,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from overlord.config import Settings
-from overlord.query.druid_sql import UTC_NAMES, metadata_view, translate
+from overlord.query.druid_sql import UTC_NAMES, Translation, metadata_view, translate
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
+from overlord.query.local_engine import LocalEngine
 from overlord.query.metadata_tables import build_metadata_table
-from overlord.query.running import running_query
+from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
@@ -99,7 +102,8 @@ class SqlQuery(BaseModel):
         return str(given) if given is not None else uuid.uuid4().hex
 
     def run(self, spark: SparkSession, engine: sa.Engine, limits: QueryLimits = QueryLimits(),
-            query_id: str | None = None) -> list[dict[str, Any]] | list[list[Any]] | str:
+            query_id: str | None = None, local: LocalEngine | None = None
+            ) -> list[dict[str, Any]] | list[list[Any]] | str:
         """Run with the context's ``sqlOuterLimit`` and ``timeout`` (within ``limits``) as ``query_id``."""
         zone = self.context.get("sqlTimeZone")
         if zone is not None and str(zone).upper() not in UTC_NAMES:
@@ -113,7 +117,8 @@ class SqlQuery(BaseModel):
                                  f"got {timeout}", "INVALID_CONTEXT")
             limits = replace(limits, timeout_ms=timeout)
         return run_sql(spark, engine, self.query, self.result_format, self.header,
-                       [p.value for p in self.parameters], limits, outer, query_id=query_id or self.query_id())
+                       [p.value for p in self.parameters], limits, outer, query_id=query_id or self.query_id(),
+                       local=local)
 
     def _context_int(self, key: str, minimum: int) -> int | None:
         value = self.context.get(key)
@@ -263,53 +268,105 @@ def _user_error(exc: PySparkException) -> QueryError | None:
 
 def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: Sequence[Any] = (),
                 limits: QueryLimits = QueryLimits(), outer_limit: int | None = None,
-                storage_options: Mapping[str, Any] | None = None, query_id: str | None = None) -> QueryResult:
+                storage_options: Mapping[str, Any] | None = None, query_id: str | None = None,
+                local: LocalEngine | None = None) -> QueryResult:
     """Run a read-only SQL query over the datasources' visible segments; :class:`QueryError` if invalid.
 
     ``outer_limit`` keeps the first rows of the result; a result past ``limits`` is refused.
     ``storage_options`` reach fsspec for object-store segments (otherwise s3fs takes credentials
     and endpoint from the environment). ``query_id`` (Druid's ``sqlQueryId``) lets it be cancelled.
+    With ``local``, a small query DuckDB answers as Spark would runs there (:mod:`overlord.query.local_engine`).
     """
     if len(query) > limits.max_length:
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
-    qs = _query_session(spark)
     translation = translate(query)
-    nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
-    names = relations(nodes)
-    ranges = time_ranges(translation.sql, Counter(name.lower() for name in names))
+    cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
-        try:
-            with qs.lock:  # views and analysis together: the plan binds the file lists registered here
-                try:
-                    _register_views(qs, engine, set(names), storage_options, ranges)
-                    metadata = _register_metadata(qs, engine, translation.metadata_tables, storage_options)
-                    frame = qs.session.sql(translation.sql, args=list(parameters) or None)
-                    views = {name.lower() for name in qs.frames} | metadata
-                finally:  # a view reached by a name no query registers (session.x) must not stay pruned
-                    for datasource, (_, full) in qs.frames.items():
-                        if datasource.lower() in ranges:
-                            full.createOrReplaceTempView(_view(datasource))
-            check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
-            cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
-            table = frame.limit(cut).toArrow()
-        except (PySparkException, Py4JJavaError) as exc:
-            if running.reason == "timeout":
-                raise _timed_out(limits) from None
-            if running.reason == "cancelled":
-                raise QueryError(f"query {running.query_id} was cancelled (DELETE /druid/v2/sql/{{id}})",
-                                 "QUERY_CANCELLED") from None
-            raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
-    if table.num_rows > limits.max_rows:
+        table = None if local is None else _run_local(local, engine, translation, parameters, cut, running, limits)
+        result = QueryResult(table, "duckdb") if table is not None else QueryResult(
+            _run_spark(spark, engine, translation, parameters, cut, storage_options, running, limits))
+    if result.table.num_rows > limits.max_rows:
         raise QueryError(f"the result has more than {limits.max_rows:,} rows (the overlord's limit, "
                          "OVERLORD_QUERY_MAX_ROWS): aggregate further, add a LIMIT or set context.sqlOuterLimit",
                          "RESULT_TOO_LARGE")
-    if table.nbytes > limits.max_bytes:
-        raise QueryError(f"the result has {table.nbytes:,} bytes, more than the overlord's limit of "
+    if result.table.nbytes > limits.max_bytes:
+        raise QueryError(f"the result has {result.table.nbytes:,} bytes, more than the overlord's limit of "
                          f"{limits.max_bytes:,} (OVERLORD_QUERY_MAX_BYTES): select fewer or smaller columns",
                          "RESULT_TOO_LARGE")
-    logger.debug("query returned %d rows: %s", table.num_rows, query)
-    return QueryResult(table)
+    logger.debug("query returned %d rows on %s: %s", result.table.num_rows, result.engine, query)
+    return result
+
+
+def _run_spark(spark: SparkSession, engine: sa.Engine, translation: Translation, parameters: Sequence[Any],
+               cut: int, storage_options: Mapping[str, Any] | None, running: RunningQuery,
+               limits: QueryLimits) -> pa.Table:
+    qs = _query_session(spark)
+    nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
+    names = relations(nodes)
+    ranges = time_ranges(translation.sql, Counter(name.lower() for name in names))
+    try:
+        with qs.lock:  # views and analysis together: the plan binds the file lists registered here
+            try:
+                _register_views(qs, engine, set(names), storage_options, ranges)
+                metadata = _register_metadata(qs, engine, translation.metadata_tables, storage_options)
+                frame = qs.session.sql(translation.sql, args=list(parameters) or None)
+                views = {name.lower() for name in qs.frames} | metadata
+            finally:  # a view reached by a name no query registers (session.x) must not stay pruned
+                for datasource, (_, full) in qs.frames.items():
+                    if datasource.lower() in ranges:
+                        full.createOrReplaceTempView(_view(datasource))
+        check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
+        return frame.limit(cut).toArrow()
+    except (PySparkException, Py4JJavaError) as exc:
+        _raise_if_stopped(running, limits)
+        raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
+
+
+def _run_local(local: LocalEngine, engine: sa.Engine, translation: Translation, parameters: Sequence[Any],
+               cut: int, running: RunningQuery, limits: QueryLimits) -> pa.Table | None:
+    """The query's answer from DuckDB, or None when it is for Spark to answer."""
+    references = None if translation.metadata_tables else local.references(translation.sql)
+    if not references:
+        return None
+    known = {ds.lower(): ds for ds in datasources(engine)}
+    counts = Counter[str]()
+    for name, n in references.items():
+        counts[name.lower()] += n
+    if not counts.keys() <= known.keys():
+        return None
+    ranges = time_ranges(translation.sql, counts)
+    views: dict[str, tuple[list[str], list[str]]] = {}
+    size = 0
+    for name in counts:
+        segments = visible_segments(engine, known[name])
+        time_range = ranges.get(name)
+        kept = [s for s in segments if time_range is None or time_range.reads(s)]
+        views[known[name]] = ([s.path for s in segments], [s.path for s in kept])
+        size += sum(s.size_bytes for s in kept)
+    if not local.fits([p for every, _ in views.values() for p in every], size):
+        return None
+    try:
+        schemas = {name: local.spark_schema(every) for name, (every, _) in views.items()}
+        sql = None if None in schemas.values() else local.plan(translation.sql, schemas, parameters)
+        if sql is None or local.tables(sql) != {name.lower() for name in views}:
+            return None
+        table = local.run(sql, views, cut, lambda cursor: running.interrupt_with(cursor.interrupt))
+    except (duckdb.Error, pa.ArrowInvalid, OSError) as exc:  # OSError: a file gone (compacted, cleaned up)
+        _raise_if_stopped(running, limits)
+        logger.info("DuckDB did not answer the query, Spark will (%s): %s", str(exc).splitlines()[0],
+                    translation.sql)
+        return None
+    _raise_if_stopped(running, limits)
+    return table
+
+
+def _raise_if_stopped(running: RunningQuery, limits: QueryLimits) -> None:
+    if running.reason == "timeout":
+        raise _timed_out(limits) from None
+    if running.reason == "cancelled":
+        raise QueryError(f"query {running.query_id} was cancelled (DELETE /druid/v2/sql/{{id}})",
+                         "QUERY_CANCELLED") from None
 
 
 def _timed_out(limits: QueryLimits) -> QueryError:
@@ -319,11 +376,11 @@ def _timed_out(limits: QueryLimits) -> QueryError:
 
 def run_sql(spark: SparkSession, engine: sa.Engine, query: str, result_format: ResultFormat = "object",
             header: bool = False, parameters: Sequence[Any] = (), limits: QueryLimits = QueryLimits(),
-            outer_limit: int | None = None, query_id: str | None = None
+            outer_limit: int | None = None, query_id: str | None = None, local: LocalEngine | None = None
             ) -> list[dict[str, Any]] | list[list[Any]] | str:
     """Druid's ``POST /druid/v2/sql``: rows as JSON-ready lists/dicts (object, array) or text (csv, *Lines)."""
     if result_format not in CONTENT_TYPES:
         raise QueryError(f"resultFormat must be one of {sorted(CONTENT_TYPES)}, got {result_format!r}",
                          "INVALID_RESULT_FORMAT")
-    result = execute_sql(spark, engine, query, parameters, limits, outer_limit, query_id=query_id)
+    result = execute_sql(spark, engine, query, parameters, limits, outer_limit, query_id=query_id, local=local)
     return format_result(result, result_format, header)

@@ -23,9 +23,10 @@ CONTENT_TYPES: dict[str, str] = {"object": "application/json", "array": "applica
 
 @dataclass(frozen=True)
 class QueryResult:
-    """A query's result as an Arrow table (timestamps in UTC)."""
+    """A query's result as an Arrow table (timestamps in UTC), and the engine that answered it."""
 
     table: pa.Table
+    engine: Literal["spark", "duckdb"] = "spark"
 
     @property
     def columns(self) -> list[str]:

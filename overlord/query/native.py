@@ -24,6 +24,7 @@ from sqlglot import exp
 from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.errors import QueryError
+from overlord.query.local_engine import LocalEngine
 from segment_store.timeline import visible_segments
 from specs.errors import SpecError, join_path
 from specs.filters import filter_condition, parse_intervals, time_condition
@@ -239,15 +240,16 @@ def _dimensions(specs: Any, path: str) -> list[tuple[str, str]]:
 
 
 def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: QueryLimits | None = None,
-               query_id: str | None = None) -> list[dict[str, Any]]:
-    """Run a native query; Druid's response body."""
+               query_id: str | None = None, local: LocalEngine | None = None) -> list[dict[str, Any]]:
+    """Run a native query; Druid's response body (``local``: as for :func:`execute_sql`)."""
     limits = limits or QueryLimits()
     if not isinstance(query, Mapping):
         raise _bad("$", "expected a native query object")
     native = _Native(query)
 
     def rows(select: exp.Expression) -> list[dict[str, Any]]:
-        result = execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id)
+        result = execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id,
+                             local=local)
         return [dict(zip(result.columns, row, strict=True)) for row in result.rows()]
 
     post = query.get("postAggregations") or []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -35,6 +35,7 @@ class RunningQuery:
         self._spark, self._context = spark, spark.sparkContext
         self._job_group = f"sql_{uuid.uuid4().hex[:12]}"
         self._finished = threading.Event()
+        self._interrupts: list[Callable[[], None]] = []
 
     def stop(self, reason: Reason) -> None:
         """Cancel the query's jobs until it returns (in a thread of its own); the first reason stays."""
@@ -44,9 +45,21 @@ class RunningQuery:
             self.reason = reason
         threading.Thread(target=self._cancel_until_finished, name=f"cancel-{self.query_id}", daemon=True).start()
 
+    def interrupt_with(self, interrupt: Callable[[], None]) -> None:
+        """Also call ``interrupt`` to stop the query (work outside Spark: a DuckDB cursor's ``interrupt``)."""
+        with _lock:
+            self._interrupts.append(interrupt)
+            stopped = self.reason is not None
+        if stopped:
+            interrupt()
+
     def _cancel_until_finished(self) -> None:
         while not self._finished.is_set():
             self._context.cancelJobGroup(self._job_group)
+            with _lock:
+                interrupts = list(self._interrupts)
+            for interrupt in interrupts:
+                interrupt()
             self._finished.wait(0.5)
 
     def begin(self) -> None:
