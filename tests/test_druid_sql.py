@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -363,3 +364,56 @@ def test_sys_supervisors_lists_the_stored_supervisors_with_their_state(spark, en
         (ids[1], "SUSPENDED", 1, 1, "kafka", f"topic-{ids[1]}"),
         (ids[2], "UNHEALTHY_TASKS", 0, 0, "kafka", f"topic-{ids[2]}")}  # the terminated one is not listed
     assert all(json.loads(r["spec"])["spec"]["dataSchema"]["dataSource"] == r["supervisor_id"] for r in rows)
+
+
+def _as_go_marshals(body: dict[str, Any]) -> bytes:
+    """JSON as Go's ``json.Marshal`` writes it (compact; ``<``, ``>``, ``&`` escaped), as Grafana's plugin sends."""
+    text = json.dumps(body, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
+
+
+def test_grafana_druid_plugin_requests_as_it_sends_them(live_sql, datasource):
+    """grafadruid-druid-datasource (go-druid v0.0.6): /status, SQL as arrays with a header, native queries with
+    an intervals object and a string context; its time columns must match Go's ``2006-01-02T15:04:05.000Z``.
+    """
+    import httpx
+
+    rows = datasource[1].to_pylist()
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    status = httpx.get(f"{live_sql}/status", headers={"Accept": "application/json"}, timeout=30)
+    assert status.status_code == 200 and isinstance(status.json().get("version"), str)
+
+    start = T0 + HOUR
+    sql = {"queryType": "sql", "context": {"plop": "plip", "timeout": "60000"},
+           "query": f'SELECT __time, country, "count" FROM "{NAME}" WHERE __time >= '
+                    f"MILLIS_TO_TIMESTAMP({int(start.timestamp() * 1000)}) ORDER BY __time, country",
+           "resultFormat": "array", "header": True}
+    answer = httpx.post(f"{live_sql}/druid/v2/sql", content=_as_go_marshals(sql), headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    header, *table = answer.json()
+    assert header == ["__time", "country", "count"]
+    expected = sorted((r["__time"], r["country"], r["count"]) for r in rows if r["__time"] >= start)
+    assert sorted(tuple(r) for r in table) == [(f"{t:%Y-%m-%dT%H:%M:%S}.000Z", c, n) for t, c, n in expected]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r[0]) for r in table)
+
+    intervals = {"type": "intervals", "intervals": [f"{T0:%Y-%m-%dT%H:%M:%S}.000Z/"
+                                                    f"{T0 + 3 * HOUR:%Y-%m-%dT%H:%M:%S}.000Z"]}
+    series = {"queryType": "timeseries", "dataSource": {"type": "table", "name": NAME}, "intervals": intervals,
+              "context": {"plop": "plep"}, "descending": False,
+              "filter": {"type": "selector", "dimension": "country", "value": "DE"}, "granularity": "hour",
+              "aggregations": [{"type": "count", "name": "count"},
+                               {"type": "longSum", "name": "events", "fieldName": "count"}]}
+    answer = httpx.post(f"{live_sql}/druid/v2", content=_as_go_marshals(series), headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    expected_series = {}
+    for hour in range(3):
+        bucket = [r for r in rows if r["country"] == "DE" and r["__time"].hour == hour]
+        expected_series[_hour(T0 + hour * HOUR)] = {"count": len(bucket), "events": sum(r["count"] for r in bucket)}
+    assert {r["timestamp"]: r["result"] for r in answer.json()} == expected_series
+
+    scan = {"queryType": "scan", "dataSource": {"type": "table", "name": NAME}, "intervals": intervals,
+            "columns": ["__time", "country"], "order": "ascending", "limit": 3, "resultFormat": "compactedList"}
+    answer = httpx.post(f"{live_sql}/druid/v2", content=_as_go_marshals(scan), headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    first = sorted(rows, key=lambda r: r["__time"])[:3]
+    assert answer.json()[0]["events"] == [[int(r["__time"].timestamp() * 1000), r["country"]] for r in first]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
@@ -72,6 +73,7 @@ def metadata_view(table: str) -> str:
     return "__druid_" + table.replace(".", "_")
 
 
+@lru_cache(maxsize=1024)
 def translate(query: str) -> Translation:
     """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported."""
     try:

@@ -121,7 +121,10 @@ class SqlQuery(BaseModel):
                        local=local)
 
     def _context_int(self, key: str, minimum: int) -> int | None:
+        """An integer context value; a text of digits counts too (Druid reads ``"60000"``, Grafana sends it)."""
         value = self.context.get(key)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
             raise QueryError(f"context.{key}: expected an integer >= {minimum}, got {value!r}", "INVALID_CONTEXT")
         return value

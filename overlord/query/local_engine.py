@@ -32,6 +32,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
 
 import duckdb
@@ -39,7 +40,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.spark import Spark
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
@@ -47,6 +47,7 @@ from sqlglot.tokens import TokenType
 
 from indexing_task.sql_text import quote_identifier, quote_string
 from overlord.config import Settings
+from overlord.query.time_pruning import QuerySessionSpark
 
 __all__ = ["DUCKDB_FUNCTIONS", "SAME_ON_BOTH", "LocalEngine"]
 
@@ -87,17 +88,6 @@ _ISO_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d([ T]\d\d:\d\d(:\d\d(\.\d{1,6})?)?)
 """Timestamp texts both engines read as the same instant."""
 
 
-class _QuerySessionSpark(Spark):
-    """Spark SQL as the query session reads it: ``"name"`` is an identifier, casts are ANSI (they fail)."""
-
-    class Tokenizer(Spark.Tokenizer):
-        QUOTES = ["'"]
-        IDENTIFIERS = ["`", '"']
-
-    class Parser(Spark.Parser):
-        STRICT_CAST = True
-
-
 class LocalEngine:
     """One in-memory DuckDB database that may read the files under ``root`` and nothing else."""
 
@@ -121,14 +111,8 @@ class LocalEngine:
         """How often the query names each table that is not one of its CTEs; None if it is not for DuckDB."""
         if self.max_bytes == 0 or self.root is None:
             return None
-        tree = _parse(spark_sql)
-        if tree is None:
-            return None
-        ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-        tables = list(tree.find_all(exp.Table))
-        if any(table.args.get("db") or table.args.get("catalog") for table in tables):
-            return None
-        return Counter(t.name for t in tables if t.name.lower() not in ctes)
+        names = _references(spark_sql)
+        return None if names is None else Counter(names)
 
     def fits(self, paths: Sequence[str], size_bytes: int) -> bool:
         """Whether files of ``size_bytes`` in total are small enough, and local files under the root."""
@@ -140,32 +124,13 @@ class LocalEngine:
 
         ``schemas``: each table's columns and Spark types; ``parameters`` are bound as literals.
         """
-        bound = _bind(spark_sql, parameters)
-        tree = None if bound is None else _parse(bound)
-        if tree is None:
-            return None
-        for call in list(tree.find_all(exp.Anonymous)):  # Druid's MILLIS_TO_TIMESTAMP
-            if call.name.lower() == "timestamp_millis" and len(call.expressions) == 1:
-                call.replace(exp.UnixToTime(this=call.expressions[0], scale=exp.UnixToTime.MILLIS))
-        schema = {name: dict(columns) for name, columns in schemas.items()}
+        key = (spark_sql, tuple((name, tuple(columns.items())) for name, columns in schemas.items()),
+               tuple(parameters))
         try:
-            typed = annotate_types(qualify(tree.copy(), schema=schema, dialect="spark"), schema=schema,
-                                   dialect="spark")
-        except Exception:  # sqlglot could not type it (unknown column, ...): Spark answers, or explains
+            hash(key)
+        except TypeError:  # a list or object parameter: Spark's literal of it is not DuckDB's
             return None
-        if not all(_same_on_both(node) for node in typed.walk()):
-            return None
-        for select in tree.find_all(exp.Select):
-            if not _names_the_result(select):
-                continue
-            if not all(isinstance(c, exp.Alias | exp.Column | exp.Star) for c in select.expressions):
-                return None
-            for column in select.expressions:  # Spark names the column as written, DuckDB as its table does
-                if isinstance(column, exp.Column) and not isinstance(column.this, exp.Star):
-                    column.replace(exp.alias_(column.copy(), exp.to_identifier(column.name, quoted=True)))
-        for floor in list(tree.find_all(exp.Floor)):  # Spark's FLOOR is a BIGINT, DuckDB's keeps its input's type
-            floor.replace(exp.cast(floor.copy(), exp.DataType.Type.BIGINT))
-        return tree.sql(dialect="duckdb")
+        return _plan(*key)
 
     def tables(self, sql: str) -> set[str] | None:
         """The tables (lower case) ``sql`` reads that are not its CTEs, by DuckDB's parser.
@@ -255,9 +220,53 @@ class LocalEngine:
         self._db.close()
 
 
+@lru_cache(maxsize=1024)
+def _references(spark_sql: str) -> tuple[str, ...] | None:
+    """The table names of ``spark_sql`` that are not its CTEs, once per reference; None if some has a schema."""
+    tree = _parse(spark_sql)
+    if tree is None:
+        return None
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    tables = list(tree.find_all(exp.Table))
+    if any(table.args.get("db") or table.args.get("catalog") for table in tables):
+        return None
+    return tuple(t.name for t in tables if t.name.lower() not in ctes)
+
+
+@lru_cache(maxsize=1024)
+def _plan(spark_sql: str, schemas: tuple[tuple[str, tuple[tuple[str, str], ...]], ...],
+          parameters: tuple[Any, ...]) -> str | None:
+    """:meth:`LocalEngine.plan`, for hashable arguments (a dashboard repeats its queries)."""
+    bound = _bind(spark_sql, parameters)
+    tree = None if bound is None else _parse(bound)
+    if tree is None:
+        return None
+    for call in list(tree.find_all(exp.Anonymous)):  # Druid's MILLIS_TO_TIMESTAMP
+        if call.name.lower() == "timestamp_millis" and len(call.expressions) == 1:
+            call.replace(exp.UnixToTime(this=call.expressions[0], scale=exp.UnixToTime.MILLIS))
+    schema = {name: dict(columns) for name, columns in schemas}
+    try:
+        typed = annotate_types(qualify(tree.copy(), schema=schema, dialect="spark"), schema=schema, dialect="spark")
+    except Exception:  # sqlglot could not type it (unknown column, ...): Spark answers, or explains
+        return None
+    if not all(_same_on_both(node) for node in typed.walk()):
+        return None
+    for select in tree.find_all(exp.Select):
+        if not _names_the_result(select):
+            continue
+        if not all(isinstance(c, exp.Alias | exp.Column | exp.Star) for c in select.expressions):
+            return None
+        for column in select.expressions:  # Spark names the column as written, DuckDB as its table does
+            if isinstance(column, exp.Column) and not isinstance(column.this, exp.Star):
+                column.replace(exp.alias_(column.copy(), exp.to_identifier(column.name, quoted=True)))
+    for floor in list(tree.find_all(exp.Floor)):  # Spark's FLOOR is a BIGINT, DuckDB's keeps its input's type
+        floor.replace(exp.cast(floor.copy(), exp.DataType.Type.BIGINT))
+    return tree.sql(dialect="duckdb")
+
+
 def _parse(spark_sql: str) -> exp.Expression | None:
     try:
-        return sqlglot.parse_one(spark_sql, read=_QuerySessionSpark)
+        return sqlglot.parse_one(spark_sql, read=QuerySessionSpark)
     except SqlglotError:
         return None
 
@@ -265,7 +274,7 @@ def _parse(spark_sql: str) -> exp.Expression | None:
 def _bind(spark_sql: str, parameters: Sequence[Any]) -> str | None:
     """The query with its ``?`` placeholders replaced by literals of the parameters, as Spark binds them."""
     try:
-        tokens = _QuerySessionSpark().tokenize(spark_sql)
+        tokens = QuerySessionSpark().tokenize(spark_sql)
     except SqlglotError:
         return None
     places = [t for t in tokens if t.token_type == TokenType.PLACEHOLDER]
@@ -276,7 +285,7 @@ def _bind(spark_sql: str, parameters: Sequence[Any]) -> str | None:
         literal = _literal(value)
         if literal is None:
             return None
-        pieces += [spark_sql[done:token.start], literal.sql(dialect=_QuerySessionSpark)]
+        pieces += [spark_sql[done:token.start], literal.sql(dialect=QuerySessionSpark)]
         done = token.end + 1
     return "".join(pieces) + spark_sql[done:]
 

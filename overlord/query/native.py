@@ -73,6 +73,12 @@ def _filter(spec: Any, path: str) -> exp.Expression:
 
 
 def _parse_intervals(texts: Any, path: str) -> list[tuple[datetime, datetime]]:
+    """A list of ISO-8601 intervals, or Druid's ``{"type": "intervals", "intervals": [...]}`` (Grafana's)."""
+    if isinstance(texts, Mapping):
+        if texts.get("type") != "intervals":
+            raise _bad(f"{path}.type", "only {\"type\": \"intervals\", \"intervals\": [...]} or a list of "
+                                       "intervals is supported")
+        return _parse_intervals(texts.get("intervals"), f"{path}.intervals")
     return _checked(lambda: parse_intervals(texts, ""), path)
 
 

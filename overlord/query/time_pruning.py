@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
-from functools import reduce
+from functools import lru_cache, reduce
 
 import sqlglot
 from sqlglot import exp
@@ -30,7 +30,7 @@ from sqlglot.errors import SqlglotError
 
 from segment_store.records import SegmentRecord
 
-__all__ = ["TimeRange", "time_ranges"]
+__all__ = ["QuerySessionSpark", "TimeRange", "time_ranges"]
 
 _TICK = timedelta(microseconds=1)
 """Spark's timestamp resolution: ``t > x`` is ``t >= x + 1 µs``."""
@@ -44,10 +44,19 @@ _TABLE_ARGS = frozenset({"this", "alias"})
 """A table reference with anything more (sample, pivot, lateral, version, ...) proves nothing."""
 
 
-class _Spark(Spark):
+class QuerySessionSpark(Spark):
+    """Spark SQL as the query session reads it: ``"name"`` is an identifier, casts are ANSI (they fail)."""
+
     class Tokenizer(Spark.Tokenizer):
+        """Strings in single quotes only."""
+
         QUOTES = ["'"]
         IDENTIFIERS = ["`", '"']  # spark.sql.ansi.doubleQuotedIdentifiers
+
+    class Parser(Spark.Parser):
+        """``CAST`` fails on what it cannot convert (``spark.sql.ansi.enabled``), ``TRY_CAST`` gives NULL."""
+
+        STRICT_CAST = True
 
 
 @dataclass(frozen=True)
@@ -97,12 +106,20 @@ def time_ranges(sql: str, references: Mapping[str, int]) -> dict[str, TimeRange]
     ``references``: how often Spark's parser saw each single-part table name (lower case); a
     table that sqlglot sees a different number of times is left out.
     """
+    hulls = {name: reduce(TimeRange.hull, ranges) for name, ranges in _table_ranges(sql)
+             if len(ranges) == references.get(name)}
+    return {name: hull for name, hull in hulls.items() if hull.bounded}
+
+
+@lru_cache(maxsize=1024)
+def _table_ranges(sql: str) -> tuple[tuple[str, tuple[TimeRange, ...]], ...]:
+    """Each table's name (lower case) and the range of each of its references in ``sql``."""
     try:
-        trees = sqlglot.parse(sql, read=_Spark)
+        trees = sqlglot.parse(sql, read=QuerySessionSpark)
     except SqlglotError:
-        return {}
+        return ()
     if len(trees) != 1 or trees[0] is None:
-        return {}
+        return ()
     ctes = {cte.alias_or_name.lower() for cte in trees[0].find_all(exp.CTE)}
     found: dict[str, list[TimeRange]] = {}
     for table in trees[0].find_all(exp.Table):
@@ -110,9 +127,7 @@ def time_ranges(sql: str, references: Mapping[str, int]) -> dict[str, TimeRange]
             name = table.name.lower()
             plain = name not in ctes and not table.args.get("db") and not table.args.get("catalog")
             found.setdefault(name, []).append(_reference_range(table) if plain else UNBOUNDED)
-    hulls = {name: reduce(TimeRange.hull, ranges) for name, ranges in found.items()
-             if len(ranges) == references.get(name)}
-    return {name: hull for name, hull in hulls.items() if hull.bounded}
+    return tuple((name, tuple(ranges)) for name, ranges in found.items())
 
 
 def _reference_range(table: exp.Table) -> TimeRange:
