@@ -87,11 +87,31 @@ def test_druid_functions_mean_what_they_mean_in_druid(spark, engine, expression,
     ("SELECT * FROM INFORMATION_SCHEMA.VIEWS", "INFORMATION_SCHEMA.VIEWS: no such table"),
     (f"SELECT TIME_SHIFT({TS}, 'PT1H')", "TIME_SHIFT takes 3 to 4 arguments, got 2"),
     ("SELECT STRLEN('a', 'b')", "STRLEN takes 1 argument, got 2"),
+    ("SELECT APPROX_COUNT_DISTINCT_DS_HLL(id, 30) FROM range(3)", "the lgK must be an integer literal from 4 to 21"),
+    ("SELECT APPROX_COUNT_DISTINCT_DS_THETA(id, 1000) FROM range(3)", "the size must be a power of 2"),
+    ("SELECT APPROX_QUANTILE_DS(id, 1.5) FROM range(3)", "the probability must be a number literal from 0 to 1"),
 ])
 def test_what_is_not_supported_is_a_400_naming_it(spark, engine, query, message):
     with pytest.raises(QueryError, match="") as refused:
         run_sql(spark, engine, query)
     assert message in refused.value.message
+
+
+@pytest.mark.parametrize("expression, exact, error", [
+    ("APPROX_COUNT_DISTINCT_DS_HLL(id % 50000)", 50_000, 1.04 / 2**6),  # lgK 12
+    ("APPROX_COUNT_DISTINCT_DS_HLL(CAST(id AS STRING), 16, 'HLL_8')", 200_000, 1.04 / 2**8),
+    ("APPROX_COUNT_DISTINCT_DS_THETA(id % 70000)", 70_000, 1 / 2**7),  # size 16384
+    ("APPROX_COUNT_DISTINCT_DS_THETA(id, 1024)", 200_000, 1 / 2**5),
+])
+def test_sketch_distinct_counts_are_within_the_sketches_documented_error(spark, engine, expression, exact, error):
+    estimate = one(spark, engine, f"{expression} FROM range(200000)")
+    assert abs(estimate - exact) <= 3 * error * exact, (estimate, exact)
+
+
+def test_sketch_quantiles_are_within_the_sketches_rank_error(spark, engine):
+    median, p90 = run_sql(spark, engine, "SELECT APPROX_QUANTILE_DS(id, 0.5) AS m, APPROX_QUANTILE_DS(id, 0.9, 256) "
+                                         "AS p FROM range(100001)", "array")[0]
+    assert abs(median - 50_000) <= 0.017 * 100_000 and abs(p90 - 90_000) <= 0.017 * 100_000
 
 
 def test_a_time_zone_other_than_utc_is_refused_not_ignored(spark, engine):
@@ -417,3 +437,32 @@ def test_grafana_druid_plugin_requests_as_it_sends_them(live_sql, datasource):
     assert answer.status_code == 200, answer.text
     first = sorted(rows, key=lambda r: r["__time"])[:3]
     assert answer.json()[0]["events"] == [[int(r["__time"].timestamp() * 1000), r["country"]] for r in first]
+
+
+@pytest.mark.parametrize("result_format", ["object", "array", "csv"])
+def test_types_headers_in_druids_shapes(live_sql, datasource, result_format):
+    """Druid's table: types inside the header object for objects, rows of their own for arrays and CSV."""
+    import httpx
+
+    body = {"query": f'SELECT __time, country, "count", price_sum FROM "{NAME}" ORDER BY __time, country LIMIT 1',
+            "resultFormat": result_format, "header": True, "typesHeader": True, "sqlTypesHeader": True}
+    answer = httpx.post(f"{live_sql}/druid/v2/sql", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["X-Druid-SQL-Header-Included"] == "yes"
+    names, kinds, sql_kinds = (["__time", "country", "count", "price_sum"], ["LONG", "STRING", "LONG", "DOUBLE"],
+                               ["TIMESTAMP", "VARCHAR", "BIGINT", "DOUBLE"])
+    if result_format == "object":
+        assert answer.json()[0] == {n: {"type": k, "sqlType": s}
+                                    for n, k, s in zip(names, kinds, sql_kinds, strict=True)}
+        assert len(answer.json()) == 2
+    elif result_format == "array":
+        assert answer.json()[:3] == [names, kinds, sql_kinds] and len(answer.json()) == 4
+    else:
+        assert answer.text.splitlines()[:3] == [",".join(names), ",".join(kinds), ",".join(sql_kinds)]
+    only_sql = httpx.post(f"{live_sql}/druid/v2/sql", timeout=60, json=body | {"typesHeader": False})
+    assert only_sql.status_code == 200
+    if result_format == "object":
+        assert only_sql.json()[0] == {n: {"sqlType": s} for n, s in zip(names, sql_kinds, strict=True)}
+    without_header = httpx.post(f"{live_sql}/druid/v2/sql", timeout=60, json=body | {"header": False})
+    assert without_header.status_code == 400
+    assert without_header.json()["errorMessage"] == "typesHeader: requires header to be true"

@@ -235,9 +235,10 @@ def test_results_are_capped_and_sql_outer_limit_cuts_them(spark, engine, publish
     assert [row[1] for row in first] == [country for _, country in expected[:5]]
     with pytest.raises(QueryError, match="more than 4 rows"):  # and never lifts the cap
         outer(5).run(spark, engine, QueryLimits(max_rows=4))
-    for bad in (-1, "5", 2.5, True):
+    for bad in (-1, "-1", "five", 2.5, True):
         with pytest.raises(QueryError, match="context.sqlOuterLimit"):
             outer(bad).run(spark, engine)
+    assert outer("5").run(spark, engine, QueryLimits(max_rows=5)) == first  # a number in a text, as Druid reads it
 
 
 def test_results_past_the_byte_limit_and_texts_past_the_length_limit_are_refused(spark, engine, published):

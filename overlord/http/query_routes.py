@@ -72,8 +72,8 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry) -> APIRouter:
         query_id = body.query_id()
         result = timed(lambda: body.run(spark, engine, limits, query_id, local))
         content = secrets.scrub(result) if isinstance(result, str) else json.dumps(secrets.scrub_strings(result))
-        return Response(content, media_type=CONTENT_TYPES[body.result_format],
-                        headers={"X-Druid-SQL-Query-Id": query_id})
+        headers = {"X-Druid-SQL-Query-Id": query_id} | ({"X-Druid-SQL-Header-Included": "yes"} if body.header else {})
+        return Response(content, media_type=CONTENT_TYPES[body.result_format], headers=headers)
 
     @router.post("/druid/v2", tags=["query"], summary="A native query (timeseries, topN, groupBy, timeBoundary, "
                                                       "dataSourceMetadata), Druid's shapes")

@@ -279,6 +279,55 @@ def _by_time(druid_name: str, spark_name: str, by_argument: bool) -> Callable[[l
     return translate_call
 
 
+def _integer(args: list[exp.Expression], index: int, function: str, what: str, default: int, low: int,
+             high: int) -> int:
+    """An integer literal argument in ``[low, high]`` (``default`` when absent)."""
+    if index >= len(args):
+        return default
+    value = args[index]
+    if not (isinstance(value, exp.Literal) and value.is_int and low <= int(value.this) <= high):
+        raise QueryError(f"{function}: the {what} must be an integer literal from {low} to {high}",
+                         "UNSUPPORTED_DRUID_SQL")
+    return int(value.this)
+
+
+def _approx_distinct_hll(args: list[exp.Expression]) -> exp.Expression:
+    """Spark's HLL++ at the relative error of Druid's HLL sketch of ``lgK`` (1.04 / sqrt(2^lgK))."""
+    _arity("APPROX_COUNT_DISTINCT_DS_HLL", args, 1, 3)
+    lg_k = _integer(args, 1, "APPROX_COUNT_DISTINCT_DS_HLL", "lgK", 12, 4, 21)
+    if (_literal(args, 2, "APPROX_COUNT_DISTINCT_DS_HLL", "tgtHllType") or "HLL_4") not in ("HLL_4", "HLL_6", "HLL_8"):
+        raise QueryError("APPROX_COUNT_DISTINCT_DS_HLL: tgtHllType must be HLL_4, HLL_6 or HLL_8",
+                         "UNSUPPORTED_DRUID_SQL")
+    return _approx_distinct(args[0], 1.04 / 2 ** (lg_k / 2))
+
+
+def _approx_distinct_theta(args: list[exp.Expression]) -> exp.Expression:
+    """Spark's HLL++ at the relative error of Druid's theta sketch of ``size`` entries (1 / sqrt(size))."""
+    _arity("APPROX_COUNT_DISTINCT_DS_THETA", args, 1, 2)
+    size = _integer(args, 1, "APPROX_COUNT_DISTINCT_DS_THETA", "size", 16384, 16, 2**26)
+    if size & (size - 1):
+        raise QueryError("APPROX_COUNT_DISTINCT_DS_THETA: the size must be a power of 2", "UNSUPPORTED_DRUID_SQL")
+    return _approx_distinct(args[0], 1 / size ** 0.5)
+
+
+def _approx_distinct(value: exp.Expression, relative_error: float) -> exp.Expression:
+    return exp.Anonymous(this="approx_count_distinct",
+                         expressions=[value.copy(), exp.Literal.number(round(relative_error, 6))])
+
+
+def _approx_quantile(args: list[exp.Expression]) -> exp.Expression:
+    """Spark's percentile sketch with a rank error of 0.01%, within any quantiles sketch's (k <= 32768)."""
+    _arity("APPROX_QUANTILE_DS", args, 2, 3)
+    _integer(args, 2, "APPROX_QUANTILE_DS", "k", 128, 2, 32768)
+    probability = args[1]
+    if not (isinstance(probability, exp.Literal) and not probability.is_string
+            and 0 <= float(probability.this) <= 1):
+        raise QueryError("APPROX_QUANTILE_DS: the probability must be a number literal from 0 to 1",
+                         "UNSUPPORTED_DRUID_SQL")
+    return exp.Anonymous(this="percentile_approx", expressions=[
+        _sql("CAST(_v AS DOUBLE)", _v=args[0]), probability.copy(), exp.Literal.number(10_000)])
+
+
 _FUNCTIONS: dict[str, Callable[[list[exp.Expression]], exp.Expression]] = {
     "TIME_FLOOR": _time_floor, "TIME_CEIL": _time_ceil, "TIME_SHIFT": _time_shift, "TIME_EXTRACT": _time_extract,
     "TIME_PARSE": _time_parse, "TIME_FORMAT": _time_format,
@@ -288,4 +337,6 @@ _FUNCTIONS: dict[str, Callable[[list[exp.Expression]], exp.Expression]] = {
     "LATEST_BY": _by_time("LATEST_BY", "max_by", True), "EARLIEST_BY": _by_time("EARLIEST_BY", "min_by", True),
     "STRLEN": _rename("STRLEN", "length", 1), "TEXTCAT": _rename("TEXTCAT", "concat", 2),
     "CONTAINS_STRING": _rename("CONTAINS_STRING", "contains", 2),
+    "APPROX_COUNT_DISTINCT_DS_HLL": _approx_distinct_hll, "APPROX_COUNT_DISTINCT_DS_THETA": _approx_distinct_theta,
+    "APPROX_QUANTILE_DS": _approx_quantile,
 }

@@ -27,7 +27,7 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 from weakref import WeakKeyDictionary
 
 import duckdb
@@ -91,8 +91,8 @@ class SqlQuery(BaseModel):
     query: str = Field(min_length=1)
     result_format: ResultFormat = Field(default="object", alias="resultFormat")
     header: bool = False
-    types_header: Literal[False] = Field(default=False, alias="typesHeader")
-    sql_types_header: Literal[False] = Field(default=False, alias="sqlTypesHeader")
+    types_header: bool = Field(default=False, alias="typesHeader")
+    sql_types_header: bool = Field(default=False, alias="sqlTypesHeader")
     context: dict[str, Any] = {}
     parameters: tuple[SqlParameter, ...] = ()
 
@@ -116,9 +116,12 @@ class SqlQuery(BaseModel):
                 raise QueryError(f"context.timeout: at most {limits.timeout_ms} ms (OVERLORD_QUERY_TIMEOUT_MS), "
                                  f"got {timeout}", "INVALID_CONTEXT")
             limits = replace(limits, timeout_ms=timeout)
+        for field, given in (("typesHeader", self.types_header), ("sqlTypesHeader", self.sql_types_header)):
+            if given and not self.header:
+                raise QueryError(f"{field}: requires header to be true", "INVALID_INPUT")
         return run_sql(spark, engine, self.query, self.result_format, self.header,
                        [p.value for p in self.parameters], limits, outer, query_id=query_id or self.query_id(),
-                       local=local)
+                       local=local, types_header=self.types_header, sql_types_header=self.sql_types_header)
 
     def _context_int(self, key: str, minimum: int) -> int | None:
         """An integer context value; a text of digits counts too (Druid reads ``"60000"``, Grafana sends it)."""
@@ -379,11 +382,12 @@ def _timed_out(limits: QueryLimits) -> QueryError:
 
 def run_sql(spark: SparkSession, engine: sa.Engine, query: str, result_format: ResultFormat = "object",
             header: bool = False, parameters: Sequence[Any] = (), limits: QueryLimits = QueryLimits(),
-            outer_limit: int | None = None, query_id: str | None = None, local: LocalEngine | None = None
+            outer_limit: int | None = None, query_id: str | None = None, local: LocalEngine | None = None,
+            types_header: bool = False, sql_types_header: bool = False
             ) -> list[dict[str, Any]] | list[list[Any]] | str:
     """Druid's ``POST /druid/v2/sql``: rows as JSON-ready lists/dicts (object, array) or text (csv, *Lines)."""
     if result_format not in CONTENT_TYPES:
         raise QueryError(f"resultFormat must be one of {sorted(CONTENT_TYPES)}, got {result_format!r}",
                          "INVALID_RESULT_FORMAT")
     result = execute_sql(spark, engine, query, parameters, limits, outer_limit, query_id=query_id, local=local)
-    return format_result(result, result_format, header)
+    return format_result(result, result_format, header, types_header, sql_types_header)

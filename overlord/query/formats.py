@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-__all__ = ["CONTENT_TYPES", "QueryResult", "ResultFormat", "format_result", "format_table"]
+__all__ = ["CONTENT_TYPES", "QueryResult", "ResultFormat", "druid_types", "format_result", "format_table"]
 
 ResultFormat = Literal["object", "array", "objectLines", "arrayLines", "csv"]
 CONTENT_TYPES: dict[str, str] = {"object": "application/json", "array": "application/json",
@@ -67,21 +67,52 @@ def _text(value: Any) -> str:
     return json.dumps(value) if isinstance(value, dict | list) else str(value)
 
 
-def format_result(result: QueryResult, result_format: ResultFormat, header: bool = False
-                  ) -> list[dict[str, Any]] | list[list[Any]] | str:
-    """Druid's formats: a list of objects or arrays, or text (one row a line, then a blank line)."""
+def druid_types(table: pa.Table) -> list[tuple[str, str]]:
+    """Each column's Druid type and SQL type, as Druid's ``typesHeader`` and ``sqlTypesHeader`` name them."""
+    def types(kind: pa.DataType) -> tuple[str, str]:
+        if pa.types.is_timestamp(kind):
+            return "LONG", "TIMESTAMP"
+        if pa.types.is_date(kind):
+            return "LONG", "DATE"
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return "STRING", "VARCHAR"
+        if pa.types.is_boolean(kind):
+            return "LONG", "BOOLEAN"
+        if pa.types.is_integer(kind):
+            return "LONG", "BIGINT" if kind.bit_width == 64 else "INTEGER"
+        if pa.types.is_float32(kind):
+            return "FLOAT", "FLOAT"
+        if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            return "DOUBLE", "DOUBLE" if pa.types.is_floating(kind) else "DECIMAL"
+        return "COMPLEX", "OTHER"
+    return [types(kind) for kind in table.schema.types]
+
+
+def format_result(result: QueryResult, result_format: ResultFormat, header: bool = False, types_header: bool = False,
+                  sql_types_header: bool = False) -> list[dict[str, Any]] | list[list[Any]] | str:
+    """Druid's formats: a list of objects or arrays, or text (one row a line, then a blank line).
+
+    ``header`` adds a first row of the column names; ``types_header``/``sql_types_header`` add
+    their Druid/SQL types (in that row for objects, as rows of their own for arrays and CSV).
+    """
     columns, rows = result.columns, result.rows()
+    types = druid_types(result.table)
+    type_rows = ([[t for t, _ in types]] if types_header else []) + ([[s for _, s in types]] if sql_types_header
+                                                                     else [])
     if result_format in ("object", "objectLines"):
         objects = [dict(zip(columns, row, strict=True)) for row in rows]
-        objects = [dict.fromkeys(columns), *objects] if header else objects
+        if header:
+            described = [{**({"type": t} if types_header else {}), **({"sqlType": s} if sql_types_header else {})}
+                         or None for t, s in types]
+            objects = [dict(zip(columns, described, strict=True)), *objects]
         return objects if result_format == "object" else "".join(json.dumps(o) + "\n" for o in objects) + "\n"
+    head = [list(columns), *type_rows] if header else []
     if result_format in ("array", "arrayLines"):
-        arrays = [list(columns), *rows] if header else rows
+        arrays = [*head, *rows]
         return arrays if result_format == "array" else "".join(json.dumps(a) + "\n" for a in arrays) + "\n"
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    if header:
-        writer.writerow(columns)
+    writer.writerows(head)
     writer.writerows([_text(v) for v in row] for row in rows)
     return out.getvalue() + "\n"
 

@@ -182,6 +182,10 @@ class LocalEngine:
 
     def schema(self, paths: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
         """The columns of ``paths`` together (name, DuckDB type), first seen first; None if their types differ."""
+        return self._schema(tuple(paths))
+
+    @lru_cache(maxsize=256)  # noqa: B019 (the engine lives as long as the process)
+    def _schema(self, paths: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
         columns: dict[str, str] = {}
         for path in paths:
             for name, kind in self._columns(path):
@@ -391,6 +395,7 @@ def _dicts(value: Any) -> Iterator[dict[str, Any]]:
             yield from _dicts(item)
 
 
+@lru_cache(maxsize=1_000_000)
 def _local(path: str) -> str:
     if "://" in path and not path.startswith("file://"):
         return ""
