@@ -27,11 +27,12 @@ always Spark's.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -43,6 +44,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import traverse_scope
 from sqlglot.tokens import TokenType
 
 from indexing_task.sql_text import quote_identifier, quote_string
@@ -57,22 +59,21 @@ SAME_ON_BOTH: frozenset[type[exp.Expression]] = frozenset({
     exp.Star, exp.Alias, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Var, exp.DataType,
     exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In, exp.Between,
     exp.Like, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Case, exp.If, exp.Coalesce, exp.Concat, exp.DPipe,
-    exp.Lower, exp.Upper, exp.Count, exp.Distinct, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.ArgMax, exp.ArgMin,
+    exp.Count, exp.Distinct, exp.Sum, exp.Min, exp.Max, exp.Avg, exp.ArgMax, exp.ArgMin,
     exp.TimestampTrunc, exp.Floor, exp.UnixMillis, exp.UnixToTime, exp.Cast, exp.TryCast,
 })
 """sqlglot nodes of Spark SQL that DuckDB, as sqlglot renders them, evaluates with Spark's semantics."""
 
 DUCKDB_FUNCTIONS = frozenset({
-    "sum", "count", "count_star", "min", "max", "avg", "arg_max", "arg_min", "date_trunc", "epoch_ms", "floor",
-    "lower", "upper", "nullif", "+", "-", "*", "/", "||", "~~", "!~~",
+    "sum", "count", "count_star", "min", "max", "avg", "arg_max_null", "arg_min_null", "date_trunc", "epoch_ms",
+    "floor", "nullif", "+", "-", "*", "/", "||", "~~", "!~~",
 })
 """Functions (and operators) DuckDB may run, by the names its parser gives them."""
 
 _KINDS = {
     "text": {exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT, exp.DataType.Type.CHAR},
     "number": {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
-               exp.DataType.Type.TINYINT, exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT,
-               exp.DataType.Type.DECIMAL},
+               exp.DataType.Type.TINYINT, exp.DataType.Type.DOUBLE, exp.DataType.Type.DECIMAL},
     "time": {exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPLTZ},
     "boolean": {exp.DataType.Type.BOOLEAN},
 }
@@ -82,7 +83,12 @@ _ARROW_TYPES = {"string": "VARCHAR", "large_string": "VARCHAR", "int64": "BIGINT
 """Arrow types of segment columns as DuckDB reads them."""
 _COLUMN_TYPES = {"VARCHAR": "STRING", "BIGINT": "BIGINT", "INTEGER": "INT", "DOUBLE": "DOUBLE", "FLOAT": "FLOAT",
                  "BOOLEAN": "BOOLEAN", "TIMESTAMP WITH TIME ZONE": "TIMESTAMP"}
-"""DuckDB's types of segment columns, as Spark names them (a column of another type sends the query to Spark)."""
+"""DuckDB's types of segment columns, as Spark names them (a column of another type sends the query to Spark).
+
+FLOAT is no number kind above: Spark compares a FLOAT with a decimal literal as DOUBLEs, DuckDB as FLOATs.
+"""
+_TRUNCATION_UNITS = frozenset({"YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND"})
+"""``date_trunc`` units that both engines read alike (Spark answers NULL for one it does not know)."""
 
 _ISO_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d([ T]\d\d:\d\d(:\d\d(\.\d{1,6})?)?)?(Z|[+-]\d\d:\d\d)?")
 """Timestamp texts both engines read as the same instant."""
@@ -96,7 +102,11 @@ class LocalEngine:
         self.root = os.path.abspath(root) if "://" not in root else None  # object stores: Spark reads them
         self._db = duckdb.connect(config={"autoinstall_known_extensions": False,
                                           "autoload_known_extensions": False})
+        self._catalog = {str(name) for (name,) in self._db.execute(
+            "SELECT lower(view_name) FROM duckdb_views() UNION SELECT lower(table_name) FROM duckdb_tables()"
+        ).fetchall()}  # system views a name could reach where no CTE of that name is in scope
         for statement in ("SET TimeZone = 'UTC'", "SET parquet_metadata_cache = true",
+                          "SET python_enable_replacements = false", "SET temp_directory = ''",
                           f"SET memory_limit = {quote_string(memory_limit)}",
                           f"SET allowed_directories = [{quote_string(self.root or '/nonexistent')}]",
                           "SET enable_external_access = false", "SET lock_configuration = true"):
@@ -154,8 +164,8 @@ class LocalEngine:
                     return None
                 tables.add(node["table_name"].lower())
             ctes.update(entry["key"].lower() for entry in node.get("cte_map", {}).get("map", []))
-        if any("." in name for name in ctes & tables):  # out of its scope, DuckDB would read it as a file
-            return None
+        if any("." in name or name in self._catalog for name in ctes):  # named out of its scope, DuckDB would
+            return None  # read it as a file or a system view
         return tables - ctes
 
     def run(self, sql: str, views: Mapping[str, tuple[Sequence[str], Sequence[str]]], max_rows: int,
@@ -230,11 +240,14 @@ def _references(spark_sql: str) -> tuple[str, ...] | None:
     tree = _parse(spark_sql)
     if tree is None:
         return None
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    tables = list(tree.find_all(exp.Table))
+    try:  # a name is a table where no CTE of that name is in scope
+        tables = [source for scope in traverse_scope(tree) for source in scope.sources.values()
+                  if isinstance(source, exp.Table)]
+    except SqlglotError:
+        return None
     if any(table.args.get("db") or table.args.get("catalog") for table in tables):
         return None
-    return tuple(t.name for t in tables if t.name.lower() not in ctes)
+    return tuple(table.name for table in tables)
 
 
 @lru_cache(maxsize=1024)
@@ -242,7 +255,7 @@ def _plan(spark_sql: str, schemas: tuple[tuple[str, tuple[tuple[str, str], ...]]
           parameters: tuple[Any, ...]) -> str | None:
     """:meth:`LocalEngine.plan`, for hashable arguments (a dashboard repeats its queries)."""
     bound = _bind(spark_sql, parameters)
-    tree = None if bound is None else _parse(bound)
+    tree = None if bound is None or not _truncation_units_are_sparks(bound) else _parse(bound)
     if tree is None:
         return None
     for call in list(tree.find_all(exp.Anonymous)):  # Druid's MILLIS_TO_TIMESTAMP
@@ -255,6 +268,11 @@ def _plan(spark_sql: str, schemas: tuple[tuple[str, tuple[tuple[str, str], ...]]
         return None
     if not all(_same_on_both(node) for node in typed.walk()):
         return None
+    columns = {name.lower() for _, table in schemas for name, _ in table}
+    if any(_names_differ(select, columns) for select in tree.find_all(exp.Select)):
+        return None
+    if any(star.args.get("replace") or star.args.get("rename") for star in tree.find_all(exp.Star)):
+        return None  # not Spark's syntax (qualifying expands the star, so this looks at the query as written)
     for select in tree.find_all(exp.Select):
         if not _names_the_result(select):
             continue
@@ -265,7 +283,41 @@ def _plan(spark_sql: str, schemas: tuple[tuple[str, tuple[tuple[str, str], ...]]
                 column.replace(exp.alias_(column.copy(), exp.to_identifier(column.name, quoted=True)))
     for floor in list(tree.find_all(exp.Floor)):  # Spark's FLOOR is a BIGINT, DuckDB's keeps its input's type
         floor.replace(exp.cast(floor.copy(), exp.DataType.Type.BIGINT))
+    for by in list(tree.find_all(exp.ArgMax, exp.ArgMin)):  # Spark's MAX_BY keeps a NULL value, DuckDB's ARG_MAX not
+        name = "arg_max_null" if isinstance(by, exp.ArgMax) else "arg_min_null"
+        by.replace(exp.Anonymous(this=name, expressions=[by.this.copy(), by.expression.copy()]))
     return tree.sql(dialect="duckdb")
+
+
+def _names_differ(select: exp.Select, columns: set[str]) -> bool:
+    """Whether a name in ``select`` means an alias to one engine and a column (or nothing) to the other.
+
+    WHERE may name an alias in DuckDB, not in Spark; in ORDER BY (within an expression) and HAVING,
+    Spark reads a name that is an alias and a column as the alias, DuckDB as the column.
+    """
+    aliases = {a.alias.lower(): a.this for a in select.expressions if isinstance(a, exp.Alias)}
+    shadowing = {name for name, value in aliases.items() if name in columns
+                 and not (isinstance(value, exp.Column) and value.name.lower() == name)}
+    where = select.args.get("where")
+    if where is not None and any(not c.table and c.name.lower() in aliases.keys() - columns
+                                 for c in where.find_all(exp.Column)):
+        return True
+    clauses = [c for c in (select.args.get("order"), select.args.get("having")) if c is not None]
+    return any(not column.table and column.name.lower() in shadowing
+               and not (isinstance(clause, exp.Order) and isinstance(column.parent, exp.Ordered))
+               for clause in clauses for column in clause.find_all(exp.Column))
+
+
+def _truncation_units_are_sparks(spark_sql: str) -> bool:
+    """Whether every ``date_trunc`` takes its unit as a text Spark knows (sqlglot normalizes units, so the tokens)."""
+    tokens = QuerySessionSpark().tokenize(spark_sql)
+    for i, token in enumerate(tokens[:-2]):
+        if token.token_type == TokenType.VAR and token.text.upper() == "DATE_TRUNC" \
+                and tokens[i + 1].token_type == TokenType.L_PAREN:
+            unit = tokens[i + 2]
+            if unit.token_type != TokenType.STRING or unit.text.upper() not in _TRUNCATION_UNITS:
+                return False
+    return True
 
 
 def _parse(spark_sql: str) -> exp.Expression | None:
@@ -314,7 +366,14 @@ def _kind(node: exp.Expression) -> str | None:
 
 
 def _iso_text(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Literal) and node.is_string and _ISO_TIMESTAMP.fullmatch(node.this) is not None
+    """An ISO-8601 text both engines read as the same instant (Spark refuses hour 24 and offsets past 18:00)."""
+    if not (isinstance(node, exp.Literal) and node.is_string and _ISO_TIMESTAMP.fullmatch(node.this)):
+        return False
+    try:
+        offset = datetime.fromisoformat(node.this).utcoffset()
+    except ValueError:
+        return False
+    return offset is None or abs(offset) <= timedelta(hours=18)
 
 
 def _one_kind(operands: Sequence[exp.Expression], kinds: frozenset[str] | None = None) -> bool:
@@ -330,9 +389,22 @@ _NUMBER = frozenset({"number"})
 _TEXT = frozenset({"text"})
 
 
+_BOOLEAN = frozenset({"boolean"})
+
+
 def _same_on_both(node: exp.Expression) -> bool:
     if type(node) not in SAME_ON_BOTH:
         return False
+    if isinstance(node, exp.Where | exp.Having | exp.Not):  # Spark takes no number for a condition
+        return _one_kind([node.this], _BOOLEAN)
+    if isinstance(node, exp.And | exp.Or):
+        return _one_kind([node.this, node.expression], _BOOLEAN)
+    if isinstance(node, exp.Union):  # Spark fails on branches of different kinds where DuckDB converts
+        left, right = node.this.selects, node.expression.selects
+        return (type(node) is exp.Union and not node.args.get("by_name") and len(left) == len(right)
+                and all(_one_kind([a, b]) for a, b in zip(left, right, strict=True)))
+    if isinstance(node, exp.TimestampTrunc):
+        return _one_kind([node.this], frozenset({"time"}))
     if isinstance(node, exp.Floor):
         return not any(value for key, value in node.args.items() if key != "this") and _one_kind([node.this], _NUMBER)
     if isinstance(node, exp.Div):  # Spark (ANSI) fails on a zero divisor where DuckDB answers NULL
@@ -343,21 +415,22 @@ def _same_on_both(node: exp.Expression) -> bool:
         return _one_kind([node.this, node.expression], _NUMBER)
     if isinstance(node, exp.Neg | exp.Sum | exp.Avg):
         return _one_kind([node.this], _NUMBER)
-    if isinstance(node, exp.Literal) and not node.is_string and not node.is_int:  # Spark's DECIMAL arithmetic
-        return isinstance(node.parent, exp.Predicate)  # types its results otherwise than DuckDB's
+    if isinstance(node, exp.Literal) and not node.is_string:
+        if node.is_int:  # past BIGINT, Spark's literal is a DECIMAL
+            return -2**63 <= int(node.this) < 2**63
+        # Spark's DECIMAL arithmetic types its results otherwise than DuckDB's; past a DOUBLE, Spark fails
+        return isinstance(node.parent, exp.Predicate) and math.isfinite(float(node.this))
     if isinstance(node, exp.EQ | exp.NEQ | exp.GT | exp.GTE | exp.LT | exp.LTE):
         return _one_kind([node.this, node.expression])
     if isinstance(node, exp.In):
         query = node.args.get("query")
         return _one_kind([node.this, *(query.unnest().selects[:1] if query else node.expressions)])
     if isinstance(node, exp.Between):
-        return _one_kind([node.this, node.args["low"], node.args["high"]])
+        return not node.args.get("symmetric") and _one_kind([node.this, node.args["low"], node.args["high"]])
     if isinstance(node, exp.Like):  # Spark's default escape is a backslash, DuckDB has none
         pattern = node.expression
         return (node.args.get("escape") is None and isinstance(pattern, exp.Literal) and "\\" not in pattern.this
                 and _one_kind([node.this], _TEXT))
-    if isinstance(node, exp.Lower | exp.Upper):
-        return _one_kind([node.this], _TEXT)
     if isinstance(node, exp.Concat | exp.DPipe):
         return _one_kind(node.expressions if isinstance(node, exp.Concat) else [node.this, node.expression], _TEXT)
     if isinstance(node, exp.Coalesce):
@@ -365,11 +438,13 @@ def _same_on_both(node: exp.Expression) -> bool:
     if isinstance(node, exp.Case):
         return _one_kind([*(i.args["true"] for i in node.args["ifs"]), node.args.get("default") or exp.Null()])
     if isinstance(node, exp.If):
-        return _one_kind([node.args["true"], node.args.get("false") or exp.Null()])
+        return _one_kind([node.this], _BOOLEAN) and _one_kind([node.args["true"], node.args.get("false") or exp.Null()])
     if isinstance(node, exp.Cast):  # exp.TryCast is a subclass; a timestamp, or an ISO text as one
         return node.to.this == exp.DataType.Type.TIMESTAMPTZ and (_kind(node.this) == "time" or _iso_text(node.this))
     if isinstance(node, exp.Join):
-        return node.kind in ("", "INNER") and node.side in ("", "LEFT") and node.args.get("on") is not None
+        condition = node.args.get("on")
+        return (node.kind in ("", "INNER") and node.side in ("", "LEFT") and condition is not None
+                and _one_kind([condition], _BOOLEAN))
     if isinstance(node, exp.Union):
         return type(node) is exp.Union
     return True
