@@ -5,9 +5,10 @@ Builds ``--rows`` rolled-up rows as ``--hours`` HOUR intervals x ``--tasks`` sma
 each (every fake task publishes one segment per hour, with consecutive fake offset ranges,
 through the real publish transaction, recording each file's min/max ``__time`` as ingestion
 does; no Kafka), then measures the queries ``--runs`` times each (after one warm-up run)
-through the real query path and through DuckDB over ``read_parquet`` of the same visible
-files, compacts every interval with the real Spark job, checks the results did not change
-(and that DuckDB's equal ours), and measures again.
+through the real query path (which serves small queries from DuckDB inside the overlord), the
+same path on Spark only, and DuckDB over ``read_parquet`` of the same visible files; compacts
+every interval with the real Spark job, checks the results did not change (and that all three
+agree), and measures again.
 
     python -m benchmarks.scenarios.query --rows 10000000
 """
@@ -34,10 +35,12 @@ import sqlalchemy as sa
 from benchmarks.suite import machine
 from indexing_task.compaction import compact
 from indexing_task.spark import get_spark
+from overlord.config import Settings
 from overlord.dev.stack import dev_stack
 from overlord.query.druid_sql import translate
 from overlord.query.engine import execute_sql
 from overlord.query.formats import QueryResult
+from overlord.query.local_engine import LocalEngine
 from overlord.query.time_pruning import time_ranges
 from segment_store import PublishRequest, SegmentDescriptor, create_schema, publish, visible_segments
 from segment_store.deep_storage import DeepStorage
@@ -155,26 +158,31 @@ def segments_read(engine: sa.Engine, sql: str) -> int:
     return len(segments) if time_range is None else sum(time_range.reads(s) for s in segments)
 
 
-def measure(spark: Any, engine: sa.Engine, runs: int) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
+def measure(spark: Any, engine: sa.Engine, local: LocalEngine,
+            runs: int) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
+    """Each query through our path (DuckDB or Spark, as it routes), forced onto Spark, and DuckDB's own."""
     figures: dict[str, Any] = {}
     results: dict[str, list[list[Any]]] = {}
     con = duckdb_over_visible_files(engine)
     for name, sql in QUERIES.items():
-        ours, ours_s = timed(lambda sql=sql: execute_sql(spark, engine, sql), runs)
+        ours, ours_s = timed(lambda sql=sql: execute_sql(spark, engine, sql, local=local), runs)
+        on_spark, spark_s = timed(lambda sql=sql: execute_sql(spark, engine, sql), runs)
         theirs, duck_s = timed(lambda sql=sql: QueryResult(con.sql(sql).to_arrow_table()), runs)
         results[name] = ours.rows()
-        figures[name] = {"ours": ours_s, "duckdb": duck_s,
+        figures[name] = {"ours": ours_s, "ours_engine": ours.engine, "spark": spark_s, "duckdb": duck_s,
                          "ours_over_duckdb_p50": round(ours_s["p50_s"] / duck_s["p50_s"], 2),
                          "ours_over_duckdb_p95": round(ours_s["p95_s"] / duck_s["p95_s"], 2),
+                         "spark_over_duckdb_p95": round(spark_s["p95_s"] / duck_s["p95_s"], 2),
                          "duckdb_result_identical": same({name: results[name]}, {name: theirs.rows()}),
+                         "spark_result_identical": same({name: results[name]}, {name: on_spark.rows()}),
                          "segments_read": segments_read(engine, sql),
                          "segments_visible": len(visible_segments(engine, DATASOURCE))}
         f = figures[name]
-        print(f"  {name}: ours first {ours_s['first_run_s']:.2f}s p50 {ours_s['p50_s']:.3f}s p95 "
-              f"{ours_s['p95_s']:.3f}s | duckdb first {duck_s['first_run_s']:.2f}s p50 {duck_s['p50_s']:.3f}s p95 "
-              f"{duck_s['p95_s']:.3f}s | ours/duckdb p50 {f['ours_over_duckdb_p50']} p95 {f['ours_over_duckdb_p95']}"
-              f" | same result {f['duckdb_result_identical']} | {f['segments_read']}/{f['segments_visible']} "
-              "segments read", flush=True)
+        print(f"  {name}: ours ({ours.engine}) p50 {ours_s['p50_s']:.3f}s p95 {ours_s['p95_s']:.3f}s | "
+              f"spark p50 {spark_s['p50_s']:.3f}s p95 {spark_s['p95_s']:.3f}s | duckdb p50 {duck_s['p50_s']:.3f}s "
+              f"p95 {duck_s['p95_s']:.3f}s | ours/duckdb p95 {f['ours_over_duckdb_p95']} | same results "
+              f"{f['duckdb_result_identical'] and f['spark_result_identical']} | "
+              f"{f['segments_read']}/{f['segments_visible']} segments read", flush=True)
     con.close()
     return figures, results
 
@@ -195,6 +203,8 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
                     "load_avg_at_start": machine.load_average()},
         "spark_master": "local[*]", "queries": QUERIES,
+        "ours": "execute_sql with the overlord's local engine (default OVERLORD_QUERY_LOCAL_MAX_BYTES); spark: "
+                "the same path without it",
         "duckdb": {"version": duckdb.__version__, "reads": "read_parquet([visible segment paths]), a view per phase, "
                    "TimeZone UTC, default threads"}}
     with dev_stack() as stack:
@@ -207,8 +217,9 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
         print(f"built {written:,} rows in {segments:,} segments in {time.monotonic() - started:.1f}s", flush=True)
         results["data"] = {"rows": written, "segments": segments, "intervals": hours, "segments_per_interval": tasks}
         spark = get_spark("local[*]")
+        local = LocalEngine(stack.deep_storage, Settings.model_fields["query_local_max_bytes"].default)
         print("before compaction:", flush=True)
-        results["before"], before = measure(spark, engine, runs)
+        results["before"], before = measure(spark, engine, local, runs)
 
         started = time.monotonic()
         reports = compact(spark, engine, spec(), stack.deep_storage)
@@ -224,12 +235,13 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
         print(f"compaction: {rows_in:,} rows in {c['segments_in']:,} segments -> {rows_out:,} rows in "
               f"{c['segments_out']} segments in {seconds:.1f}s ({c['rows_per_s']:,} rows/s)", flush=True)
         print("after compaction:", flush=True)
-        results["after"], after = measure(spark, engine, runs)
+        results["after"], after = measure(spark, engine, local, runs)
         results["results_identical"] = same(before, after)
         results["duckdb_results_identical"] = all(
-            results[phase][name]["duckdb_result_identical"] for phase in ("before", "after") for name in QUERIES)
+            results[phase][name]["duckdb_result_identical"] and results[phase][name]["spark_result_identical"]
+            for phase in ("before", "after") for name in QUERIES)
         print(f"results identical before and after: {results['results_identical']}; "
-              f"DuckDB's identical to ours: {results['duckdb_results_identical']}")
+              f"DuckDB's and Spark's identical to ours: {results['duckdb_results_identical']}")
         spark.stop()
         engine.dispose()
     results["machine"]["load_avg_at_end"] = machine.load_average()
