@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import duckdb
 import numpy as np
@@ -72,6 +72,15 @@ class Metric:
     """A filtered aggregator's Druid filter, as JSON text: only records it matches are aggregated."""
 
 
+class DelimitedValues(NamedTuple):
+    """How a CSV or TSV value is read: one line of ``columns`` split at ``separator`` (CSV: with quotes)."""
+
+    columns: tuple[str, ...]
+    separator: str
+    quoted: bool
+    list_delimiter: str
+
+
 @dataclass(frozen=True)
 class RollupSchema:
     """What the rollup needs from a spec's dataSchema (see :meth:`from_spec`)."""
@@ -100,12 +109,17 @@ class RollupSchema:
     """Fields discovery leaves out: the timestamp, the metrics' names and inputs, ``dimensionExclusions``."""
     case_clashes: tuple[str, ...] = ()
     """Discovered fields whose names differ only in case from a column's: a record holding one is unparseable."""
+    delimited: DelimitedValues | None = None
+    """CSV or TSV values (None: JSON)."""
 
     @classmethod
     def from_spec(cls, data_schema: DataSchemaSpec, input_format: InputFormatSpec | None = None) -> RollupSchema:
         """Build from a ``specs.DataSchemaSpec`` and the ``inputFormat`` (its flattenSpec, Kafka metadata)."""
         fmt = input_format or InputFormatSpec()
-        flatten = fmt.value_json.flatten_spec
+        value = fmt.value_spec
+        flatten = value.flatten_spec
+        delimited = (DelimitedValues(value.columns, value.separator, value.type == "csv", value.list_delimiter)
+                     if value.type in ("csv", "tsv") else None)
         ts = data_schema.timestamp_spec
         gran = data_schema.granularity_spec
         missing = ts.missing_value
@@ -117,7 +131,7 @@ class RollupSchema:
                     *dims.dimension_exclusions)
         dimensions = tuple(Dimension(d.name, d.type) for d in dims.dimensions)
         columns = fmt.metadata_columns if fmt.type == "kafka" else {}
-        always = [*(f.name for f in flatten.fields),
+        always = [*(f.name for f in flatten.fields), *(delimited.columns if delimited else ()),
                   *(columns[k] for k in ("timestamp", "topic") if k in columns),
                   *([columns["key"]] if columns and fmt.key_format is not None else [])]
         always = always if dims.discovers else []
@@ -146,8 +160,9 @@ class RollupSchema:
             transforms=tuple((t.name, t.expression) for t in transforms),
             input_paths=tuple((name, path) for name, path in located.items() if path != (name,)),
             metadata=tuple(metadata.items()),
-            discover=dims.discovers and flatten.use_field_discovery,
+            discover=dims.discovers and flatten.use_field_discovery and delimited is None,
             discovery_exclusions=tuple(dict.fromkeys(excluded)),
+            delimited=delimited,
         )
 
     @property
@@ -215,6 +230,47 @@ def _filter_sql(filter_spec: object, text: Callable[[str], str]) -> str:
     def column(name: str) -> exp.Expression:
         return exp.column("__t") if name == TIME else sqlglot.parse_one(text(name), read="duckdb")
     return filter_condition(filter_spec, column).sql(dialect="duckdb")
+
+
+_CSV_FIELD = '"(?:[^"]|"")*"|[^,"]*'
+"""One CSV field: quoted (a quote doubled inside), or up to the next comma."""
+
+
+def _values_sql(carried: str, delimited: DelimitedValues | None) -> str:
+    """The ``src`` CTE: each record's value as JSON text ``__s``, and ``__problem``, why a CSV/TSV value is unreadable.
+
+    A CSV or TSV line becomes a JSON object of its columns' texts (empty ones null, as in Druid),
+    so the rest of the parse reads every format alike.
+    """
+    if delimited is None:
+        return f"src AS (SELECT {carried}, __raw IS NULL AS __is_null, NULL::VARCHAR AS __problem, " \
+               "try(decode(__raw)) AS __s FROM batch)"
+    if delimited.quoted:  # a line without quotes (the usual one) is only split, as TSV
+        cells = (f"CASE WHEN contains(__line, '\"') THEN regexp_extract_all(',' || __line, "
+                 f"{_lit(',(' + _CSV_FIELD + ')')}, 1) ELSE string_split(__line, ',') END")
+        unquoted = "CASE WHEN starts_with(c, '\"') THEN replace(c[2:-2], '\"\"', '\"') ELSE c END"
+        malformed = (f"WHEN contains(__line, '\"') AND NOT regexp_full_match(__line, "
+                     f"{_lit(f'(?:{_CSV_FIELD})(?:,(?:{_CSV_FIELD}))*')}) "
+                     "THEN 'not a line of comma-separated values (a quote inside a value must be doubled, and the "
+                     "value quoted)'")
+    else:
+        cells = f"string_split(__line, {_lit(delimited.separator)})"
+        unquoted, malformed = "c", ""
+    pairs = ", ".join(f"{_lit(name)}, __cells[{i}]" for i, name in enumerate(delimited.columns, 1))
+    multi = "a value holds the listDelimiter: a multi-value dimension in Druid, which is not supported"
+    return f"""lines AS (SELECT {carried}, __raw IS NULL AS __is_null,
+                             regexp_replace(try(decode(__raw)), '\\r?\\n$', '') AS __line FROM batch),
+            cells AS (SELECT *, list_transform({cells}, lambda c: nullif({unquoted}, '')) AS __cells FROM lines),
+            checked AS (SELECT *, CASE WHEN __line IS NULL THEN NULL
+                                       WHEN regexp_matches(__line, '[\\r\\n]')
+                                           THEN 'several lines in one value (Druid reads each as a row)'
+                                       {malformed}
+                                       WHEN list_bool_or(list_transform(__cells, lambda c: contains(c, {_lit(
+                                           delimited.list_delimiter)}))) THEN {_lit(multi)}
+                                  END AS __problem FROM cells),
+            src AS (SELECT {carried}, __is_null, __problem,
+                           CASE WHEN __line IS NOT NULL AND __problem IS NULL THEN json_object({pairs}) END AS __s
+                    FROM checked)"""
 
 
 def _metadata_column(source: str) -> str:
@@ -424,16 +480,17 @@ class Rollup:
         matched = [f"coalesce({_filter_sql(f, text)}, false) AS __mf{i}" for i, f in metric_filters.items()]
         seg = bucket_start_sql(s.segment_granularity, "__t")
         return f"""
-            WITH src AS (SELECT {carried}, __raw IS NULL AS __is_null, try(decode(__raw)) AS __s FROM batch),
-            obj AS (SELECT {carried}, __is_null, __s, coalesce(json_valid(__s), false) AS __valid,
+            WITH {_values_sql(carried, s.delimited)},
+            obj AS (SELECT {carried}, __is_null, __problem, __s, coalesce(json_valid(__s), false) AS __valid,
                            coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
-            ext AS (SELECT {carried}, __is_null, __s, __valid, __ok, {", ".join(extract)} FROM obj),
+            ext AS (SELECT {carried}, __is_null, __problem, __s, __valid, __ok, {", ".join(extract)} FROM obj),
             timed AS (SELECT *, {_timestamp_sql(ts_text, s.timestamp_format)} AS __t FROM ext),
             transformed AS (SELECT *{"".join(", " + c for c in computed)} FROM timed),
             typed AS (SELECT *{"".join(", " + c for c in typed)} FROM transformed),
             kept AS (SELECT *, coalesce({kept}, false) AS __kept{"".join(", " + c for c in matched)} FROM typed)
             SELECT __i, __kept,{"".join(f" __mf{i}," for i in metric_filters)}
                 CASE WHEN __is_null THEN 'null value'
+                     WHEN __problem IS NOT NULL THEN __problem
                      WHEN __s IS NULL THEN 'not valid UTF-8'
                      WHEN NOT __valid THEN 'invalid JSON'
                      WHEN NOT __ok THEN 'not a JSON object'

@@ -1,6 +1,8 @@
-"""The ``inputFormat`` of a Kafka supervisor spec: JSON values, or Druid's ``kafka`` format around them.
+"""The ``inputFormat`` of a Kafka supervisor spec: JSON, CSV or TSV values, or Druid's ``kafka`` format around them.
 
-The ``kafka`` format reads the value with its ``valueFormat`` (JSON here) and offers the
+A ``csv`` or ``tsv`` value is one line of ``columns`` (Druid reads a value of several lines as
+several rows: such a value is refused per record here); empty fields are null, as in Druid. The
+``kafka`` format reads the value with its ``valueFormat`` (one of those) and offers the
 record's metadata as input fields too: the key's first column (``keyFormat`` tsv or csv), the
 Kafka timestamp in milliseconds, the topic, and each header as UTF-8 text, under the names
 its ``...ColumnName`` fields give (Druid's defaults ``kafka.key``, ``kafka.timestamp``,
@@ -14,7 +16,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from specs.data_schema import SpecModel
+from specs.data_schema import SpecModel, duplicates, unsupported
 from specs.errors import SpecError
 from specs.flatten import FlattenSpec
 
@@ -66,14 +68,25 @@ class HeaderFormatSpec(SpecModel):
 
 
 class InputFormatSpec(SpecModel):
-    """How Kafka records are parsed: JSON values, or the ``kafka`` format around a JSON ``valueFormat``."""
+    """How Kafka records are parsed: JSON, CSV or TSV values, or the ``kafka`` format around a ``valueFormat``."""
 
     harmless: ClassVar[frozenset[str]] = frozenset({"keepNullColumns", "useJsonNodeReader"})
     not_implemented: ClassVar[dict[str, str]] = {
-        "featureSpec": "JSON parser features", "assumeNewlineDelimited": "splitting a value into records at newlines"}
+        "featureSpec": "JSON parser features", "assumeNewlineDelimited": "splitting a value into records at newlines",
+        "tryParseNumbers": "reading CSV and TSV numbers as numbers"}
 
-    type: Literal["json", "kafka"] = "json"
+    type: Literal["json", "kafka", "csv", "tsv"] = "json"
     """Input format type."""
+    columns: tuple[str, ...] = Field(default=(), strict=False)
+    """csv, tsv: the names of the values of a line, in order (extra values are dropped, missing ones null)."""
+    delimiter: str = "\t"
+    """tsv: the one character between values (csv: a comma)."""
+    list_delimiter: str = "\u0001"
+    """csv, tsv: what splits a value into a multi-value dimension in Druid; a value holding it is unparseable."""
+    find_columns_from_header: bool = False
+    """csv, tsv: must be false (in a stream, each record would be its own header)."""
+    skip_header_rows: int = 0
+    """csv, tsv: must be 0 (each record would lose its first lines)."""
     flatten_spec: FlattenSpec = FlattenSpec()
     """json: input fields read from nested values (JSONPath or jq), and whether top-level fields are offered."""
     value_format: InputFormatSpec | None = None
@@ -103,19 +116,23 @@ class InputFormatSpec(SpecModel):
     def _fields_of_its_type(self) -> InputFormatSpec:
         kafka_only = {"valueFormat", "keyFormat", "headerFormat", "keyColumnName", "timestampColumnName",
                       "topicColumnName", "headerColumnPrefix"}
-        fields = type(self).model_fields
-        given = {fields[name].alias or name for name in self.model_fields_set if name in fields}
+        delimited_only = {"columns", "delimiter", "listDelimiter", "findColumnsFromHeader", "skipHeaderRows"}
+        fields = type(self).model_fields  # a default written out (as a spec read back is) counts as not given
+        given = {fields[name].alias or name for name in self.model_fields_set
+                 if name in fields and getattr(self, name) != fields[name].default}
+        takers = {"json": {"flattenSpec"}, "kafka": kafka_only, "csv": delimited_only - {"delimiter"},
+                  "tsv": delimited_only}
+        wrong = sorted(given & (kafka_only | delimited_only | {"flattenSpec"}) - takers[self.type])
+        if wrong:
+            raise SpecError([(key, f"a {self.type} input format does not take it") for key in wrong])
+        if self.type in ("csv", "tsv"):
+            return self._delimited()
         if self.type == "json":
-            wrong = sorted(given & kafka_only)
-            if wrong:
-                raise SpecError([(key, "only the kafka input format takes it") for key in wrong])
             return self
-        if "flattenSpec" in given:
-            raise SpecError.at("flattenSpec", "the kafka format takes it in valueFormat")
         if self.value_format is None:
             raise SpecError.at("valueFormat", "required for the kafka input format")
-        if self.value_format.type != "json":
-            raise SpecError.at("valueFormat.type", "only json values are supported")
+        if self.value_format.type == "kafka":
+            raise SpecError.at("valueFormat.type", "json, csv or tsv")
         columns = self.metadata_columns
         names = {"keyColumnName": columns["key"], "timestampColumnName": columns["timestamp"],
                  "topicColumnName": columns["topic"]}
@@ -126,10 +143,32 @@ class InputFormatSpec(SpecModel):
             seen[name] = key
         return self
 
+    def _delimited(self) -> InputFormatSpec:
+        if self.find_columns_from_header:
+            raise SpecError([unsupported("findColumnsFromHeader", "reading column names from a header row (each "
+                                         "record of a stream would be its own header)", "list the columns")])
+        if self.skip_header_rows:
+            raise SpecError([unsupported("skipHeaderRows", "skipping header rows (each record would lose them)")])
+        if not self.columns:
+            raise SpecError.at("columns", f"a {self.type} input format needs the names of its columns")
+        errors = duplicates([name.lower() for name in self.columns], "columns", "column")
+        if errors:
+            raise SpecError([(path.removesuffix(".name"), message) for path, message in errors])
+        if len(self.delimiter) != 1 or self.delimiter in "\r\n":
+            raise SpecError.at("delimiter", f"expected one character other than a line break, got {self.delimiter!r}")
+        if not self.list_delimiter:
+            raise SpecError.at("listDelimiter", "must not be empty")
+        return self
+
     @property
-    def value_json(self) -> InputFormatSpec:
-        """The JSON format of the record values."""
+    def value_spec(self) -> InputFormatSpec:
+        """The format of the record values: this one, or the kafka format's ``valueFormat``."""
         return self.value_format if self.value_format is not None else self
+
+    @property
+    def separator(self) -> str:
+        """csv, tsv: the character between values."""
+        return "," if self.type == "csv" else self.delimiter
 
     def metadata_source(self, name: str) -> str | None:
         """What input field ``name`` holds: ``key:tsv|csv``, ``timestamp``, ``topic``, ``header:<name>``, or None."""

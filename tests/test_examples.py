@@ -15,11 +15,13 @@ from specs import SpecError, load_example
 from specs.loader import EXAMPLES_DIR
 
 
-def ingest(name: str, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """The rolled-up rows of ``records`` under example ``name`` (times as ISO text), and how many were dropped."""
+def ingest(name: str, records: list[dict[str, Any]] | list[bytes]) -> tuple[list[dict[str, Any]], int]:
+    """The rolled-up rows of ``records`` (JSON objects, or raw values) under example ``name`` (times as ISO text),
+    and how many were dropped.
+    """
     spec = load_example(name)
     rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format))
-    parsed = rollup.parse([json.dumps(r).encode() for r in records])
+    parsed = rollup.parse([r if isinstance(r, bytes) else json.dumps(r).encode() for r in records])
     assert parsed.bad_count == 0, parsed.bad_samples
     rows = [{**row, "__time": row["__time"].astimezone(UTC).isoformat()}
             for _, _, table in rollup.split_by_segment(rollup.merge([parsed.rows])) for row in table.to_pylist()]
@@ -28,7 +30,7 @@ def ingest(name: str, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any
 
 def test_every_example_is_covered_here() -> None:
     assert {p.stem for p in EXAMPLES_DIR.glob("*.json")} == {
-        "events", "wikipedia", "transform", "flatten", "discovery", "typed-discovery", "sketches"}
+        "events", "wikipedia", "transform", "flatten", "discovery", "csv", "typed-discovery", "sketches"}
 
 
 def test_transform_example() -> None:
@@ -63,6 +65,17 @@ def test_discovery_example() -> None:
     assert rows == [
         {"__time": "2026-11-01T00:00:00+00:00", "page": "Main", "user": "ann", "edits": 2, "added": 7},
         {"__time": "2026-11-01T00:00:00+00:00", "page": "Talk", "user": None, "edits": 1, "added": 1}]
+
+
+def test_csv_example() -> None:
+    rows, _ = ingest("csv", [b"2013-08-31T01:02:33Z,Gypsy Danger,en,nuclear,true,57",
+                             b'2013-08-31T01:40:00Z,Gypsy Danger,en,nuclear,false,10\n',
+                             b'2013-08-31T03:32:45Z,"Striker, Eureka",,speed,false,459'])
+    assert rows == [
+        {"__time": "2013-08-31T01:00:00+00:00", "page": "Gypsy Danger", "language": "en", "user": "nuclear",
+         "count": 2, "added": 67},
+        {"__time": "2013-08-31T03:00:00+00:00", "page": "Striker, Eureka", "language": None, "user": "speed",
+         "count": 1, "added": 459}]
 
 
 @pytest.mark.parametrize(("name", "path"), [

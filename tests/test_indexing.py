@@ -300,3 +300,31 @@ def test_the_kafka_input_format_ingests_keys_headers_timestamps_and_the_topic(
         expected[(f"user{i % 3}", "prod" if i % 2 else "dev")] += i
     assert totals == expected
     assert min(r["__time"] for r in rows).timestamp() * 1000 == base - base % 60_000  # MINUTE query granularity
+
+
+def test_csv_values_inside_the_kafka_format_are_ingested_through_the_broker(
+        stack, engine, spark, make_topic, datasource, deep_storage):
+    """CSV record values (quoted commas, empty values) beside the Kafka timestamp; malformed ones are counted."""
+    topic = make_topic(1)
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    base = 1_700_000_000_000
+    values = [f'{i},"Bonn, DE",{"" if i % 5 == 0 else i}'.encode() for i in range(20)]
+    values += [b'1,"unclosed,3', b"2,Paris,2\n3,Paris,3"]
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, timestamp=base + i * 1_000)
+        if i >= len(values) - 2:  # the embedded broker reports the end as the last batch's base + 1
+            producer.flush(10)
+    raw = spec_json(datasource, topic, inputFormat={"type": "kafka", "valueFormat": {
+        "type": "csv", "columns": ["n", "city", "value"]}})
+    schema = raw["spec"]["dataSchema"]
+    schema["timestampSpec"] = {"column": "kafka.timestamp", "format": "millis"}
+    schema["dimensionsSpec"] = {"dimensions": ["city"]}
+    schema["metricsSpec"] = [{"type": "count", "name": "count"}, {"type": "longSum", "name": "v", "fieldName": "value"}]
+
+    report = index_once(spark, engine, settings_for(stack, deep_storage), load_supervisor_spec(raw))
+
+    assert report.outcome.status == "ok" and (report.records, report.unparseable) == (22, 2)
+    rows = published_table(engine, datasource).to_pylist()
+    assert {r["city"] for r in rows} == {"Bonn, DE"}
+    assert sum(r["count"] for r in rows) == 20 and sum(r["v"] for r in rows) == sum(
+        i for i in range(20) if i % 5)

@@ -487,3 +487,54 @@ def test_discovery_skips_empty_and_case_clashing_keys_objects_and_nulls() -> Non
         (2, "field Country differs only in case from column country")]
     assert sorted((r["country"], r["cnt"]) for r in rollup.merge([first.rows, second.rows]).to_pylist()) == [
         ("DE", 1), ("FR", 1)]
+
+
+def _delimited_schema(input_format: dict[str, Any], dimensions: list[Any] | None = None) -> RollupSchema:
+    spec = load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {"dataSource": "csv", "timestampSpec": {"column": "t", "format": "iso"},
+                       "dimensionsSpec": {"dimensions": ["country", "city"] if dimensions is None else dimensions},
+                       "metricsSpec": [{"type": "count", "name": "cnt"},
+                                       {"type": "longSum", "name": "v_sum", "fieldName": "v"}],
+                       "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR"}},
+        "ioConfig": {"topic": "csv", "inputFormat": input_format}}})
+    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format)
+
+
+CSV = {"type": "csv", "columns": ["t", "country", "city", "v"]}
+
+
+def test_csv_values_are_read_as_druid_reads_them() -> None:
+    """Quotes (a doubled quote inside), empty values as null, extra values dropped, missing ones null."""
+    rollup = Rollup(_delimited_schema(CSV))
+    values: list[bytes | None] = [
+        b'2024-01-01T10:00:00Z,DE,"Bonn, Rhein",5', b'2024-01-01T10:00:00Z,DE,"Bonn, Rhein",2\r\n',
+        b'2024-01-01T10:05:00Z,"say ""hi""",,3,extra', b"2024-01-01T10:09:00Z,FR", b'"2024-01-01T10:10:00Z",FR,Paris,x']
+    parsed = rollup.parse(values)
+    assert [(b.index, b.reason) for b in parsed.bad_samples] == [(4, "wrong type for v (long)")]
+    rows = sorted((r["country"], r["city"], r["cnt"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist())
+    assert rows == [("DE", "Bonn, Rhein", 2, 7), ("FR", None, 1, 0), ('say "hi"', None, 1, 3)]  # as JSON's nulls
+
+
+def test_a_csv_value_druid_would_read_otherwise_is_unparseable_with_the_reason() -> None:
+    rollup = Rollup(_delimited_schema(CSV))
+    values: list[bytes | None] = [
+        b"2024-01-01T10:00:00Z,DE,Bonn,1\n2024-01-01T10:00:00Z,FR,Paris,1", b'2024-01-01T10:00:00Z,"DE"x,Bonn,1',
+        b"2024-01-01T10:00:00Z,DE\x01FR,Bonn,1", b"\xff", None, b"", b'2024-01-01T10:00:00Z,"a\nb",c,1']
+    reasons = {b.index: b.reason for b in rollup.parse(values).bad_samples}
+    assert reasons == {
+        0: "several lines in one value (Druid reads each as a row)",
+        1: "not a line of comma-separated values (a quote inside a value must be doubled, and the value quoted)",
+        2: "a value holds the listDelimiter: a multi-value dimension in Druid, which is not supported",
+        3: "not valid UTF-8", 4: "null value", 5: "missing timestamp",
+        6: "several lines in one value (Druid reads each as a row)"}
+
+
+def test_tsv_values_split_at_the_delimiter_without_quotes() -> None:
+    rollup = Rollup(_delimited_schema({"type": "tsv", "columns": ["t", "country", "city", "v"], "delimiter": "|",
+                                       "listDelimiter": ";"}, dimensions=[]))
+    parsed = rollup.parse([b'2024-01-01T10:00:00Z|"DE"|Bonn, Rhein|4', "2024-01-01T10:00:00Z||Köln|1".encode(),
+                           b"2024-01-01T10:00:00Z|DE;FR|x|1"])
+    assert [b.index for b in parsed.bad_samples] == [2]
+    assert [d.name for d in rollup.schema.dimensions] == ["city", "country"]  # discovery: every column but t, v
+    rows = sorted((r["country"] or "", r["city"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist())
+    assert rows == [("", "Köln", 1), ('"DE"', "Bonn, Rhein", 4)]

@@ -217,20 +217,50 @@ def test_the_kafka_input_format_names_the_record_metadata_columns() -> None:
     assert kafka.metadata_source("kts") == "timestamp" and kafka.metadata_source("kafka.timestamp") is None
     assert kafka.metadata_source("kafka.topic") == "topic"
     assert kafka.metadata_source("kafka.header.trace") == "header:trace"
-    assert kafka.value_json.flatten_spec.use_field_discovery
+    assert kafka.value_spec.flatten_spec.use_field_discovery
 
 
 @pytest.mark.parametrize(("fields", "path"), [
-    ({"valueFormat": {"type": "csv", "columns": ["a"]}}, "valueFormat.type"),
+    ({"valueFormat": {"type": "kafka", "valueFormat": {"type": "json"}}}, "valueFormat.type"),
+    ({"valueFormat": {"type": "csv", "columns": ["a"], "findColumnsFromHeader": True}},
+     "valueFormat.findColumnsFromHeader"),
     ({"keyFormat": {"type": "json"}}, "keyFormat.type"),
     ({"headerFormat": {"type": "string", "encoding": "ISO-8859-1"}}, "headerFormat.encoding"),
     ({"keyColumnName": "kafka.topic"}, "topicColumnName"),
-], ids=["csv-value", "json-key", "latin1-headers", "same-names"])
+], ids=["kafka-value", "csv-value-header", "json-key", "latin1-headers", "same-names"])
 def test_a_kafka_input_format_we_cannot_read_exactly_is_refused_naming_its_path(fields: Any, path: str) -> None:
     raw = spec_json("ds", "topic", inputFormat=_kafka_format(**fields))
     with pytest.raises(SpecError) as refused:
         load_supervisor_spec(raw)
     assert refused.value.errors[0][0] == f"spec.ioConfig.inputFormat.{path}", refused.value.errors
+
+
+@pytest.mark.parametrize(("input_format", "path", "fragment"), [
+    ({"type": "csv"}, "columns", "needs the names of its columns"),
+    ({"type": "csv", "columns": ["t", "a"], "findColumnsFromHeader": True}, "findColumnsFromHeader", "header row"),
+    ({"type": "tsv", "columns": ["t", "a"], "skipHeaderRows": 1}, "skipHeaderRows", "skipping header rows"),
+    ({"type": "csv", "columns": ["t", "a"], "delimiter": ";"}, "delimiter", "a csv input format does not take it"),
+    ({"type": "tsv", "columns": ["t", "a"], "delimiter": "\n"}, "delimiter", "other than a line break"),
+    ({"type": "csv", "columns": ["t", "a", "A"]}, "columns[2]", "duplicate column name 'a'"),
+    ({"type": "csv", "columns": ["t"], "flattenSpec": {"useFieldDiscovery": False}}, "flattenSpec", "does not take it"),
+    ({"type": "csv", "columns": ["t"], "tryParseNumbers": True}, "tryParseNumbers", "numbers as numbers"),
+    ({"type": "json", "columns": ["t"]}, "columns", "a json input format does not take it"),
+])
+def test_a_csv_or_tsv_format_we_cannot_read_as_druid_does_is_refused_naming_its_path(
+        input_format: Any, path: str, fragment: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(spec_json("ds", "topic", inputFormat=input_format))
+    [(found, message)] = refused.value.errors
+    assert found == f"spec.ioConfig.inputFormat.{path}" and fragment in message, refused.value.errors
+
+
+def test_csv_and_tsv_formats_as_druid_writes_them_are_accepted() -> None:
+    for input_format in ({"type": "csv", "columns": ["t", "a"], "findColumnsFromHeader": False, "skipHeaderRows": 0,
+                          "listDelimiter": "|"},
+                         {"type": "tsv", "columns": ["t", "a"], "delimiter": ";"},
+                         _kafka_format(valueFormat={"type": "tsv", "columns": ["t", "a"]})):
+        spec = load_supervisor_spec(spec_json("ds", "topic", inputFormat=input_format))
+        assert spec.spec.io_config.input_format.value_spec.columns == ("t", "a")
 
 
 @pytest.mark.parametrize(("change", "path"), [

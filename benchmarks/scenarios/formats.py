@@ -1,0 +1,96 @@
+"""Parse cost by input format: the same events as JSON and as CSV values, through the worker's parse pass.
+
+The benchmark shapes' events (see :mod:`benchmarks.suite.shapes`) are written once as JSON and
+once as CSV lines of the same columns; :class:`indexing_task.rollup.Rollup` parses and rolls up
+both in the worker's batch size, alternately, and the CPU time per event is reported (no broker:
+the parse pass alone).
+
+    python -m benchmarks.scenarios.formats --events 1000000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.suite import machine
+from benchmarks.suite.runs import spec_for
+from benchmarks.suite.shapes import generate, shape_by_name
+from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.worker import CHUNK_RECORDS
+from specs import load_supervisor_spec
+
+RESULTS = Path(__file__).parents[1] / "results"
+
+
+def as_csv(events: list[bytes], columns: list[str]) -> list[bytes]:
+    """Each JSON event as one CSV line of ``columns``."""
+    out = []
+    for event in events:
+        line = io.StringIO()
+        record = json.loads(event)
+        csv.writer(line, lineterminator="").writerow([record[c] for c in columns])
+        out.append(line.getvalue().encode())
+    return out
+
+
+def parse_cost(schema: RollupSchema, values: list[bytes]) -> float:
+    """CPU µs per event to parse and roll up ``values`` in the worker's batches."""
+    rollup = Rollup(schema)
+    started = time.process_time()
+    partials = [rollup.parse(values[i:i + CHUNK_RECORDS]).rows for i in range(0, len(values), CHUNK_RECORDS)]
+    rollup.merge(partials)
+    cost = (time.process_time() - started) / len(values) * 1e6
+    rollup.close()
+    return cost
+
+
+def run(shapes: list[str], events: int, repeat: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"benchmark": "formats", "started": datetime.now(UTC).isoformat(), "events": events,
+                           "repeat": repeat, "load_avg_at_start": machine.load_average(), "shapes": {}}
+    for name in shapes:
+        shape = shape_by_name(name)
+        columns = ["ts", *shape.dimensions, "value"]
+        json_values = generate(shape, events)
+        csv_values = as_csv(json_values, columns)
+        raw = spec_for("formats", "formats", shape.low, shape.high).to_druid_json()
+        json_schema = RollupSchema.from_spec(load_supervisor_spec(raw).spec.data_schema)
+        raw["spec"]["ioConfig"]["inputFormat"] = {"type": "csv", "columns": columns}
+        csv_spec = load_supervisor_spec(raw).spec
+        csv_schema = RollupSchema.from_spec(csv_spec.data_schema, csv_spec.io_config.input_format)
+        costs: dict[str, list[float]] = {"json": [], "csv": []}
+        for i in range(repeat + 1):  # the first round warms both up
+            for fmt in (("json", "csv") if i % 2 == 0 else ("csv", "json")):
+                cost = parse_cost(json_schema if fmt == "json" else csv_schema,
+                                  json_values if fmt == "json" else csv_values)
+                if i:
+                    costs[fmt].append(round(cost, 3))
+        med = {fmt: statistics.median(c) for fmt, c in costs.items()}
+        out["shapes"][name] = {"cpu_us_per_event": costs, "csv_over_json": round(med["csv"] / med["json"], 3)}
+        print(f"[formats] {name}: JSON {med['json']:.2f} µs/event, CSV {med['csv']:.2f} µs/event "
+              f"({med['csv'] / med['json']:.2f}x)", flush=True)
+    out["load_avg_at_end"] = machine.load_average()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=["1 low", "10 low + 1 high"])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=RESULTS / "formats.json")
+    args = parser.parse_args()
+    results = run(args.shapes, args.events, args.repeat)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
