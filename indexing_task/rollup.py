@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from indexing_task.avro_values import AvroValues
 from indexing_task.buckets import bucket_end_sql, bucket_start_sql
 from indexing_task.sql_text import quote_identifier as _q
 from indexing_task.sql_text import quote_string as _lit
@@ -111,6 +112,8 @@ class RollupSchema:
     """Discovered fields whose names differ only in case from a column's: a record holding one is unparseable."""
     delimited: DelimitedValues | None = None
     """CSV or TSV values (None: JSON)."""
+    avro: tuple[str, bool] | None = None
+    """Avro values: the inline schema (JSON text) and ``binaryAsString`` (None: not Avro)."""
 
     @classmethod
     def from_spec(cls, data_schema: DataSchemaSpec, input_format: InputFormatSpec | None = None) -> RollupSchema:
@@ -163,6 +166,8 @@ class RollupSchema:
             discover=dims.discovers and flatten.use_field_discovery and delimited is None,
             discovery_exclusions=tuple(dict.fromkeys(excluded)),
             delimited=delimited,
+            avro=None if value.avro_bytes_decoder is None else (
+                json.dumps(value.avro_bytes_decoder.avro_schema, sort_keys=True), value.binary_as_string),
         )
 
     @property
@@ -236,15 +241,16 @@ _CSV_FIELD = '"(?:[^"]|"")*"|[^,"]*'
 """One CSV field: quoted (a quote doubled inside), or up to the next comma."""
 
 
-def _values_sql(carried: str, delimited: DelimitedValues | None) -> str:
-    """The ``src`` CTE: each record's value as JSON text ``__s``, and ``__problem``, why a CSV/TSV value is unreadable.
+def _values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool = False) -> str:
+    """The ``src`` CTE: each record's value as JSON text ``__s``, and ``__problem``, why a value is unreadable.
 
     A CSV or TSV line becomes a JSON object of its columns' texts (empty ones null, as in Druid),
-    so the rest of the parse reads every format alike.
+    so the rest of the parse reads every format alike. ``decoded``: the batch holds values already
+    decoded to JSON (Avro) and their ``__problem``.
     """
     if delimited is None:
-        return f"src AS (SELECT {carried}, __raw IS NULL AS __is_null, NULL::VARCHAR AS __problem, " \
-               "try(decode(__raw)) AS __s FROM batch)"
+        problem = "__problem" if decoded else "NULL::VARCHAR AS __problem"
+        return f"src AS (SELECT {carried}, __raw IS NULL AS __is_null, {problem}, try(decode(__raw)) AS __s FROM batch)"
     if delimited.quoted:  # a line without quotes (the usual one) is only split, as TSV
         cells = (f"CASE WHEN contains(__line, '\"') THEN regexp_extract_all(',' || __line, "
                  f"{_lit(',(' + _CSV_FIELD + ')')}, 1) ELSE string_split(__line, ',') END")
@@ -370,6 +376,7 @@ class Rollup:
         self._con = _database().cursor()
         self._con.execute("SET TimeZone = 'UTC'")
         self._bounds = self._bounds_sql(min_time, max_time)
+        self._avro = None if schema.avro is None else AvroValues(*schema.avro)
         self._use(schema)
 
     def _use(self, schema: RollupSchema) -> None:
@@ -480,7 +487,7 @@ class Rollup:
         matched = [f"coalesce({_filter_sql(f, text)}, false) AS __mf{i}" for i, f in metric_filters.items()]
         seg = bucket_start_sql(s.segment_granularity, "__t")
         return f"""
-            WITH {_values_sql(carried, s.delimited)},
+            WITH {_values_sql(carried, s.delimited, s.avro is not None)},
             obj AS (SELECT {carried}, __is_null, __problem, __s, coalesce(json_valid(__s), false) AS __valid,
                            coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
             ext AS (SELECT {carried}, __is_null, __problem, __s, __valid, __ok, {", ".join(extract)} FROM obj),
@@ -559,8 +566,13 @@ class Rollup:
         ``metadata`` holds the records' metadata the schema reads (:attr:`RollupSchema.metadata_needs`),
         by need: ``key`` and ``header:<name>`` (binary), ``timestamp`` (int64 ms), ``topic`` (string).
         """
-        raw = pa.array(values, type=pa.binary())
-        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)), "__raw": raw,
+        problems: dict[str, pa.Array] = {}
+        raw_values = values
+        if self._avro is not None:  # decoded to JSON text here; the reason for each that cannot be
+            raw_values, reasons = self._avro.to_json(values)
+            problems["__problem"] = pa.array(reasons, type=pa.string())
+        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)),
+                          "__raw": pa.array(raw_values, type=pa.binary()), **problems,
                           **{_metadata_column(need): array for need, array in (metadata or {}).items()}})
         self._con.register("batch", batch)
         try:

@@ -1,4 +1,4 @@
-"""The ``inputFormat`` of a Kafka supervisor spec: JSON, CSV or TSV values, or Druid's ``kafka`` format around them.
+"""The ``inputFormat`` of a Kafka supervisor spec: JSON, CSV, TSV or Avro values, or the ``kafka`` format around them.
 
 A ``csv`` or ``tsv`` value is one line of ``columns`` (Druid reads a value of several lines as
 several rows: such a value is refused per record here); empty fields are null, as in Druid. The
@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from specs.avro import AvroBytesDecoderSpec
 from specs.data_schema import SpecModel, duplicates, unsupported
 from specs.errors import SpecError
 from specs.flatten import FlattenSpec
@@ -73,10 +74,15 @@ class InputFormatSpec(SpecModel):
     harmless: ClassVar[frozenset[str]] = frozenset({"keepNullColumns", "useJsonNodeReader"})
     not_implemented: ClassVar[dict[str, str]] = {
         "featureSpec": "JSON parser features", "assumeNewlineDelimited": "splitting a value into records at newlines",
-        "tryParseNumbers": "reading CSV and TSV numbers as numbers"}
+        "tryParseNumbers": "reading CSV and TSV numbers as numbers",
+        "extractUnionsByType": "Avro union members as fields named by their type"}
 
-    type: Literal["json", "kafka", "csv", "tsv"] = "json"
+    type: Literal["json", "kafka", "csv", "tsv", "avro_stream"] = "json"
     """Input format type."""
+    avro_bytes_decoder: AvroBytesDecoderSpec | None = None
+    """avro_stream: the schema of the values (inline)."""
+    binary_as_string: bool = False
+    """avro_stream: read ``bytes`` and ``fixed`` values as UTF-8 text (else a record holding one is unparseable)."""
     columns: tuple[str, ...] = Field(default=(), strict=False)
     """csv, tsv: the names of the values of a line, in order (extra values are dropped, missing ones null)."""
     delimiter: str = "\t"
@@ -117,22 +123,28 @@ class InputFormatSpec(SpecModel):
         kafka_only = {"valueFormat", "keyFormat", "headerFormat", "keyColumnName", "timestampColumnName",
                       "topicColumnName", "headerColumnPrefix"}
         delimited_only = {"columns", "delimiter", "listDelimiter", "findColumnsFromHeader", "skipHeaderRows"}
+        avro_only = {"avroBytesDecoder", "binaryAsString"}
         fields = type(self).model_fields  # a default written out (as a spec read back is) counts as not given
         given = {fields[name].alias or name for name in self.model_fields_set
                  if name in fields and getattr(self, name) != fields[name].default}
         takers = {"json": {"flattenSpec"}, "kafka": kafka_only, "csv": delimited_only - {"delimiter"},
-                  "tsv": delimited_only}
-        wrong = sorted(given & (kafka_only | delimited_only | {"flattenSpec"}) - takers[self.type])
+                  "tsv": delimited_only, "avro_stream": avro_only | {"flattenSpec"}}
+        wrong = sorted(given & (kafka_only | delimited_only | avro_only | {"flattenSpec"}) - takers[self.type])
         if wrong:
             raise SpecError([(key, f"a {self.type} input format does not take it") for key in wrong])
         if self.type in ("csv", "tsv"):
             return self._delimited()
+        if self.type == "avro_stream":
+            if self.avro_bytes_decoder is None:
+                raise SpecError.at("avroBytesDecoder", "required for avro_stream: {\"type\": \"schema_inline\", "
+                                                       "\"schema\": {...}}")
+            return self
         if self.type == "json":
             return self
         if self.value_format is None:
             raise SpecError.at("valueFormat", "required for the kafka input format")
         if self.value_format.type == "kafka":
-            raise SpecError.at("valueFormat.type", "json, csv or tsv")
+            raise SpecError.at("valueFormat.type", "json, csv, tsv or avro_stream")
         columns = self.metadata_columns
         names = {"keyColumnName": columns["key"], "timestampColumnName": columns["timestamp"],
                  "topicColumnName": columns["topic"]}

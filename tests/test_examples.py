@@ -30,7 +30,7 @@ def ingest(name: str, records: list[dict[str, Any]] | list[bytes]) -> tuple[list
 
 def test_every_example_is_covered_here() -> None:
     assert {p.stem for p in EXAMPLES_DIR.glob("*.json")} == {
-        "events", "wikipedia", "transform", "flatten", "discovery", "csv", "typed-discovery", "sketches"}
+        "events", "wikipedia", "transform", "flatten", "discovery", "csv", "avro", "typed-discovery", "sketches"}
 
 
 def test_transform_example() -> None:
@@ -75,6 +75,30 @@ def test_csv_example() -> None:
         {"__time": "2013-08-31T01:00:00+00:00", "page": "Gypsy Danger", "language": "en", "user": "nuclear",
          "count": 2, "added": 67},
         {"__time": "2013-08-31T03:00:00+00:00", "page": "Striker, Eureka", "language": None, "user": "speed",
+         "count": 1, "added": 459}]
+
+
+def test_avro_example() -> None:
+    import io
+
+    import fastavro
+
+    schema = fastavro.parse_schema(load_example("avro").spec.io_config.input_format.avro_bytes_decoder.avro_schema)
+
+    def avro(millis: int, page: str, user: str | None, country: str, added: int) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, schema, {"timestamp": millis, "page": page, "user": user,
+                                                 "geo": {"country": country}, "added": added})
+        return out.getvalue()
+
+    base = 1_377_910_953_000  # 2013-08-31T01:02:33Z
+    rows, _ = ingest("avro", [avro(base, "Gypsy Danger", "nuclear", "US", 57),
+                              avro(base + 60_000, "Gypsy Danger", "nuclear", "US", 10),
+                              avro(base + 3 * 3_600_000, "Striker Eureka", None, "AU", 459)])
+    assert rows == [
+        {"__time": "2013-08-31T01:00:00+00:00", "page": "Gypsy Danger", "user": "nuclear", "country": "US",
+         "count": 2, "added": 67},
+        {"__time": "2013-08-31T04:00:00+00:00", "page": "Striker Eureka", "user": None, "country": "AU",
          "count": 1, "added": 459}]
 
 

@@ -538,3 +538,58 @@ def test_tsv_values_split_at_the_delimiter_without_quotes() -> None:
     assert [d.name for d in rollup.schema.dimensions] == ["city", "country"]  # discovery: every column but t, v
     rows = sorted((r["country"] or "", r["city"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist())
     assert rows == [("", "Köln", 1), ('"DE"', "Bonn, Rhein", 4)]
+
+
+AVRO_SCHEMA = {"type": "record", "name": "Edit", "fields": [
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "country", "type": "string"},
+    {"name": "city", "type": ["null", "string"], "default": None},
+    {"name": "v", "type": "int"},
+    {"name": "geo", "type": {"type": "record", "name": "Geo", "fields": [{"name": "lat", "type": "double"}]}},
+    {"name": "blob", "type": ["null", "bytes"], "default": None}]}
+
+
+def _avro(**fields: Any) -> bytes:
+    import io
+
+    import fastavro
+
+    record = {"ts": 1_704_103_200_000, "country": "DE", "city": None, "v": 1, "geo": {"lat": 50.7}, "blob": None,
+              **fields}
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_SCHEMA), record)
+    return out.getvalue()
+
+
+def _avro_schema(binary_as_string: bool = False) -> RollupSchema:
+    spec = load_supervisor_spec({"type": "kafka", "spec": {
+        "dataSchema": {"dataSource": "avro", "timestampSpec": {"column": "ts", "format": "millis"},
+                       "dimensionsSpec": {"dimensions": ["country", "city", "lat", "blob"]},
+                       "metricsSpec": [{"type": "count", "name": "cnt"},
+                                       {"type": "longSum", "name": "v_sum", "fieldName": "v"}],
+                       "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR"}},
+        "ioConfig": {"topic": "avro", "inputFormat": {
+            "type": "avro_stream", "binaryAsString": binary_as_string,
+            "avroBytesDecoder": {"type": "schema_inline", "schema": AVRO_SCHEMA},
+            "flattenSpec": {"fields": [{"type": "path", "name": "lat", "expr": "$.geo.lat"}]}}}}})
+    return RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format)
+
+
+def test_avro_values_are_read_as_druid_reads_them() -> None:
+    """Logical types stay raw (a timestamp-millis is its long), unions give their value, nested fields flatten."""
+    rollup = Rollup(_avro_schema())
+    parsed = rollup.parse([_avro(v=2), _avro(v=3, city="Bonn"), _avro(country="FR", v=4), b"\x01garbage",
+                           _avro(blob=b"x"), _avro(geo={"lat": float("nan")}), None])
+    assert {b.index: b.reason for b in parsed.bad_samples} == {
+        3: "not an Avro value of the spec's schema (EOFError)",
+        4: "a bytes or fixed value (binaryAsString is false)", 5: "a NaN or infinite number", 6: "null value"}
+    rows = sorted(((r["__time"].hour, r["country"], r["city"], r["lat"], r["cnt"], r["v_sum"])
+                   for r in rollup.merge([parsed.rows]).to_pylist()), key=repr)
+    assert rows == [(10, "DE", "Bonn", "50.7", 1, 3), (10, "DE", None, "50.7", 1, 2), (10, "FR", None, "50.7", 1, 4)]
+
+
+def test_avro_bytes_are_text_with_binary_as_string() -> None:
+    rollup = Rollup(_avro_schema(binary_as_string=True))
+    parsed = rollup.parse([_avro(blob="héllo".encode()), _avro(blob=b"\xff")])
+    assert [(b.index, b.reason) for b in parsed.bad_samples] == [(1, "a bytes or fixed value that is not UTF-8 text")]
+    assert [r["blob"] for r in parsed.rows.to_pylist()] == ["héllo"]

@@ -245,12 +245,19 @@ def test_a_kafka_input_format_we_cannot_read_exactly_is_refused_naming_its_path(
     ({"type": "csv", "columns": ["t"], "flattenSpec": {"useFieldDiscovery": False}}, "flattenSpec", "does not take it"),
     ({"type": "csv", "columns": ["t"], "tryParseNumbers": True}, "tryParseNumbers", "numbers as numbers"),
     ({"type": "json", "columns": ["t"]}, "columns", "a json input format does not take it"),
+    ({"type": "avro_stream"}, "avroBytesDecoder", "required for avro_stream"),
+    ({"type": "avro_stream", "avroBytesDecoder": {"type": "schema_registry", "url": "http://r"}},
+     "avroBytesDecoder.type", "schema_inline"),
+    ({"type": "avro_stream", "avroBytesDecoder": {"type": "schema_inline", "schema": {"type": "record"}}},
+     "avroBytesDecoder.schema", "not a valid Avro schema"),
+    ({"type": "avro_stream", "avroBytesDecoder": {"type": "schema_inline", "schema": {"type": "string"}},
+      "extractUnionsByType": True}, "extractUnionsByType", "union members"),
 ])
-def test_a_csv_or_tsv_format_we_cannot_read_as_druid_does_is_refused_naming_its_path(
+def test_a_csv_tsv_or_avro_format_we_cannot_read_as_druid_does_is_refused_naming_its_path(
         input_format: Any, path: str, fragment: str) -> None:
     with pytest.raises(SpecError) as refused:
         load_supervisor_spec(spec_json("ds", "topic", inputFormat=input_format))
-    [(found, message)] = refused.value.errors
+    found, message = refused.value.errors[0]
     assert found == f"spec.ioConfig.inputFormat.{path}" and fragment in message, refused.value.errors
 
 

@@ -1,9 +1,9 @@
-"""Parse cost by input format: the same events as JSON and as CSV values, through the worker's parse pass.
+"""Parse cost by input format: the same events as JSON, CSV and Avro values, through the worker's parse pass.
 
-The benchmark shapes' events (see :mod:`benchmarks.suite.shapes`) are written once as JSON and
-once as CSV lines of the same columns; :class:`indexing_task.rollup.Rollup` parses and rolls up
-both in the worker's batch size, alternately, and the CPU time per event is reported (no broker:
-the parse pass alone).
+The benchmark shapes' events (see :mod:`benchmarks.suite.shapes`) are written as JSON, as CSV
+lines of the same columns and as Avro datums of a schema of those columns;
+:class:`indexing_task.rollup.Rollup` parses and rolls up each in the worker's batch size, in
+turn, and the CPU time per event is reported (no broker: the parse pass alone).
 
     python -m benchmarks.scenarios.formats --events 1000000 --repeat 3
 """
@@ -19,6 +19,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import fastavro
 
 from benchmarks.suite import machine
 from benchmarks.suite.runs import spec_for
@@ -41,6 +43,19 @@ def as_csv(events: list[bytes], columns: list[str]) -> list[bytes]:
     return out
 
 
+def as_avro(events: list[bytes], columns: list[str]) -> tuple[dict[str, Any], list[bytes]]:
+    """An Avro schema of ``columns`` (``ts``/``value`` longs, the rest strings) and each event as a datum of it."""
+    schema = {"type": "record", "name": "Event", "fields": [
+        {"name": c, "type": "long" if c in ("ts", "value") else "string"} for c in columns]}
+    parsed = fastavro.parse_schema(schema)
+    out = []
+    for event in events:
+        datum = io.BytesIO()
+        fastavro.schemaless_writer(datum, parsed, json.loads(event))
+        out.append(datum.getvalue())
+    return schema, out
+
+
 def parse_cost(schema: RollupSchema, values: list[bytes]) -> float:
     """CPU µs per event to parse and roll up ``values`` in the worker's batches."""
     rollup = Rollup(schema)
@@ -59,23 +74,27 @@ def run(shapes: list[str], events: int, repeat: int) -> dict[str, Any]:
         shape = shape_by_name(name)
         columns = ["ts", *shape.dimensions, "value"]
         json_values = generate(shape, events)
-        csv_values = as_csv(json_values, columns)
+        avro_schema, avro_values = as_avro(json_values, columns)
         raw = spec_for("formats", "formats", shape.low, shape.high).to_druid_json()
-        json_schema = RollupSchema.from_spec(load_supervisor_spec(raw).spec.data_schema)
-        raw["spec"]["ioConfig"]["inputFormat"] = {"type": "csv", "columns": columns}
-        csv_spec = load_supervisor_spec(raw).spec
-        csv_schema = RollupSchema.from_spec(csv_spec.data_schema, csv_spec.io_config.input_format)
-        costs: dict[str, list[float]] = {"json": [], "csv": []}
-        for i in range(repeat + 1):  # the first round warms both up
-            for fmt in (("json", "csv") if i % 2 == 0 else ("csv", "json")):
-                cost = parse_cost(json_schema if fmt == "json" else csv_schema,
-                                  json_values if fmt == "json" else csv_values)
+        inputs = {"json": ({"type": "json"}, json_values), "csv": ({"type": "csv", "columns": columns}, as_csv(
+            json_values, columns)), "avro": ({"type": "avro_stream", "avroBytesDecoder": {
+                "type": "schema_inline", "schema": avro_schema}}, avro_values)}
+        schemas = {}
+        for fmt, (input_format, _) in inputs.items():
+            raw["spec"]["ioConfig"]["inputFormat"] = input_format
+            spec = load_supervisor_spec(raw).spec
+            schemas[fmt] = RollupSchema.from_spec(spec.data_schema, spec.io_config.input_format)
+        costs: dict[str, list[float]] = {fmt: [] for fmt in inputs}
+        for i in range(repeat + 1):  # the first round warms them up
+            for fmt in (list(inputs) if i % 2 == 0 else list(reversed(inputs))):
+                cost = parse_cost(schemas[fmt], inputs[fmt][1])
                 if i:
                     costs[fmt].append(round(cost, 3))
         med = {fmt: statistics.median(c) for fmt, c in costs.items()}
-        out["shapes"][name] = {"cpu_us_per_event": costs, "csv_over_json": round(med["csv"] / med["json"], 3)}
-        print(f"[formats] {name}: JSON {med['json']:.2f} µs/event, CSV {med['csv']:.2f} µs/event "
-              f"({med['csv'] / med['json']:.2f}x)", flush=True)
+        out["shapes"][name] = {"cpu_us_per_event": costs, "csv_over_json": round(med["csv"] / med["json"], 3),
+                               "avro_over_json": round(med["avro"] / med["json"], 3)}
+        print(f"[formats] {name}: JSON {med['json']:.2f}, CSV {med['csv']:.2f} ({med['csv'] / med['json']:.2f}x), "
+              f"Avro {med['avro']:.2f} ({med['avro'] / med['json']:.2f}x) µs/event", flush=True)
     out["load_avg_at_end"] = machine.load_average()
     return out
 
