@@ -9,6 +9,7 @@ import threading
 from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -19,7 +20,7 @@ from indexing_task.task import IndexTaskRequest, run_index_task
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.supervisor.ranges import index_once, next_task_request
 from segment_store import DeepStorage, committed_offsets, reset_offsets, used_segments
-from specs import load_supervisor_spec
+from specs import SupervisorSpec, load_supervisor_spec
 from tests.helpers import (
     ON_EVERY_DEEP_STORAGE,
     assert_exact,
@@ -302,26 +303,36 @@ def test_the_kafka_input_format_ingests_keys_headers_timestamps_and_the_topic(
     assert min(r["__time"] for r in rows).timestamp() * 1000 == base - base % 60_000  # MINUTE query granularity
 
 
+def _produce_values(stack, topic: str, values: list[bytes], base_ms: int | None = None) -> None:
+    """Produce ``values`` (with Kafka timestamps a second apart from ``base_ms``, if given)."""
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, **({} if base_ms is None else {"timestamp": base_ms + i * 1_000}))
+        if i >= len(values) - 2:  # the embedded broker reports the end as the last batch's base + 1
+            producer.flush(10)
+
+
+def _city_value_spec(datasource: str, topic: str, input_format: dict[str, Any], timestamp_column: str
+                     ) -> SupervisorSpec:
+    """A spec of ``input_format`` values: a ``city`` dimension, ``count`` and ``v``, the sum of ``value``."""
+    raw = spec_json(datasource, topic, inputFormat=input_format)
+    schema = raw["spec"]["dataSchema"]
+    schema["timestampSpec"] = {"column": timestamp_column, "format": "millis"}
+    schema["dimensionsSpec"] = {"dimensions": ["city"]}
+    schema["metricsSpec"] = [{"type": "count", "name": "count"}, {"type": "longSum", "name": "v", "fieldName": "value"}]
+    return load_supervisor_spec(raw)
+
+
 def test_csv_values_inside_the_kafka_format_are_ingested_through_the_broker(
         stack, engine, spark, make_topic, datasource, deep_storage):
     """CSV record values (quoted commas, empty values) beside the Kafka timestamp; malformed ones are counted."""
     topic = make_topic(1)
-    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
-    base = 1_700_000_000_000
     values = [f'{i},"Bonn, DE",{"" if i % 5 == 0 else i}'.encode() for i in range(20)]
-    values += [b'1,"unclosed,3', b"2,Paris,2\n3,Paris,3"]
-    for i, value in enumerate(values):
-        producer.produce(topic, value=value, timestamp=base + i * 1_000)
-        if i >= len(values) - 2:  # the embedded broker reports the end as the last batch's base + 1
-            producer.flush(10)
-    raw = spec_json(datasource, topic, inputFormat={"type": "kafka", "valueFormat": {
-        "type": "csv", "columns": ["n", "city", "value"]}})
-    schema = raw["spec"]["dataSchema"]
-    schema["timestampSpec"] = {"column": "kafka.timestamp", "format": "millis"}
-    schema["dimensionsSpec"] = {"dimensions": ["city"]}
-    schema["metricsSpec"] = [{"type": "count", "name": "count"}, {"type": "longSum", "name": "v", "fieldName": "value"}]
+    _produce_values(stack, topic, [*values, b'1,"unclosed,3', b"2,Paris,2\n3,Paris,3"], base_ms=1_700_000_000_000)
+    spec = _city_value_spec(datasource, topic, {"type": "kafka", "valueFormat": {
+        "type": "csv", "columns": ["n", "city", "value"]}}, "kafka.timestamp")
 
-    report = index_once(spark, engine, settings_for(stack, deep_storage), load_supervisor_spec(raw))
+    report = index_once(spark, engine, settings_for(stack, deep_storage), spec)
 
     assert report.outcome.status == "ok" and (report.records, report.unparseable) == (22, 2)
     rows = published_table(engine, datasource).to_pylist()
@@ -340,29 +351,19 @@ def test_avro_values_are_ingested_through_the_broker(stack, engine, spark, make_
         {"name": "ts", "type": "long"}, {"name": "city", "type": ["null", "string"]},
         {"name": "stats", "type": {"type": "record", "name": "S", "fields": [{"name": "value", "type": "long"}]}}]}
     parsed_schema = fastavro.parse_schema(avro_schema)
-    topic = make_topic(1)
-    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
-    base = 1_700_000_000_000
     values = []
     for i in range(20):
         out = io.BytesIO()
-        fastavro.schemaless_writer(out, parsed_schema, {"ts": base + i * 1_000, "city": None if i % 4 else "Bonn",
-                                                        "stats": {"value": i}})
+        fastavro.schemaless_writer(out, parsed_schema, {"ts": 1_700_000_000_000 + i * 1_000,
+                                                        "city": None if i % 4 else "Bonn", "stats": {"value": i}})
         values.append(out.getvalue())
-    values.append(b"\x02")
-    for i, value in enumerate(values):
-        producer.produce(topic, value=value)
-        if i >= len(values) - 2:  # the embedded broker reports the end as the last batch's base + 1
-            producer.flush(10)
-    raw = spec_json(datasource, topic, inputFormat={
+    topic = make_topic(1)
+    _produce_values(stack, topic, [*values, b"\x02"])
+    spec = _city_value_spec(datasource, topic, {
         "type": "avro_stream", "avroBytesDecoder": {"type": "schema_inline", "schema": avro_schema},
-        "flattenSpec": {"fields": [{"type": "path", "name": "value", "expr": "$.stats.value"}]}})
-    schema = raw["spec"]["dataSchema"]
-    schema["timestampSpec"] = {"column": "ts", "format": "millis"}
-    schema["dimensionsSpec"] = {"dimensions": ["city"]}
-    schema["metricsSpec"] = [{"type": "count", "name": "count"}, {"type": "longSum", "name": "v", "fieldName": "value"}]
+        "flattenSpec": {"fields": [{"type": "path", "name": "value", "expr": "$.stats.value"}]}}, "ts")
 
-    report = index_once(spark, engine, settings_for(stack, deep_storage), load_supervisor_spec(raw))
+    report = index_once(spark, engine, settings_for(stack, deep_storage), spec)
 
     assert report.outcome.status == "ok" and (report.records, report.unparseable) == (21, 1)
     totals: Counter[str | None] = Counter()
