@@ -30,6 +30,7 @@ class AvroValues:
     def __init__(self, schema_json: str, binary_as_string: bool) -> None:
         self._schema = parse_avro_schema(json.loads(schema_json))
         self._binary_as_string = binary_as_string
+        self._encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=self._bytes_as_text)
 
     def to_json(self, values: Sequence[bytes | None]) -> tuple[list[bytes | None], list[str | None]]:
         """Each value as JSON text (None stays None), and the reason for each one that cannot be read."""
@@ -46,8 +47,7 @@ class AvroValues:
                     problem = f"not an Avro value of the spec's schema ({type(exc).__name__})"
                 else:
                     try:
-                        out.append(json.dumps(datum, separators=(",", ":"), allow_nan=False,
-                                              default=self._bytes_as_text).encode())
+                        out.append(self._encoder.encode(datum).encode())
                     except _Unreadable as exc:
                         problem = str(exc)
                     except ValueError:  # allow_nan=False
