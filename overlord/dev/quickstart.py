@@ -26,6 +26,7 @@ from overlord.dev.stack import dev_stack, free_port
 from overlord.http.app import create_app
 from overlord.query.engine import execute_sql
 from overlord.query.formats import format_table
+from overlord.query.local_engine import LocalEngine
 from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
 from segment_store.database import metadata_engine
@@ -94,7 +95,8 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
                     while not _published(engine, spec.datasource):
                         time.sleep(0.5)
                 out.print("first query, over the published segments:\n" + FIRST_QUERY)
-                out.print(format_table(execute_sql(spark, engine, FIRST_QUERY)), markup=False)
+                out.print(format_table(execute_sql(spark, engine, FIRST_QUERY, local=LocalEngine.from_settings(
+                    settings))), markup=False)
                 while True:
                     time.sleep(status_every_s)
                     status = overlord.get(spec.datasource).status
