@@ -230,9 +230,6 @@ class LocalEngine:
         empty = ", ".join(f"CAST(NULL AS {kind}) AS {quote_identifier(name)}" for name, kind in full)
         return f"SELECT {empty} WHERE false" + (f" UNION ALL BY NAME SELECT * FROM {read}" if kept else "")
 
-    def close(self) -> None:
-        self._db.close()
-
 
 @lru_cache(maxsize=1024)
 def _references(spark_sql: str) -> tuple[str, ...] | None:
