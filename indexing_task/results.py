@@ -35,13 +35,16 @@ class WrittenSegment(BaseModel):
     interval_end: datetime
     min_time: datetime
     max_time: datetime
+    sketches: dict[str, str] = {}
+    """The sketch columns: name -> kind (``specs.sketches.Sketch`` as text); queries merge them by it."""
 
     def descriptor(self, datasource: str) -> SegmentDescriptor:
         """The segment as the publish transaction (or compaction swap) takes it."""
         return SegmentDescriptor(
             id=self.id, datasource=datasource, interval_start=self.interval_start, interval_end=self.interval_end,
             path=self.path, size_bytes=self.size_bytes, num_rows=self.num_rows,
-            details={"min_time": self.min_time.isoformat(), "max_time": self.max_time.isoformat()})
+            details={"min_time": self.min_time.isoformat(), "max_time": self.max_time.isoformat(),
+                     **({"sketches": self.sketches} if self.sketches else {})})
 
 
 class WorkerResult(BaseModel):

@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from indexing_task.avro_values import AvroValues
 from indexing_task.buckets import bucket_end_sql, bucket_start_sql
+from indexing_task.sketches import build_sketches, merge_sketches
 from indexing_task.sql_text import quote_identifier as _q
 from indexing_task.sql_text import quote_string as _lit
 from indexing_task.transforms import compile_expression, create_macros
@@ -37,6 +38,7 @@ from specs.filters import filter_columns, filter_condition
 from specs.flatten import PathStep
 from specs.granularity import ALL_END, ALL_START, Granularity
 from specs.input_format import InputFormatSpec
+from specs.sketches import Sketch
 
 __all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "bucket_end_sql",
            "bucket_start_sql"]
@@ -63,14 +65,19 @@ class Dimension:
 
 @dataclass(frozen=True)
 class Metric:
-    """An aggregator: ``kind`` over input ``field`` (none for count), typed long or double."""
+    """An aggregator: ``kind`` over input ``fields`` (none for count, several for a cardinality sketch)."""
 
     name: str
-    kind: Literal["count", "sum", "min", "max"]
-    field: str | None
-    type: Literal["long", "float", "double"] = "long"
+    kind: Literal["count", "sum", "min", "max", "sketch"]
+    fields: tuple[str, ...] = ()
+    type: Literal["string", "long", "float", "double"] = "long"
+    """The type the inputs are read as."""
     filter_json: str | None = None
     """A filtered aggregator's Druid filter, as JSON text: only records it matches are aggregated."""
+    sketch: Sketch | None = None
+    """What a sketch aggregator stores (see :mod:`specs.sketches`)."""
+    by_row: bool = False
+    """A cardinality sketch of each record's combination of the fields' values."""
 
 
 class DelimitedValues(NamedTuple):
@@ -130,7 +137,7 @@ class RollupSchema:
         dims = data_schema.dimensions_spec
         metrics = data_schema.metrics_spec
         transforms = data_schema.transform_spec.transforms
-        excluded = (ts.column, *(m.name for m in metrics), *(m.input_field for m in metrics if m.input_field),
+        excluded = (ts.column, *(m.name for m in metrics), *(f for m in metrics for f in m.input_fields),
                     *dims.dimension_exclusions)
         dimensions = tuple(Dimension(d.name, d.type) for d in dims.dimensions)
         columns = fmt.metadata_columns if fmt.type == "kafka" else {}
@@ -141,7 +148,7 @@ class RollupSchema:
         dimensions += tuple(Dimension(name) for name in sorted(set(always) - set(excluded) - set(dims.names))
                             if not name.startswith("__"))  # these fields exist in every record
         names = [ts.column, *(d.name for d in dimensions), *filter_columns(filter_spec),
-                 *(m.input_field for m in metrics if m.input_field is not None),
+                 *(f for m in metrics for f in m.input_fields),
                  *(f for m in metrics for f in filter_columns(m.filter)),
                  *(f for t in transforms for f in referenced_fields(parse_expression(t.expression)))]
         metadata = {name: source for name in names if (source := fmt.metadata_source(name)) is not None}
@@ -153,8 +160,9 @@ class RollupSchema:
             timestamp_column=ts.column,
             timestamp_format=ts.format,
             dimensions=dimensions,
-            metrics=tuple(Metric(m.name, m.kind, m.input_field, _metric_type(m.base.type),
-                                 None if m.filter is None else json.dumps(m.filter)) for m in metrics),
+            metrics=tuple(Metric(m.name, m.kind, m.input_fields, _metric_type(m.base.type, m.sketch),
+                                 None if m.filter is None else json.dumps(m.filter), m.sketch, bool(m.base.by_row))
+                          for m in metrics),
             query_granularity=gran.query_granularity,
             segment_granularity=gran.segment_granularity,
             rollup=gran.rollup,
@@ -198,7 +206,13 @@ class RollupSchema:
         """The Arrow type of every output column but ``__time``, as written to segments."""
         types = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}
         return {**{d.name: types[d.type] for d in self.dimensions},
-                **{m.name: types["long" if m.kind == "count" else m.type] for m in self.metrics}}
+                **{m.name: pa.binary() if m.sketch else types["long" if m.kind == "count" else m.type]
+                   for m in self.metrics}}
+
+    @property
+    def sketches(self) -> dict[str, str]:
+        """The sketch columns, as segment descriptors record them: name -> :class:`Sketch` text."""
+        return {m.name: str(m.sketch) for m in self.metrics if m.sketch is not None}
 
     @property
     def output_columns(self) -> list[str]:
@@ -206,12 +220,23 @@ class RollupSchema:
         return [TIME, *(d.name for d in self.dimensions), *(m.name for m in self.metrics)]
 
 
-def _metric_type(druid_type: str) -> Literal["long", "float", "double"]:
+def _metric_type(druid_type: str, sketch: Sketch | None) -> Literal["string", "long", "float", "double"]:
+    if sketch is not None:
+        return "double" if sketch.family == "kll" else "string"
     if druid_type.startswith("double"):
         return "double"
     if druid_type.startswith("float"):
         return "float"
     return "long"
+
+
+def _sketch_inputs(column: str, family: str, rollup: bool, combine: bool) -> str:
+    """SQL for a row's list of sketch inputs: values (distinct for theta and HLL), or sketches to merge."""
+    if combine:
+        return f"list({column})"
+    if family == "kll":
+        return f"list_filter({f'list({column})' if rollup else f'[{column}]'}, lambda v: v IS NOT NULL)"
+    return f"list_distinct({f'flatten(list({column}))' if rollup else column})"
 
 
 def _cast(text: str, sql_type: str) -> str:
@@ -408,7 +433,7 @@ class Rollup:
         outputs = {name: f'"__x{i}"' for i, name in enumerate(transforms)}  # each transform's JSON token
         metric_filters = {i: json.loads(m.filter_json) for i, m in enumerate(s.metrics) if m.filter_json is not None}
         filtered = [name for f in (filter_spec, *metric_filters.values()) for name in filter_columns(f)]
-        needed = [*(d.name for d in s.dimensions), *(m.field for m in s.metrics if m.field is not None),
+        needed = [*(d.name for d in s.dimensions), *(f for m in s.metrics for f in m.fields),
                   *(name for name in filtered if name != TIME)]
         located = dict(s.input_paths)
 
@@ -464,13 +489,18 @@ class Rollup:
                 arrays.append(f"WHEN left({value}, 1) = '[' AND json_type(__s, {_lit(paths[d.name])}) = 'ARRAY' "
                               f"THEN {_lit(array)}")
         for i, m in enumerate(s.metrics):
-            if m.field is None:
+            if not m.fields:
                 continue
-            value = text(m.field)
+            if m.type == "string":  # a sketch's values, as a list: a cardinality's fields, or their combination
+                values = [text(f) for f in m.fields]
+                combined = f"concat_ws(chr(1), {', '.join(f'coalesce({v}, chr(0))' for v in values)})"
+                typed.append(f"[{combined if m.by_row else ', '.join(values)}] AS __m{i}")
+                continue
+            value = text(m.fields[0])
             typed.append(f"{_cast(value, _SQL_TYPES[m.type])} AS __m{i}")
             skipped = f"__mf{i} AND " if i in metric_filters else ""  # Druid reads a value only to aggregate it
             checks.append(f"WHEN {skipped}{value} IS NOT NULL AND __m{i} IS NULL "
-                          f"THEN {_lit('wrong type for ' + m.field + ' (' + m.type + ')')}")
+                          f"THEN {_lit('wrong type for ' + m.fields[0] + ' (' + m.type + ')')}")
         for name, (source, column) in metadata.items():
             if source.startswith("key:csv:"):  # a quoted first column may hold commas: not read rather than wrong
                 checks.append(f"WHEN left(try(decode({column})), 1) = '\"' THEN "
@@ -482,7 +512,7 @@ class Rollup:
         if arrays:  # last (its CASE ends the checks): one scan for '[' spares the per-dimension checks
             checks.append(f"WHEN contains(__s, '[') THEN CASE {' '.join(arrays)} END")
         carried = ", ".join(["__i", *dict.fromkeys(column for _, column in metadata.values())])
-        columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.field]
+        columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.fields]
         kept = "true" if filter_spec is None else _filter_sql(filter_spec, text)
         matched = [f"coalesce({_filter_sql(f, text)}, false) AS __mf{i}" for i, f in metric_filters.items()]
         seg = bucket_start_sql(s.segment_granularity, "__t")
@@ -546,6 +576,9 @@ class Rollup:
                 counted = "count(*)" if matched is None else f"sum({one})"
                 expr = f"sum({_q(m.name)})" if combine else (counted if s.rollup else one)
                 sql_type = "BIGINT"
+            elif m.sketch is not None:  # lists of values (or sketches) for Python to sketch (or merge)
+                aggs.append(f"{_sketch_inputs(col, m.sketch.family, s.rollup, combine)} AS {_q(m.name)}")
+                continue
             elif m.kind == "sum":
                 expr = f"coalesce(sum({col}), 0)" if (s.rollup or combine) else f"coalesce({col}, 0)"
                 if sql_type == "BIGINT":
@@ -584,8 +617,8 @@ class Rollup:
         status = out.column("__status")
         good = pc.equal(status, 0)
         if pc.all(good).as_py() is not False:  # the usual case: every record is good (or none came)
-            return ParsedBatch(out.drop_columns(_AUX_COLUMNS), 0, (), 0)
-        rows = out.filter(good).drop_columns(_AUX_COLUMNS)
+            return ParsedBatch(self._sketched(out.drop_columns(_AUX_COLUMNS), build_sketches), 0, (), 0)
+        rows = self._sketched(out.filter(good).drop_columns(_AUX_COLUMNS), build_sketches)
         bad = out.filter(pc.equal(status, 1)).sort_by("__bad_i")  # one row per bad record
         thrown = out.filter(pc.equal(status, 2)).column("__n")
         first = bad.slice(0, _SAMPLE_LIMIT)
@@ -633,6 +666,14 @@ class Rollup:
             return pa.concat_tables(partials)
         self._con.register("partials", pa.concat_tables(partials))
         try:
-            return self._con.sql(self._aggregate_sql("partials", combine=True)).to_arrow_table()
+            return self._sketched(self._con.sql(self._aggregate_sql("partials", combine=True)).to_arrow_table(),
+                                  merge_sketches)
         finally:
             self._con.unregister("partials")
+
+    def _sketched(self, rows: pa.Table, make: Callable[[Sketch, pa.ChunkedArray], pa.Array]) -> pa.Table:
+        """``rows`` with each sketch column's lists (of values, or of sketches) made into sketches."""
+        for m in self.schema.metrics:
+            if m.sketch is not None:
+                rows = rows.set_column(rows.column_names.index(m.name), m.name, make(m.sketch, rows.column(m.name)))
+        return rows

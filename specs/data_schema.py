@@ -30,6 +30,7 @@ from specs.errors import SpecError, json_type_name, key_path
 from specs.expressions import parse_expression
 from specs.filters import filter_condition
 from specs.granularity import Granularity
+from specs.sketches import SKETCH_AGGREGATORS, Sketch, sketch_of
 
 __all__ = [
     "AggregatorType",
@@ -50,6 +51,7 @@ DimensionType = Literal["string", "long", "float", "double"]
 AggregatorType = Literal[
     "count", "longSum", "doubleSum", "floatSum", "longMin", "longMax",
     "doubleMin", "doubleMax", "floatMin", "floatMax",
+    "thetaSketch", "HLLSketchBuild", "quantilesDoublesSketch", "hyperUnique", "cardinality",
 ]  # fmt: skip
 _AGGREGATOR_TYPES: tuple[str, ...] = get_args(AggregatorType)
 _UNSAFE_NAME_CHARACTERS = frozenset('*?[]{}`"')
@@ -223,9 +225,17 @@ class DimensionsSpec(SpecModel):
 
 
 class MetricSpec(SpecModel):
-    """One aggregator of ``metricsSpec``, computed at ingestion time; ``filtered`` wraps another."""
+    """One aggregator of ``metricsSpec``, computed at ingestion time; ``filtered`` wraps another.
 
-    not_implemented: ClassVar[dict[str, str]] = {"expression": "an aggregator's expression"}
+    Sketch aggregators (:mod:`specs.sketches`) store a sketch of the field's values per row.
+    """
+
+    harmless: ClassVar[frozenset[str]] = frozenset({"shouldFinalize", "round", "maxStreamLength"})
+    """How a query finalizes the sketch, not what is stored."""
+    not_implemented: ClassVar[dict[str, str]] = {
+        "expression": "an aggregator's expression",
+        "isInputThetaSketch": "input values that are theta sketches already",
+        "isInputHyperUnique": "input values that are hyperUnique sketches already"}
 
     type: AggregatorType | Literal["filtered"]
     """Aggregator type: count, long/double/float Sum, Min or Max, or filtered."""
@@ -237,6 +247,18 @@ class MetricSpec(SpecModel):
     """filtered only: the Druid filter a record must match to be aggregated (see :mod:`specs.filters`)."""
     aggregator: MetricSpec | None = None
     """filtered only: the aggregator applied to the matching records."""
+    size: int | None = None
+    """thetaSketch only: nominal entries, a power of 2 (default 16384)."""
+    lg_k: int | None = None
+    """HLLSketchBuild only: log2 of the number of buckets, 4 to 21 (default 12)."""
+    tgt_hll_type: Literal["HLL_4", "HLL_6", "HLL_8"] | None = None
+    """HLLSketchBuild only: bits per bucket (default HLL_4)."""
+    k: int | None = None
+    """quantilesDoublesSketch only: accuracy, a power of 2 from 2 to 32768 (default 128)."""
+    fields: tuple[str, ...] | None = Field(default=None, strict=False)
+    """cardinality only: the input fields counted (instead of fieldName)."""
+    by_row: bool | None = None
+    """cardinality only: count distinct combinations of the fields' values, not distinct values (default false)."""
 
     _reserved = field_validator("name")(_not_reserved)
 
@@ -274,10 +296,15 @@ class MetricSpec(SpecModel):
         for key, value in (("filter", self.filter), ("aggregator", self.aggregator)):
             if value is not None:
                 raise SpecError.at(key, f"only a filtered aggregator takes {key}")
-        if self.type == "count" and self.field_name is not None:
-            raise SpecError.at("fieldName", "a count aggregator takes no fieldName")
-        if self.type != "count" and self.field_name is None:
+        if self.type in ("count", "cardinality") and self.field_name is not None:
+            raise SpecError.at("fieldName", f"a {self.type} aggregator takes no fieldName"
+                               + (" (it takes fields)" if self.type == "cardinality" else ""))
+        if self.type not in ("count", "cardinality") and self.field_name is None:
             raise SpecError.at("fieldName", f"required for a {self.type} aggregator")
+        if (self.type == "cardinality") != (self.fields is not None):
+            raise SpecError.at("fields", "required for a cardinality aggregator" if self.type == "cardinality"
+                               else "only a cardinality aggregator takes fields")
+        sketch_of(self.type, self.model_dump(by_alias=True))  # refuses parameters out of range or misplaced
         return self
 
     @property
@@ -286,16 +313,24 @@ class MetricSpec(SpecModel):
         return self.aggregator if self.aggregator is not None else self
 
     @property
-    def input_field(self) -> str | None:
-        """The input field aggregated (None for count)."""
-        return self.base.field_name
+    def input_fields(self) -> tuple[str, ...]:
+        """The input fields aggregated (none for count)."""
+        base = self.base
+        return base.fields or (() if base.field_name is None else (base.field_name,))
 
     @property
-    def kind(self) -> Literal["count", "sum", "min", "max"]:
+    def sketch(self) -> Sketch | None:
+        """The sketch this aggregator stores (None: it stores a number)."""
+        return sketch_of(self.base.type, self.base.model_dump(by_alias=True))
+
+    @property
+    def kind(self) -> Literal["count", "sum", "min", "max", "sketch"]:
         """What the aggregator computes."""
         kind = self.base.type
         if kind == "count":
             return "count"
+        if kind in SKETCH_AGGREGATORS:
+            return "sketch"
         if kind.endswith("Sum"):
             return "sum"
         return "min" if kind.endswith("Min") else "max"

@@ -339,9 +339,15 @@ def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> Non
         if before.type != metric.type:
             errors.append((f"spec.dataSchema.metricsSpec[{i}].type", f"metric {metric.name!r} was {before.type}, "
                            f"got {metric.type}: published rows were aggregated as {before.type}; use a new name"))
-        elif before.field_name != metric.field_name:
-            errors.append((f"spec.dataSchema.metricsSpec[{i}].fieldName", f"metric {metric.name!r} was "
-                           f"{before.field_name!r}, got {metric.field_name!r}; use a new name"))
+        elif (before.input_fields, bool(before.base.by_row)) != (metric.input_fields, bool(metric.base.by_row)):
+            was, got = (", ".join(map(repr, m.input_fields)) + (" by row" if m.base.by_row else "")
+                        for m in (before, metric))
+            errors.append((f"spec.dataSchema.metricsSpec[{i}].fieldName", f"metric {metric.name!r} was {was}, "
+                           f"got {got}; use a new name"))
+        elif before.sketch != metric.sketch:
+            errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"metric {metric.name!r} was a {before.sketch} "
+                           f"sketch, got {metric.sketch}: published sketches merge only with their own kind; "
+                           "use a new name"))
         elif (before.filter, before.aggregator) != (metric.filter, metric.aggregator):
             errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"filtered metric {metric.name!r} changed its filter "
                            "or aggregator: published rows were aggregated by the old one; use a new name"))

@@ -164,9 +164,9 @@ REJECTIONS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("granularitySpec-type", _patched(*GS, "type", value="arbitrary"), f"{P_GS}.type", "'uniform'"),
     (
         "unknown-aggregator",
-        _patched(*METRICS, 1, "type", value="hyperUnique"),
+        _patched(*METRICS, 1, "type", value="doubleMean"),
         f"{P_DS}.metricsSpec[1].type",
-        "unknown aggregator type 'hyperUnique'",
+        "unknown aggregator type 'doubleMean'",
     ),
     (
         "dimension-json",

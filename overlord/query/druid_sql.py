@@ -29,6 +29,7 @@ from sqlglot.parsers.druid import DruidParser
 
 from overlord.query.errors import QueryError
 from overlord.query.metadata_tables import SCHEMAS
+from specs.sketches import Sketch
 
 __all__ = ["METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period", "translate"]
 
@@ -66,6 +67,11 @@ class Translation:
 
     sql: str
     metadata_tables: frozenset[str] = frozenset()
+    tables: frozenset[str] = frozenset()
+    """Every table name the query names (lower case), CTEs' included."""
+    sketch_arguments: frozenset[str] = frozenset()
+    """Columns (lower case) counted distinct or given to a sketch function: if they are sketch columns,
+    the query is translated again knowing their kind (``translate``'s ``sketches``)."""
 
 
 def metadata_view(table: str) -> str:
@@ -74,8 +80,11 @@ def metadata_view(table: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def translate(query: str) -> Translation:
-    """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported."""
+def translate(query: str, sketches: tuple[tuple[str, str], ...] = ()) -> Translation:
+    """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported.
+
+    ``sketches`` are the sketch columns of the tables queried: (lower-case name, ``Sketch`` text).
+    """
     try:
         trees = sqlglot.parse(query, read=_DruidDialect)
     except SqlglotError:
@@ -83,20 +92,27 @@ def translate(query: str) -> Translation:
     if len(trees) != 1 or trees[0] is None:
         return Translation(query)
     tree, tables, changed = trees[0], set[str](), False
+    names = {table.name.lower() for table in tree.find_all(exp.Table)}
+    arguments = {column.name.lower() for node in tree.walk() if (column := _sketch_argument(node)) is not None}
+    kinds = {name: Sketch.parse(kind) for name, kind in sketches}
     for node in reversed(list(tree.walk(bfs=False))):  # children first: nested Druid calls are rewritten too
-        new = _rewrite(node, tables)
+        new = _rewrite(node, tables, kinds)
         if new is not node:
             changed = True
             if node is tree:
                 tree = new
             else:
                 node.replace(new)
-    return Translation(tree.sql(dialect="spark"), frozenset(tables)) if changed else Translation(query)
+    return Translation(tree.sql(dialect="spark") if changed else query, frozenset(tables), frozenset(names),
+                       frozenset(arguments))
 
 
-def _rewrite(node: exp.Expression, tables: set[str]) -> exp.Expression:
+def _rewrite(node: exp.Expression, tables: set[str], sketches: dict[str, Sketch]) -> exp.Expression:
     if isinstance(node, exp.Table) and node.args.get("db") is not None:
         return _table(node, tables)
+    column = _sketch_argument(node)
+    if column is not None and column.name.lower() in sketches:
+        return _over_sketches(node, column, sketches[column.name.lower()])
     if isinstance(node, exp.Anonymous):
         translator = _FUNCTIONS.get(str(node.this).upper())
         return translator(list(node.expressions)) if translator else node
@@ -317,6 +333,12 @@ def _approx_distinct(value: exp.Expression, relative_error: float) -> exp.Expres
 
 def _approx_quantile(args: list[exp.Expression]) -> exp.Expression:
     """Spark's percentile sketch with a rank error of 0.01%, within any quantiles sketch's (k <= 32768)."""
+    return exp.Anonymous(this="percentile_approx", expressions=[
+        _sql("CAST(_v AS DOUBLE)", _v=args[0]), _probability(args), exp.Literal.number(10_000)])
+
+
+def _probability(args: list[exp.Expression]) -> exp.Expression:
+    """APPROX_QUANTILE_DS's probability argument (and its arity checked)."""
     _arity("APPROX_QUANTILE_DS", args, 2, 3)
     _integer(args, 2, "APPROX_QUANTILE_DS", "k", 128, 2, 32768)
     probability = args[1]
@@ -324,8 +346,44 @@ def _approx_quantile(args: list[exp.Expression]) -> exp.Expression:
             and 0 <= float(probability.this) <= 1):
         raise QueryError("APPROX_QUANTILE_DS: the probability must be a number literal from 0 to 1",
                          "UNSUPPORTED_DRUID_SQL")
-    return exp.Anonymous(this="percentile_approx", expressions=[
-        _sql("CAST(_v AS DOUBLE)", _v=args[0]), probability.copy(), exp.Literal.number(10_000)])
+    return probability.copy()
+
+
+_SKETCH_FUNCTIONS = frozenset({"APPROX_COUNT_DISTINCT_DS_HLL", "APPROX_COUNT_DISTINCT_DS_THETA", "APPROX_QUANTILE_DS"})
+
+
+def _sketch_argument(node: exp.Expression) -> exp.Column | None:
+    """The column a sketch function, ``APPROX_COUNT_DISTINCT`` or ``COUNT(DISTINCT)`` is over, if a column."""
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() in _SKETCH_FUNCTIONS and node.expressions:
+        argument = node.expressions[0]
+    elif isinstance(node, exp.ApproxDistinct):
+        argument = node.this
+    elif isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct) and len(node.this.expressions) == 1:
+        argument = node.this.expressions[0]
+    else:
+        return None
+    return argument if isinstance(argument, exp.Column) else None
+
+
+def _over_sketches(node: exp.Expression, column: exp.Column, sketch: Sketch) -> exp.Expression:
+    """``node`` (see :func:`_sketch_argument`) over a column of stored sketches: they merge into the answer."""
+    function = str(node.this).upper() if isinstance(node, exp.Anonymous) else "COUNT(DISTINCT)"
+    args = list(node.expressions) if isinstance(node, exp.Anonymous) else [column]
+    wanted = {"theta": "APPROX_COUNT_DISTINCT_DS_THETA", "hll": "APPROX_COUNT_DISTINCT_DS_HLL",
+              "kll": "APPROX_QUANTILE_DS"}[sketch.family]
+    if function in _SKETCH_FUNCTIONS - {wanted} or (sketch.family == "kll" and function != wanted):
+        raise QueryError(f"{function} over {column.name}, a column of {sketch.family.upper()} sketches: use "
+                         f"{wanted}", "UNSUPPORTED_DRUID_SQL")
+    if sketch.family == "kll":
+        return _sql("kll_sketch_get_quantile_double(kll_merge_agg_double(_c), _p)", _c=column,
+                    _p=_probability(args))
+    if sketch.family == "hll":
+        _arity(function, args, 1, 3)
+        return _sql("hll_sketch_estimate(hll_union_agg(_c, true))", _c=column)
+    _arity(function, args, 1, 2)
+    size = _integer(args, 1, function, "size", sketch.size, 16, 2**26)
+    return _sql("theta_sketch_estimate(theta_union_agg(_c, _k))", _c=column,
+                _k=exp.Literal.number(size.bit_length() - 1))
 
 
 _FUNCTIONS: dict[str, Callable[[list[exp.Expression]], exp.Expression]] = {

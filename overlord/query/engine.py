@@ -49,7 +49,7 @@ from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
-from segment_store.timeline import datasources, visible_segments
+from segment_store.timeline import datasources, sketch_columns, visible_segments
 
 __all__ = ["QueryLimits", "SqlQuery", "execute_sql", "run_sql"]
 
@@ -286,7 +286,7 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     if len(query) > limits.max_length:
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
-    translation = translate(query)
+    translation = _translate(engine, query)
     cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
         table = None if local is None else _run_local(local, engine, translation, parameters, cut, running, limits)
@@ -302,6 +302,16 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
                          "RESULT_TOO_LARGE")
     logger.debug("query returned %d rows on %s: %s", result.table.num_rows, result.engine, query)
     return result
+
+
+def _translate(engine: sa.Engine, query: str) -> Translation:
+    """The query in Spark SQL, knowing which of the columns it counts distinct hold sketches."""
+    translation = translate(query)
+    if not translation.sketch_arguments:
+        return translation
+    sketches = {name.lower(): kind for name, kind in sketch_columns(engine, translation.tables).items()}
+    kinds = tuple(sorted((name, sketches[name]) for name in translation.sketch_arguments if name in sketches))
+    return translate(query, kinds) if kinds else translation
 
 
 def _run_spark(spark: SparkSession, engine: sa.Engine, translation: Translation, parameters: Sequence[Any],
