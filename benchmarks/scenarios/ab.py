@@ -7,7 +7,7 @@ both versions run in the same process on the same warm Spark session, alternatel
 
     python -m benchmarks.scenarios.ab --ref HEAD --events 1000000 --repeat 3
     python -m benchmarks.scenarios.ab --ref HEAD --worker --events 1000000 --repeat 5
-    python -m benchmarks.scenarios.ab --transforms --events 1000000 --repeat 5   # plain vs filter + transforms
+    python -m benchmarks.scenarios.ab --transforms --events 1000000 --repeat 5   # plain vs filter, transforms, theta
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def _index(bench: Bench, runner: Any, shape_name: str, topic: str, events: int) 
 
 
 def with_transforms(spec: SupervisorSpec) -> SupervisorSpec:
-    """``spec`` plus a filter (keeps ~90%), two expression transforms and a filtered aggregator."""
+    """``spec`` plus a filter (keeps ~90%), two expression transforms, a filtered aggregator and a theta
+    sketch of the first high-cardinality dimension (of ``low0`` in a shape without one)."""
     raw = spec.to_druid_json()
     schema = raw["spec"]["dataSchema"]
     schema["transformSpec"] = {
@@ -89,6 +90,9 @@ def with_transforms(spec: SupervisorSpec) -> SupervisorSpec:
     schema["metricsSpec"].append({"type": "filtered", "filter": {"type": "in", "dimension": "low0",
                                                                  "values": ["v1", "v2", "v3"]},
                                   "aggregator": {"type": "longSum", "name": "some_sum", "fieldName": "value"}})
+    dimensions = schema["dimensionsSpec"]["dimensions"]
+    counted = next((d for d in dimensions if d.startswith("high")), dimensions[0])
+    schema["metricsSpec"].append({"type": "thetaSketch", "name": f"distinct_{counted}", "fieldName": counted})
     return load_supervisor_spec(raw)
 
 
@@ -198,7 +202,7 @@ def main() -> None:
                         help="compare the worker alone (index_split in this process: CPU time per event)")
     parser.add_argument("--transforms", action="store_true",
                         help="worker mode on the working tree: the plain spec against it with a filter, two "
-                             "transforms and a filtered aggregator (--ref is ignored)")
+                             "transforms, a filtered aggregator and a theta sketch (--ref is ignored)")
     parser.add_argument("--output", type=Path, default=None,
                         help="default: benchmarks/results/ab.json (ab_transforms.json with --transforms)")
     args = parser.parse_args()
