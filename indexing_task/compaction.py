@@ -136,8 +136,8 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
         rollup.close()
     merged = merged.select(expected).cast(schema).sort_by([(c, "ascending") for c in expected])
     attempt_id = f"compact-{payload.job_id}-i{index:04d}-a{attempt}"
-    written = [write_segment_file(storage, payload.datasource, target.start, target.end, attempt_id, attempt_id,
-                                  part, merged.slice(offset, payload.max_rows_per_segment), rollup_schema.sketches)
+    written = [write_segment_file(storage, payload.datasource, target.start, target.end, attempt_id, attempt_id, part,
+                                  merged.slice(offset, payload.max_rows_per_segment), rollup_schema.complex_columns)
                for part, offset in enumerate(range(0, merged.num_rows, payload.max_rows_per_segment))]
     return sum(t.num_rows for t in tables), written
 

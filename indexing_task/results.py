@@ -35,8 +35,8 @@ class WrittenSegment(BaseModel):
     interval_end: datetime
     min_time: datetime
     max_time: datetime
-    sketches: dict[str, str] = {}
-    """The sketch columns: name -> kind (``specs.sketches.Sketch`` as text); queries merge them by it."""
+    complex_columns: dict[str, str] = {}
+    """Sketch and first/last columns: name -> kind (``Metric.complex_kind``); queries read them by it."""
 
     def descriptor(self, datasource: str) -> SegmentDescriptor:
         """The segment as the publish transaction (or compaction swap) takes it."""
@@ -44,7 +44,7 @@ class WrittenSegment(BaseModel):
             id=self.id, datasource=datasource, interval_start=self.interval_start, interval_end=self.interval_end,
             path=self.path, size_bytes=self.size_bytes, num_rows=self.num_rows,
             details={"min_time": self.min_time.isoformat(), "max_time": self.max_time.isoformat(),
-                     **({"sketches": self.sketches} if self.sketches else {})})
+                     **({"complex_columns": self.complex_columns} if self.complex_columns else {})})
 
 
 class WorkerResult(BaseModel):

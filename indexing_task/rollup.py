@@ -68,7 +68,7 @@ class Metric:
     """An aggregator: ``kind`` over input ``fields`` (none for count, several for a cardinality sketch)."""
 
     name: str
-    kind: Literal["count", "sum", "min", "max", "sketch"]
+    kind: Literal["count", "sum", "min", "max", "sketch", "first", "last"]
     fields: tuple[str, ...] = ()
     type: Literal["string", "long", "float", "double"] = "long"
     """The type the inputs are read as."""
@@ -78,6 +78,18 @@ class Metric:
     """What a sketch aggregator stores (see :mod:`specs.sketches`)."""
     by_row: bool = False
     """A cardinality sketch of each record's combination of the fields' values."""
+    max_bytes: int = 1024
+    """stringFirst/stringLast: values are cut to this many UTF-8 bytes."""
+
+    @property
+    def complex_kind(self) -> str | None:
+        """How the column is stored if not as a plain value (segment descriptors record it, queries read it).
+
+        A :class:`Sketch` as text, or ``pair:<type>``, first/last's (time, value) pair; None for a plain value.
+        """
+        if self.sketch is not None:
+            return str(self.sketch)
+        return f"pair:{self.type}" if self.kind in ("first", "last") else None
 
 
 class DelimitedValues(NamedTuple):
@@ -161,7 +173,8 @@ class RollupSchema:
             timestamp_format=ts.format,
             dimensions=dimensions,
             metrics=tuple(Metric(m.name, m.kind, m.input_fields, _metric_type(m.base.type, m.sketch),
-                                 None if m.filter is None else json.dumps(m.filter), m.sketch, bool(m.base.by_row))
+                                 None if m.filter is None else json.dumps(m.filter), m.sketch, bool(m.base.by_row),
+                                 1024 if m.base.max_string_bytes is None else m.base.max_string_bytes)
                           for m in metrics),
             query_granularity=gran.query_granularity,
             segment_granularity=gran.segment_granularity,
@@ -205,14 +218,19 @@ class RollupSchema:
     def arrow_types(self) -> dict[str, pa.DataType]:
         """The Arrow type of every output column but ``__time``, as written to segments."""
         types = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}
-        return {**{d.name: types[d.type] for d in self.dimensions},
-                **{m.name: pa.binary() if m.sketch else types["long" if m.kind == "count" else m.type]
-                   for m in self.metrics}}
+
+        def metric_type(m: Metric) -> pa.DataType:
+            if m.sketch is not None:
+                return pa.binary()
+            if m.kind in ("first", "last"):
+                return pa.struct([("lhs", pa.int64()), ("rhs", types[m.type])])
+            return types["long" if m.kind == "count" else m.type]
+        return {**{d.name: types[d.type] for d in self.dimensions}, **{m.name: metric_type(m) for m in self.metrics}}
 
     @property
-    def sketches(self) -> dict[str, str]:
-        """The sketch columns, as segment descriptors record them: name -> :class:`Sketch` text."""
-        return {m.name: str(m.sketch) for m in self.metrics if m.sketch is not None}
+    def complex_columns(self) -> dict[str, str]:
+        """The columns that are not plain values: name -> :attr:`Metric.complex_kind`."""
+        return {m.name: kind for m in self.metrics if (kind := m.complex_kind) is not None}
 
     @property
     def output_columns(self) -> list[str]:
@@ -223,6 +241,8 @@ class RollupSchema:
 def _metric_type(druid_type: str, sketch: Sketch | None) -> Literal["string", "long", "float", "double"]:
     if sketch is not None:
         return "double" if sketch.family == "kll" else "string"
+    if druid_type.startswith("string"):
+        return "string"
     if druid_type.startswith("double"):
         return "double"
     if druid_type.startswith("float"):
@@ -237,6 +257,23 @@ def _sketch_inputs(column: str, family: str, rollup: bool, combine: bool) -> str
     if family == "kll":
         return f"list_filter({f'list({column})' if rollup else f'[{column}]'}, lambda v: v IS NOT NULL)"
     return f"list_distinct({f'flatten(list({column}))' if rollup else column})"
+
+
+def _pair_sql(i: int, value: str, m: Metric, typed: list[str]) -> list[str]:
+    """Append the SQL of first/last metric ``i``'s (time, value) pair to ``typed``; return its type check.
+
+    A string is cut to ``max_bytes`` UTF-8 bytes and a null one is skipped (no pair), as Druid's
+    string first/last do at ingestion; a null number is kept (the earliest value may be null).
+    """
+    if m.type == "string":
+        fits = f"len(list_filter(range(1, length({value}) + 1), lambda p: strlen(left({value}, p)) <= {m.max_bytes}))"
+        cut = f"CASE WHEN strlen({value}) <= {m.max_bytes} THEN {value} ELSE left({value}, {fits}) END"
+        typed.append(f"CASE WHEN {value} IS NOT NULL THEN {{'lhs': epoch_ms(__t), 'rhs': {cut}}} END AS __m{i}")
+        return []
+    typed.append(f"{{'lhs': epoch_ms(__t), 'rhs': {_cast(value, _SQL_TYPES[m.type])}}} AS __m{i}")
+    skipped = f"__mf{i} AND " if m.filter_json is not None else ""
+    return [f"WHEN {skipped}{value} IS NOT NULL AND __m{i}.rhs IS NULL "
+            f"THEN {_lit('wrong type for ' + m.fields[0] + ' (' + m.type + ')')}"]
 
 
 def _cast(text: str, sql_type: str) -> str:
@@ -491,6 +528,9 @@ class Rollup:
         for i, m in enumerate(s.metrics):
             if not m.fields:
                 continue
+            if m.kind in ("first", "last"):  # (time, value): the record's own time orders values, as in Druid
+                checks += _pair_sql(i, text(m.fields[0]), m, typed)
+                continue
             if m.type == "string":  # a sketch's values, as a list: a cardinality's fields, or their combination
                 values = [text(f) for f in m.fields]
                 combined = f"concat_ws(chr(1), {', '.join(f'coalesce({v}, chr(0))' for v in values)})"
@@ -578,6 +618,11 @@ class Rollup:
                 sql_type = "BIGINT"
             elif m.sketch is not None:  # lists of values (or sketches) for Python to sketch (or merge)
                 aggs.append(f"{_sketch_inputs(col, m.sketch.family, s.rollup, combine)} AS {_q(m.name)}")
+                continue
+            elif m.kind in ("first", "last"):  # the pair of the earliest (latest) time
+                pick = "arg_min" if m.kind == "first" else "arg_max"
+                pair = f"{pick}({col}, struct_extract({col}, 'lhs'))" if s.rollup or combine else col
+                aggs.append(f"{pair} AS {_q(m.name)}")
                 continue
             elif m.kind == "sum":
                 expr = f"coalesce(sum({col}), 0)" if (s.rollup or combine) else f"coalesce({col}, 0)"

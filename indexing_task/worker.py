@@ -177,16 +177,17 @@ class _SegmentWriter:
 
     def _write_file(self, start: datetime, end: datetime, table: pa.Table) -> None:
         self.segments.append(write_segment_file(self.storage, self.payload.datasource, start, end, self.attempt_id,
-                                                self.split_key, self.part, table, self.rollup.schema.sketches))
+                                                self.split_key, self.part, table,
+                                                self.rollup.schema.complex_columns))
         self.part += 1
         self.rows_out += table.num_rows
 
 
 def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, end: datetime, attempt_id: str,
-                       id_key: str, part: int, table: pa.Table, sketches: dict[str, str]) -> WrittenSegment:
+                       id_key: str, part: int, table: pa.Table, complex_columns: dict[str, str]) -> WrittenSegment:
     """Write ``table`` as segment file ``part`` of an attempt (zstd Parquet); return what was written.
 
-    ``sketches`` names the table's sketch columns and their kind (:attr:`RollupSchema.sketches`).
+    ``complex_columns`` names the columns that are not plain values (:attr:`RollupSchema.complex_columns`).
 
     The segment id is ``{datasource}_{start}_{end}_{id_key}_{part}``.
     """
@@ -198,4 +199,4 @@ def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, e
     return WrittenSegment(
         id=f"{datasource}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{id_key}_{part}", path=path,
         size_bytes=storage.size(path), num_rows=table.num_rows, interval_start=start, interval_end=end,
-        min_time=pc.min(times).as_py(), max_time=pc.max(times).as_py(), sketches=sketches)
+        min_time=pc.min(times).as_py(), max_time=pc.max(times).as_py(), complex_columns=complex_columns)

@@ -95,15 +95,15 @@ def datasources(engine: sa.Engine) -> list[str]:
         return list(conn.execute(sa.select(s.datasource).where(s.used).distinct().order_by(s.datasource)).scalars())
 
 
-def sketch_columns(engine: sa.Engine, names: Iterable[str]) -> dict[str, str]:
-    """The sketch columns of the datasources ``names`` (matched case-insensitively): column -> sketch kind.
+def complex_columns(engine: sa.Engine, names: Iterable[str]) -> dict[str, str]:
+    """The sketch and first/last columns of the datasources ``names`` (matched case-insensitively): column -> kind.
 
     Read from the used segments' descriptors; a column name keeps one kind per datasource
     (``specs.check_update``).
     """
     s = segments_t.c
-    sketches = s.descriptor["sketches"]
-    query = (sa.select(sketches).distinct()
-             .where(s.used, sa.func.lower(s.datasource).in_([name.lower() for name in names]), sketches.isnot(None)))
+    kinds = s.descriptor["complex_columns"]
+    query = (sa.select(kinds).distinct()
+             .where(s.used, sa.func.lower(s.datasource).in_([name.lower() for name in names]), kinds.isnot(None)))
     with engine.connect() as conn:
         return {column: kind for found in conn.execute(query).scalars() for column, kind in found.items()}

@@ -52,6 +52,7 @@ AggregatorType = Literal[
     "count", "longSum", "doubleSum", "floatSum", "longMin", "longMax",
     "doubleMin", "doubleMax", "floatMin", "floatMax",
     "thetaSketch", "HLLSketchBuild", "quantilesDoublesSketch", "hyperUnique", "cardinality",
+    "longFirst", "longLast", "doubleFirst", "doubleLast", "floatFirst", "floatLast", "stringFirst", "stringLast",
 ]  # fmt: skip
 _AGGREGATOR_TYPES: tuple[str, ...] = get_args(AggregatorType)
 _UNSAFE_NAME_CHARACTERS = frozenset('*?[]{}`"')
@@ -257,6 +258,10 @@ class MetricSpec(SpecModel):
     """quantilesDoublesSketch only: accuracy, a power of 2 from 2 to 32768 (default 128)."""
     fields: tuple[str, ...] | None = Field(default=None, strict=False)
     """cardinality only: the input fields counted (instead of fieldName)."""
+    time_column: Literal["__time"] | None = None
+    """first/last only: the time that orders values; only the record's own timestamp, ``__time``."""
+    max_string_bytes: int | None = Field(default=None, ge=0)
+    """stringFirst/stringLast only: values are cut to this many UTF-8 bytes (default 1024)."""
     by_row: bool | None = None
     """cardinality only: count distinct combinations of the fields' values, not distinct values (default false)."""
 
@@ -305,6 +310,10 @@ class MetricSpec(SpecModel):
             raise SpecError.at("fields", "required for a cardinality aggregator" if self.type == "cardinality"
                                else "only a cardinality aggregator takes fields")
         sketch_of(self.type, self.model_dump(by_alias=True))  # refuses parameters out of range or misplaced
+        if self.time_column is not None and not self.type.endswith(("First", "Last")):
+            raise SpecError.at("timeColumn", "only a first or last aggregator takes timeColumn")
+        if self.max_string_bytes is not None and self.type not in ("stringFirst", "stringLast"):
+            raise SpecError.at("maxStringBytes", "only a stringFirst or stringLast aggregator takes maxStringBytes")
         return self
 
     @property
@@ -324,13 +333,15 @@ class MetricSpec(SpecModel):
         return sketch_of(self.base.type, self.base.model_dump(by_alias=True))
 
     @property
-    def kind(self) -> Literal["count", "sum", "min", "max", "sketch"]:
+    def kind(self) -> Literal["count", "sum", "min", "max", "sketch", "first", "last"]:
         """What the aggregator computes."""
         kind = self.base.type
         if kind == "count":
             return "count"
         if kind in SKETCH_AGGREGATORS:
             return "sketch"
+        if kind.endswith(("First", "Last")):
+            return "first" if kind.endswith("First") else "last"
         if kind.endswith("Sum"):
             return "sum"
         return "min" if kind.endswith("Min") else "max"

@@ -79,8 +79,10 @@ def _index(bench: Bench, runner: Any, shape_name: str, topic: str, events: int) 
 
 
 def with_transforms(spec: SupervisorSpec) -> SupervisorSpec:
-    """``spec`` plus a filter (keeps ~90%), two expression transforms, a filtered aggregator and a theta
-    sketch of the first high-cardinality dimension (of ``low0`` in a shape without one)."""
+    """``spec`` plus a filter (keeps ~90%), two transforms, a filtered aggregator and a theta sketch.
+
+    The sketch counts the first high-cardinality dimension (``low0`` in a shape without one).
+    """
     raw = spec.to_druid_json()
     schema = raw["spec"]["dataSchema"]
     schema["transformSpec"] = {
@@ -90,7 +92,7 @@ def with_transforms(spec: SupervisorSpec) -> SupervisorSpec:
     schema["metricsSpec"].append({"type": "filtered", "filter": {"type": "in", "dimension": "low0",
                                                                  "values": ["v1", "v2", "v3"]},
                                   "aggregator": {"type": "longSum", "name": "some_sum", "fieldName": "value"}})
-    dimensions = schema["dimensionsSpec"]["dimensions"]
+    dimensions = [d["name"] for d in schema["dimensionsSpec"]["dimensions"]]
     counted = next((d for d in dimensions if d.startswith("high")), dimensions[0])
     schema["metricsSpec"].append({"type": "thetaSketch", "name": f"distinct_{counted}", "fieldName": counted})
     return load_supervisor_spec(raw)

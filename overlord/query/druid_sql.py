@@ -69,9 +69,9 @@ class Translation:
     metadata_tables: frozenset[str] = frozenset()
     tables: frozenset[str] = frozenset()
     """Every table name the query names (lower case), CTEs' included."""
-    sketch_arguments: frozenset[str] = frozenset()
-    """Columns (lower case) counted distinct or given to a sketch function: if they are sketch columns,
-    the query is translated again knowing their kind (``translate``'s ``sketches``)."""
+    complex_arguments: frozenset[str] = frozenset()
+    """Columns (lower case) given to a function that reads sketch or first/last columns differently: if
+    they are such columns, the query is translated again knowing their kind (``translate``'s ``complex_columns``)."""
 
 
 def metadata_view(table: str) -> str:
@@ -80,10 +80,11 @@ def metadata_view(table: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def translate(query: str, sketches: tuple[tuple[str, str], ...] = ()) -> Translation:
+def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> Translation:
     """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported.
 
-    ``sketches`` are the sketch columns of the tables queried: (lower-case name, ``Sketch`` text).
+    ``complex_columns`` are the sketch and first/last columns of the tables queried: (lower-case
+    name, kind as segment descriptors record it: a ``Sketch`` as text, or ``pair:<type>``).
     """
     try:
         trees = sqlglot.parse(query, read=_DruidDialect)
@@ -93,8 +94,8 @@ def translate(query: str, sketches: tuple[tuple[str, str], ...] = ()) -> Transla
         return Translation(query)
     tree, tables, changed = trees[0], set[str](), False
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
-    arguments = {column.name.lower() for node in tree.walk() if (column := _sketch_argument(node)) is not None}
-    kinds = {name: Sketch.parse(kind) for name, kind in sketches}
+    arguments = {column.name.lower() for node in tree.walk() if (column := _complex_argument(node)) is not None}
+    kinds = dict(complex_columns)
     for node in reversed(list(tree.walk(bfs=False))):  # children first: nested Druid calls are rewritten too
         new = _rewrite(node, tables, kinds)
         if new is not node:
@@ -107,12 +108,12 @@ def translate(query: str, sketches: tuple[tuple[str, str], ...] = ()) -> Transla
                        frozenset(arguments))
 
 
-def _rewrite(node: exp.Expression, tables: set[str], sketches: dict[str, Sketch]) -> exp.Expression:
+def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, str]) -> exp.Expression:
     if isinstance(node, exp.Table) and node.args.get("db") is not None:
         return _table(node, tables)
-    column = _sketch_argument(node)
-    if column is not None and column.name.lower() in sketches:
-        return _over_sketches(node, column, sketches[column.name.lower()])
+    column = _complex_argument(node)
+    if column is not None and column.name.lower() in complex_columns:
+        return _over_complex(node, column, complex_columns[column.name.lower()])
     if isinstance(node, exp.Anonymous):
         translator = _FUNCTIONS.get(str(node.this).upper())
         return translator(list(node.expressions)) if translator else node
@@ -350,11 +351,17 @@ def _probability(args: list[exp.Expression]) -> exp.Expression:
 
 
 _SKETCH_FUNCTIONS = frozenset({"APPROX_COUNT_DISTINCT_DS_HLL", "APPROX_COUNT_DISTINCT_DS_THETA", "APPROX_QUANTILE_DS"})
+_BY_TIME = {"EARLIEST": "min_by", "EARLIEST_BY": "min_by", "LATEST": "max_by", "LATEST_BY": "max_by"}
 
 
-def _sketch_argument(node: exp.Expression) -> exp.Column | None:
-    """The column a sketch function, ``APPROX_COUNT_DISTINCT`` or ``COUNT(DISTINCT)`` is over, if a column."""
-    if isinstance(node, exp.Anonymous) and str(node.this).upper() in _SKETCH_FUNCTIONS and node.expressions:
+def _complex_argument(node: exp.Expression) -> exp.Column | None:
+    """The column a function that reads sketch or first/last columns differently is over, if a column.
+
+    Those functions: the sketch functions, ``APPROX_COUNT_DISTINCT``, ``COUNT(DISTINCT)``, ``EARLIEST``
+    and ``LATEST`` (and their ``_BY`` forms).
+    """
+    if (isinstance(node, exp.Anonymous) and str(node.this).upper() in _SKETCH_FUNCTIONS | _BY_TIME.keys()
+            and node.expressions):
         argument = node.expressions[0]
     elif isinstance(node, exp.ApproxDistinct):
         argument = node.this
@@ -365,10 +372,24 @@ def _sketch_argument(node: exp.Expression) -> exp.Column | None:
     return argument if isinstance(argument, exp.Column) else None
 
 
-def _over_sketches(node: exp.Expression, column: exp.Column, sketch: Sketch) -> exp.Expression:
-    """``node`` (see :func:`_sketch_argument`) over a column of stored sketches: they merge into the answer."""
+def _over_complex(node: exp.Expression, column: exp.Column, kind: str) -> exp.Expression:
+    """``node`` (see :func:`_complex_argument`) over a column of stored sketches or first/last pairs.
+
+    Sketches merge into the answer; ``EARLIEST``/``LATEST`` (``_BY``) take the value of the
+    pair with the earliest (latest) stored time, the record's own, as Druid does.
+    """
     function = str(node.this).upper() if isinstance(node, exp.Anonymous) else "COUNT(DISTINCT)"
     args = list(node.expressions) if isinstance(node, exp.Anonymous) else [column]
+    if kind.startswith("pair:") or function in _BY_TIME:
+        if not kind.startswith("pair:") or function not in _BY_TIME:
+            raise QueryError(f"{function} over {column.name}, a column of "
+                             f"{'first/last values' if kind.startswith('pair:') else 'sketches'}: "
+                             f"use {'EARLIEST or LATEST' if kind.startswith('pair:') else 'a sketch function'}",
+                             "UNSUPPORTED_DRUID_SQL")
+        return exp.Anonymous(this=_BY_TIME[function], expressions=[
+            exp.Dot.build([column.copy(), exp.to_identifier("rhs")]),
+            exp.Dot.build([column.copy(), exp.to_identifier("lhs")])])
+    sketch = Sketch.parse(kind)
     wanted = {"theta": "APPROX_COUNT_DISTINCT_DS_THETA", "hll": "APPROX_COUNT_DISTINCT_DS_HLL",
               "kll": "APPROX_QUANTILE_DS"}[sketch.family]
     if function in _SKETCH_FUNCTIONS - {wanted} or (sketch.family == "kll" and function != wanted):

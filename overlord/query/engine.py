@@ -49,7 +49,7 @@ from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
-from segment_store.timeline import datasources, sketch_columns, visible_segments
+from segment_store.timeline import complex_columns, datasources, visible_segments
 
 __all__ = ["QueryLimits", "SqlQuery", "execute_sql", "run_sql"]
 
@@ -305,12 +305,12 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
 
 
 def _translate(engine: sa.Engine, query: str) -> Translation:
-    """The query in Spark SQL, knowing which of the columns it counts distinct hold sketches."""
+    """The query in Spark SQL, knowing which of the columns it reads hold sketches or first/last pairs."""
     translation = translate(query)
-    if not translation.sketch_arguments:
+    if not translation.complex_arguments:
         return translation
-    sketches = {name.lower(): kind for name, kind in sketch_columns(engine, translation.tables).items()}
-    kinds = tuple(sorted((name, sketches[name]) for name in translation.sketch_arguments if name in sketches))
+    found = {name.lower(): kind for name, kind in complex_columns(engine, translation.tables).items()}
+    kinds = tuple(sorted((name, found[name]) for name in translation.complex_arguments if name in found))
     return translate(query, kinds) if kinds else translation
 
 

@@ -1,0 +1,100 @@
+"""First/last aggregators: (time, value) pairs by the record's own time, merged at rollup and compaction."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from indexing_task.compaction import compact
+from indexing_task.rollup import Rollup, RollupSchema
+from overlord.dev.sample_data import produce
+from overlord.query.engine import execute_sql, run_sql
+from overlord.query.errors import QueryError
+from overlord.supervisor.ranges import index_once
+from specs import SpecError, load_supervisor_spec
+from tests.helpers import settings_for
+
+MINUTE = 60_000
+
+
+def first_last_spec(datasource: str = "firstlast", topic: str = "firstlast") -> dict[str, Any]:
+    return {"type": "kafka", "spec": {
+        "dataSchema": {
+            "dataSource": datasource,
+            "timestampSpec": {"column": "ts", "format": "millis"},
+            "dimensionsSpec": {"dimensions": ["sensor"]},
+            "metricsSpec": [{"type": "count", "name": "count"},
+                            {"type": "longFirst", "name": "first_reading", "fieldName": "reading"},
+                            {"type": "longLast", "name": "last_reading", "fieldName": "reading"},
+                            {"type": "doubleLast", "name": "last_temp", "fieldName": "temp"},
+                            {"type": "stringFirst", "name": "first_status", "fieldName": "status",
+                             "maxStringBytes": 3},
+                            {"type": "stringLast", "name": "last_status", "fieldName": "status"}],
+            "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR"}},
+        "ioConfig": {"topic": topic, "inputFormat": {"type": "json"}, "useEarliestOffset": True}}}
+
+
+def record(minute: int, sensor: str = "s1", **fields: Any) -> bytes:
+    return json.dumps({"ts": 1_700_000_000_000 // 3_600_000 * 3_600_000 + minute * MINUTE, "sensor": sensor,
+                       **fields}).encode()
+
+
+BATCHES = [  # out of time order, across batches: the record's own time decides, not arrival
+    [record(30, reading=5, temp=1.5, status="üüber"), record(10, reading=None, temp=2.5, status=None)],
+    [record(50, reading=7, temp=None, status="late"), record(20, reading=3, temp=0.5, status="ok")],
+    [record(40, reading=None, temp=4.0)],
+]
+
+
+def test_first_and_last_take_the_values_of_the_earliest_and_latest_records_as_druid_does():
+    spec = load_supervisor_spec(first_last_spec())
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema))
+    [row] = rollup.merge([rollup.parse(batch).rows for batch in BATCHES]).to_pylist()
+    base = record(0)
+    start = json.loads(base)["ts"]
+    assert row["count"] == 5
+    assert row["first_reading"] == {"lhs": start + 10 * MINUTE, "rhs": None}  # a null number is a value
+    assert row["last_reading"] == {"lhs": start + 50 * MINUTE, "rhs": 7}
+    assert row["last_temp"] == {"lhs": start + 50 * MINUTE, "rhs": None}
+    assert row["first_status"] == {"lhs": start + 20 * MINUTE, "rhs": "ok"}  # a null string is skipped
+    assert row["last_status"] == {"lhs": start + 50 * MINUTE, "rhs": "late"}
+    [cut] = rollup.parse([record(1, status="üüber")]).rows.to_pylist()
+    assert cut["first_status"]["rhs"] == "ü"  # maxStringBytes 3: "üü" is 4 bytes
+
+
+@pytest.mark.parametrize(("change", "path", "message"), [
+    ({"timeColumn": "other"}, "timeColumn", "__time"),
+    ({"maxStringBytes": 10}, "maxStringBytes", "only a stringFirst or stringLast aggregator"),
+])
+def test_first_last_fields_we_do_not_implement_are_refused(change, path, message):
+    raw = first_last_spec()
+    raw["spec"]["dataSchema"]["metricsSpec"][1].update(change)
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(raw)
+    [(found, text)] = refused.value.errors
+    assert found == f"spec.dataSchema.metricsSpec[1].{path}" and message in text
+
+
+def test_first_last_through_the_broker_answer_earliest_and_latest_and_survive_compaction(
+        stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(1)
+    spec = load_supervisor_spec(first_last_spec(datasource, topic))
+    settings = settings_for(stack, deep_storage)
+    for batch in BATCHES:  # one task each: three generations of segments in the hour
+        produce(stack.bootstrap_servers, topic, [*batch, record(0, sensor="s2", reading=1, status="a")], 1)
+        assert index_once(spark, engine, settings, spec).outcome.status == "ok"
+    query = f'''SELECT sensor, EARLIEST(first_reading) AS fr, LATEST(last_reading) AS lr, LATEST(last_temp) AS lt,
+                       EARLIEST(first_status) AS fs, LATEST_BY(last_status, __time) AS ls, SUM("count") AS n
+                FROM "{datasource}" GROUP BY sensor ORDER BY sensor'''
+    expected = [{"sensor": "s1", "fr": None, "lr": 7, "lt": None, "fs": "ok", "ls": "late", "n": 5},
+                {"sensor": "s2", "fr": 1, "lr": 1, "lt": None, "fs": "a", "ls": "a", "n": 3}]
+    assert execute_sql(spark, engine, query).table.to_pylist() == expected
+    stored = run_sql(spark, engine, f'SELECT last_reading FROM "{datasource}" WHERE sensor = \'s1\' LIMIT 1')
+    assert set(stored[0]["last_reading"]) == {"lhs", "rhs"}  # Druid's pair, as its JSON shows it
+    reports = compact(spark, engine, spec, deep_storage, storage_options=None)
+    assert reports and all(r.outcome.ok for r in reports)
+    assert execute_sql(spark, engine, query).table.to_pylist() == expected
+    with pytest.raises(QueryError, match="a column of first/last values: use EARLIEST or LATEST"):
+        execute_sql(spark, engine, f'SELECT COUNT(DISTINCT last_status) FROM "{datasource}"')
