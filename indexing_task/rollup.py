@@ -78,8 +78,8 @@ class Metric:
     """What a sketch aggregator stores (see :mod:`specs.sketches`)."""
     by_row: bool = False
     """A cardinality sketch of each record's combination of the fields' values."""
-    max_bytes: int = 1024
-    """stringFirst/stringLast: values are cut to this many UTF-8 bytes."""
+    max_chars: int = 1024
+    """stringFirst/stringLast: values are cut to this many characters (Druid's ``maxStringBytes``)."""
 
     @property
     def complex_kind(self) -> str | None:
@@ -259,21 +259,19 @@ def _sketch_inputs(column: str, family: str, rollup: bool, combine: bool) -> str
     return f"list_distinct({f'flatten(list({column}))' if rollup else column})"
 
 
-def _pair_sql(i: int, value: str, m: Metric, typed: list[str]) -> list[str]:
-    """Append the SQL of first/last metric ``i``'s (time, value) pair to ``typed``; return its type check.
+def _pair_sql(i: int, value: str, m: Metric) -> tuple[str, str | None]:
+    """First/last metric ``i``'s (time, value) pair, as a column of the parse, and its type check (if any).
 
-    A string is cut to ``max_bytes`` UTF-8 bytes and a null one is skipped (no pair), as Druid's
-    string first/last do at ingestion; a null number is kept (the earliest value may be null).
+    A string is cut to ``max_chars`` and a null one is skipped (no pair), as Druid's string
+    first/last do at ingestion; a null number is kept (the earliest value may be null).
     """
     if m.type == "string":
-        fits = f"len(list_filter(range(1, length({value}) + 1), lambda p: strlen(left({value}, p)) <= {m.max_bytes}))"
-        cut = f"CASE WHEN strlen({value}) <= {m.max_bytes} THEN {value} ELSE left({value}, {fits}) END"
-        typed.append(f"CASE WHEN {value} IS NOT NULL THEN {{'lhs': epoch_ms(__t), 'rhs': {cut}}} END AS __m{i}")
-        return []
-    typed.append(f"{{'lhs': epoch_ms(__t), 'rhs': {_cast(value, _SQL_TYPES[m.type])}}} AS __m{i}")
+        cut = f"left({value}, {m.max_chars})"
+        return f"CASE WHEN {value} IS NOT NULL THEN {{'lhs': epoch_ms(__t), 'rhs': {cut}}} END", None
     skipped = f"__mf{i} AND " if m.filter_json is not None else ""
-    return [f"WHEN {skipped}{value} IS NOT NULL AND __m{i}.rhs IS NULL "
-            f"THEN {_lit('wrong type for ' + m.fields[0] + ' (' + m.type + ')')}"]
+    return (f"{{'lhs': epoch_ms(__t), 'rhs': {_cast(value, _SQL_TYPES[m.type])}}}",
+            f"WHEN {skipped}{value} IS NOT NULL AND __m{i}.rhs IS NULL "
+            f"THEN {_lit('wrong type for ' + m.fields[0] + ' (' + m.type + ')')}")
 
 
 def _cast(text: str, sql_type: str) -> str:
@@ -482,7 +480,8 @@ class Rollup:
         metadata = {name: (source, _q(_metadata_column(source))) for name, source in s.metadata}
         paths = offered(n for n in [s.timestamp_column, *(n for n in needed if n not in outputs)] if n not in metadata)
         inputs = [f for e in transforms.values() for f in referenced_fields(e) if f != TIME]
-        tokens = offered(f for f in inputs if f not in metadata)
+        counted = [f for m in s.metrics if m.type == "string" and m.sketch is not None for f in m.fields]
+        tokens = offered(f for f in [*inputs, *counted] if f not in metadata and f not in outputs)
         index, token_index = ({name: i for i, name in enumerate(p, 1)} for p in (paths, tokens))
 
         def raw(name: str) -> str:
@@ -529,12 +528,18 @@ class Rollup:
             if not m.fields:
                 continue
             if m.kind in ("first", "last"):  # (time, value): the record's own time orders values, as in Druid
-                checks += _pair_sql(i, text(m.fields[0]), m, typed)
+                pair, check = _pair_sql(i, text(m.fields[0]), m)
+                typed.append(f"{pair} AS __m{i}")
+                checks += [check] if check else []
                 continue
             if m.type == "string":  # a sketch's values, as a list: a cardinality's fields, or their combination
-                values = [text(f) for f in m.fields]
-                combined = f"concat_ws(chr(1), {', '.join(f'coalesce({v}, chr(0))' for v in values)})"
-                typed.append(f"[{combined if m.by_row else ', '.join(values)}] AS __m{i}")
+                if m.by_row:
+                    combined = ", ".join(f"coalesce({text(f)}, chr(0))" for f in m.fields)
+                    typed.append(f"[concat_ws(chr(1), {combined})] AS __m{i}")
+                else:  # each element of a JSON array is a value, as in Druid
+                    lists = [f"CASE WHEN left({outputs.get(f) or token(f)}, 1) = '[' THEN from_json("
+                             f"{outputs.get(f) or token(f)}, '[\"VARCHAR\"]') ELSE [{text(f)}] END" for f in m.fields]
+                    typed.append(f"flatten([{', '.join(lists)}]) AS __m{i}")
                 continue
             value = text(m.fields[0])
             typed.append(f"{_cast(value, _SQL_TYPES[m.type])} AS __m{i}")
@@ -620,8 +625,9 @@ class Rollup:
                 aggs.append(f"{_sketch_inputs(col, m.sketch.family, s.rollup, combine)} AS {_q(m.name)}")
                 continue
             elif m.kind in ("first", "last"):  # the pair of the earliest (latest) time
-                pick = "arg_min" if m.kind == "first" else "arg_max"
-                pair = f"{pick}({col}, struct_extract({col}, 'lhs'))" if s.rollup or combine else col
+                pick = "arg_min" if m.kind == "first" else "arg_max"  # in a batch, the record read first (last)
+                order = f"struct_extract({col}, 'lhs')" if combine else f"[struct_extract({col}, 'lhs'), __i]"
+                pair = f"{pick}({col}, {order})" if s.rollup or combine else col
                 aggs.append(f"{pair} AS {_q(m.name)}")
                 continue
             elif m.kind == "sum":

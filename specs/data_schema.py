@@ -256,12 +256,13 @@ class MetricSpec(SpecModel):
     """HLLSketchBuild only: bits per bucket (default HLL_4)."""
     k: int | None = None
     """quantilesDoublesSketch only: accuracy, a power of 2 from 2 to 32768 (default 128)."""
-    fields: tuple[str, ...] | None = Field(default=None, strict=False)
+    fields: tuple[str, ...] | None = Field(default=None, strict=False, min_length=1)
     """cardinality only: the input fields counted (instead of fieldName)."""
     time_column: Literal["__time"] | None = None
     """first/last only: the time that orders values; only the record's own timestamp, ``__time``."""
     max_string_bytes: int | None = Field(default=None, ge=0)
-    """stringFirst/stringLast only: values are cut to this many UTF-8 bytes (default 1024)."""
+    """stringFirst/stringLast only: values are cut to this many characters, as Druid's ingestion cuts them
+    (despite the name; default 1024)."""
     by_row: bool | None = None
     """cardinality only: count distinct combinations of the fields' values, not distinct values (default false)."""
 

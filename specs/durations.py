@@ -9,6 +9,7 @@ so it is rejected as a duration (granularities accept it, see
 
 from __future__ import annotations
 
+import calendar
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -108,18 +109,41 @@ def format_iso_duration(value: timedelta) -> str:
 
 
 def parse_utc_interval(text: str) -> tuple[datetime, datetime]:
-    """``START/END`` in ISO-8601 (UTC unless an offset is given), like Druid's intervals.
+    """``START/END``, ``START/PERIOD`` or ``PERIOD/END`` in ISO-8601, like Druid's intervals (``2014-02-02/p4w``).
 
+    Times are UTC unless an offset is given.
     Raises ``ValueError`` with a message saying what was expected.
     """
     try:
-        start, end = (datetime.fromisoformat(part) for part in text.split("/"))
-    except ValueError:
-        raise ValueError(f"expected START/END in ISO-8601, got {text!r}") from None
-    start, end = (t if t.tzinfo else t.replace(tzinfo=UTC) for t in (start, end))
+        first, second = text.split("/")
+        if first[:1] in ("p", "P"):
+            end = _instant(second)
+            start = _plus_period(end, parse_iso_period(first), -1)
+        else:
+            start = _instant(first)
+            end = _plus_period(start, parse_iso_period(second), 1) if second[:1] in ("p", "P") else _instant(second)
+    except (ValueError, SpecError):
+        raise ValueError(f"expected START/END, START/PERIOD or PERIOD/END in ISO-8601, got {text!r}") from None
     if not start < end:
         raise ValueError(f"expected START before END, got {text!r}")
     return start, end
+
+
+def _instant(text: str) -> datetime:
+    """An ISO-8601 time of an interval; a year (``2000``) or a month (``2000-05``) alone is its start, as in Joda."""
+    if re.fullmatch(r"\d{4}(-\d{2})?", text):
+        text += "-01" * (2 if len(text) == 4 else 1)
+    value = datetime.fromisoformat(text)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _plus_period(value: datetime, period: PeriodParts, sign: int) -> datetime:
+    """``value`` plus (``sign`` 1) or minus (-1) ``period``: months first, the day clamped to the month's last."""
+    index = value.year * 12 + value.month - 1 + sign * period.months
+    year, month = divmod(index, 12)
+    day = min(value.day, calendar.monthrange(year, month + 1)[1])
+    moved = value.replace(year=year, month=month + 1, day=day)
+    return moved + sign * timedelta(days=period.days, microseconds=period.micros)
 
 
 def parse_utc_timestamp(text: str) -> datetime:

@@ -358,7 +358,14 @@ def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> Non
         if typed:
             errors.append(("spec.dataSchema.dimensionsSpec.dimensions", f"discovery would make {', '.join(typed)} "
                            "string dimensions, but published rows hold them as numbers; list them with their type"))
+    for i, metric in enumerate(new.metrics_spec):
+        if metric.name in old_dimensions:
+            errors.append((f"spec.dataSchema.metricsSpec[{i}].name", f"{metric.name!r} was a dimension: published "
+                           "rows hold it as one; use a new name"))
     for i, dimension in enumerate(new.dimensions_spec.dimensions):
+        if dimension.name in old_metrics:
+            errors.append((f"spec.dataSchema.dimensionsSpec.dimensions[{i}].name", f"{dimension.name!r} was a "
+                           "metric: published rows hold it as one; use a new name"))
         before_dim = old_dimensions.get(dimension.name)
         if before_dim is not None and before_dim.type != dimension.type:
             errors.append((f"spec.dataSchema.dimensionsSpec.dimensions[{i}].type", f"dimension {dimension.name!r} "

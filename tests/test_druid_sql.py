@@ -298,9 +298,10 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
 
     refused = httpx.post(f"{live_sql}/druid/v2/", json={
         "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
-        "aggregations": [{"type": "hyperUnique", "name": "u", "fieldName": "country"}]})
+        "aggregations": [{"type": "quantilesDoublesSketch", "name": "u", "fieldName": "country"}]})
     assert refused.status_code == 400
-    assert refused.json()["errorMessage"].startswith("$.aggregations[0].type: aggregator type 'hyperUnique'")
+    assert refused.json()["errorMessage"].startswith(
+        "$.aggregations[0].type: aggregator type 'quantilesDoublesSketch'")
     virtual = httpx.post(f"{live_sql}/druid/v2", json={
         "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
         "virtualColumns": [{"type": "expression", "name": "v", "expression": "count * 2"}]})

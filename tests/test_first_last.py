@@ -12,6 +12,7 @@ from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.query.engine import execute_sql, run_sql
 from overlord.query.errors import QueryError
+from overlord.query.native import run_native
 from overlord.supervisor.ranges import index_once
 from specs import SpecError, load_supervisor_spec
 from tests.helpers import settings_for
@@ -61,12 +62,15 @@ def test_first_and_last_take_the_values_of_the_earliest_and_latest_records_as_dr
     assert row["first_status"] == {"lhs": start + 20 * MINUTE, "rhs": "ok"}  # a null string is skipped
     assert row["last_status"] == {"lhs": start + 50 * MINUTE, "rhs": "late"}
     [cut] = rollup.parse([record(1, status="üüber")]).rows.to_pylist()
-    assert cut["first_status"]["rhs"] == "ü"  # maxStringBytes 3: "üü" is 4 bytes
+    assert cut["first_status"]["rhs"] == "üüb"  # maxStringBytes 3: characters, as Druid's ingestion cuts
+    [tied] = rollup.parse([record(1, status="abc"), record(1, status="def")]).rows.to_pylist()
+    assert (tied["first_status"]["rhs"], tied["last_status"]["rhs"]) == ("abc", "def")  # Druid: < and >=
 
 
 @pytest.mark.parametrize(("change", "path", "message"), [
     ({"timeColumn": "other"}, "timeColumn", "__time"),
     ({"maxStringBytes": 10}, "maxStringBytes", "only a stringFirst or stringLast aggregator"),
+    ({"fieldName": None, "type": "cardinality", "fields": []}, "fields", "at least 1"),
 ])
 def test_first_last_fields_we_do_not_implement_are_refused(change, path, message):
     raw = first_last_spec()
@@ -91,10 +95,21 @@ def test_first_last_through_the_broker_answer_earliest_and_latest_and_survive_co
     expected = [{"sensor": "s1", "fr": None, "lr": 7, "lt": None, "fs": "ok", "ls": "late", "n": 5},
                 {"sensor": "s2", "fr": 1, "lr": 1, "lt": None, "fs": "a", "ls": "a", "n": 3}]
     assert execute_sql(spark, engine, query).table.to_pylist() == expected
+    native = run_native(spark, engine, {
+        "queryType": "groupBy", "dataSource": datasource, "granularity": "all", "intervals": ["2000/3000"],
+        "dimensions": ["sensor"], "aggregations": [{"type": "longLast", "name": "lr", "fieldName": "last_reading"},
+                                                  {"type": "stringFirst", "name": "fs", "fieldName": "first_status"}]})
+    assert [r["event"] for r in native] == [{k: row[k] for k in ("sensor", "lr", "fs")} for row in expected]
     stored = run_sql(spark, engine, f'SELECT last_reading FROM "{datasource}" WHERE sensor = \'s1\' LIMIT 1')
     assert set(stored[0]["last_reading"]) == {"lhs", "rhs"}  # Druid's pair, as its JSON shows it
     reports = compact(spark, engine, spec, deep_storage, storage_options=None)
     assert reports and all(r.outcome.ok for r in reports)
     assert execute_sql(spark, engine, query).table.to_pylist() == expected
+    cut = f'SELECT EARLIEST(first_status, 1) AS fs FROM "{datasource}" WHERE sensor = \'s1\''
+    assert execute_sql(spark, engine, cut).table.to_pylist() == [{"fs": "o"}]  # maxBytes cuts when querying too
     with pytest.raises(QueryError, match="a column of first/last values: use EARLIEST or LATEST"):
         execute_sql(spark, engine, f'SELECT COUNT(DISTINCT last_status) FROM "{datasource}"')
+    for hidden in (f'SELECT MAX(r) FROM (SELECT last_reading AS r FROM "{datasource}")',
+                   f'SELECT COUNT(DISTINCT s) FROM (SELECT last_status AS s FROM "{datasource}")'):
+        with pytest.raises(QueryError, match="over stored sketches or first/last pairs"):
+            execute_sql(spark, engine, hidden)

@@ -14,6 +14,7 @@ from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.query.engine import execute_sql
 from overlord.query.errors import QueryError
+from overlord.query.native import run_native
 from overlord.supervisor.ranges import index_once
 from specs import SpecError, check_update, load_supervisor_spec
 from tests.helpers import example_json, published_table, settings_for
@@ -106,6 +107,16 @@ def test_a_sketch_metric_cannot_change_its_size_under_the_same_name():
     assert path == "spec.dataSchema.metricsSpec[1]" and "theta:16384" in text and "theta:1024" in text
 
 
+def test_each_element_of_a_json_array_is_a_value_as_in_druid():
+    spec = load_supervisor_spec(sketch_spec(metrics=[{"type": "cardinality", "name": "c", "fields": ["user", "page"]}]))
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format))
+    parsed = rollup.parse([json.dumps({"ts": "2024-05-01T10:00:00Z", "country": "NL", "user": user, "page": page})
+                           .encode() for user, page in ((["x", "y", "z", None], "p"), ("x", ["q", 1]))])
+    [row] = parsed.rows.to_pylist()
+    assert parsed.bad_count == 0 and ds.compact_theta_sketch.deserialize(row["users"]).get_estimate() == 3
+    assert round(ds.hll_sketch.deserialize(row["c"]).get_estimate()) == 6  # x, y, z, p, q, 1
+
+
 def test_sketches_built_per_batch_and_merged_estimate_within_their_documented_error():
     spec = load_supervisor_spec(sketch_spec())
     rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format))
@@ -145,7 +156,8 @@ def test_sketches_ingested_through_the_broker_answer_druid_sql_and_survive_compa
     query = f'''SELECT country, APPROX_COUNT_DISTINCT_DS_THETA(users) AS theta,
                        APPROX_COUNT_DISTINCT_DS_HLL(users_hll) AS hll, COUNT(DISTINCT users_hu) AS hu,
                        APPROX_COUNT_DISTINCT(user_pages) AS pairs, APPROX_COUNT_DISTINCT_DS_THETA(home_users) AS home,
-                       APPROX_QUANTILE_DS(latency, 0.5) AS median, SUM("count") AS events
+                       APPROX_QUANTILE_DS(latency, 0.5) AS median, SUM("count") AS events,
+                       APPROX_COUNT_DISTINCT_DS_THETA(users) FILTER (WHERE "count" > 0) AS filtered
                 FROM "{datasource}" GROUP BY country ORDER BY country'''
 
     def answer() -> dict[str, dict[str, Any]]:
@@ -158,11 +170,18 @@ def test_sketches_ingested_through_the_broker_answer_druid_sql_and_survive_compa
             assert within(row["theta"], users, THETA) and within(row["home"], users, 1 / math.sqrt(1024))
             assert within(row["hll"], users, HLL_12) and within(row["hu"], users, HLL_11)
             assert within(row["pairs"], 2 * users, HLL_11)
-            assert row["events"] == users * 2 + len(range(0, users, 3))
+            assert row["events"] == users * 2 + len(range(0, users, 3)) and row["filtered"] == row["theta"]
             assert median_within_rank_error(row["median"], [e["ms"] for e in events(0, 1) if e["country"] == country])
 
     before = answer()
     assert_within_error(before)
+    [native] = run_native(spark, engine, {  # as pydruid sends it: aggregators over the sketch columns
+        "queryType": "timeseries", "dataSource": datasource, "granularity": "all", "intervals": ["2024-05-01/P1D"],
+        "filter": {"type": "selector", "dimension": "country", "value": "NL"},
+        "aggregations": [{"type": "thetaSketch", "name": "theta", "fieldName": "users"},
+                         {"type": "HLLSketchMerge", "name": "hll", "fieldName": "users_hll"},
+                         {"type": "hyperUnique", "name": "hu", "fieldName": "users_hu"}]})
+    assert native["result"] == {k: before["NL"][k] for k in ("theta", "hll", "hu")}
     reports = compact(spark, engine, spec, deep_storage, storage_options=None)
     assert reports and all(r.outcome.ok for r in reports)
     assert len(published_table(engine, datasource)) == len(COUNTRIES) * 60  # one row per country and minute
@@ -182,6 +201,9 @@ def test_a_sketch_column_given_to_the_wrong_function_is_refused_naming_the_right
         ("APPROX_COUNT_DISTINCT_DS_THETA(users_hll)", "a column of HLL sketches: use APPROX_COUNT_DISTINCT_DS_HLL"),
         ("APPROX_QUANTILE_DS(users, 0.5)", "a column of THETA sketches"),
         ("COUNT(DISTINCT latency)", "a column of KLL sketches: use APPROX_QUANTILE_DS"),
+        ("APPROX_COUNT_DISTINCT_DS_THETA(u) FROM (SELECT users AS u", "over stored sketches"),  # an alias hides it
+        ("COUNT(DISTINCT u) FROM (SELECT users_hll AS u", "over stored sketches"),
+        ("MIN(latency)", "over stored sketches"),
     ]:
         with pytest.raises(QueryError, match=message):
-            execute_sql(spark, engine, f'SELECT {call} FROM "{datasource}"')
+            execute_sql(spark, engine, f'SELECT {call} FROM "{datasource}"' + (")" if "(SELECT" in call else ""))

@@ -14,6 +14,7 @@ from specs import (
     format_iso_duration,
     parse_iso_duration,
 )
+from specs.durations import parse_utc_interval
 
 # --------------------------------------------------------------------------- durations
 
@@ -57,3 +58,21 @@ def test_bad_durations(text: str, fragment: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_iso_duration(text)
     assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(("text", "start", "end"), [
+    ("2024-05-01/2024-05-02T12:00:00Z", "2024-05-01T00:00:00+00:00", "2024-05-02T12:00:00+00:00"),
+    ("2014-02-02/p4w", "2014-02-02T00:00:00+00:00", "2014-03-02T00:00:00+00:00"),  # as pydruid's README writes it
+    ("2024-01-31/P1M", "2024-01-31T00:00:00+00:00", "2024-02-29T00:00:00+00:00"),  # Joda clamps to the month's end
+    ("PT6H/2024-05-01T03:00:00Z", "2024-04-30T21:00:00+00:00", "2024-05-01T03:00:00+00:00"),
+    ("1000/3000", "1000-01-01T00:00:00+00:00", "3000-01-01T00:00:00+00:00"),  # Druid's "all time"
+    ("2024-02/P1M", "2024-02-01T00:00:00+00:00", "2024-03-01T00:00:00+00:00"),
+])
+def test_intervals_take_a_period_for_either_end_as_druids_do(text, start, end):
+    assert [t.isoformat() for t in parse_utc_interval(text)] == [start, end]
+
+
+@pytest.mark.parametrize("text", ["/P1D", "2024-01-01/", "P1D/P1D", "2024-01-01/PX", "2024-01-02/2024-01-01"])
+def test_malformed_intervals_are_refused(text):
+    with pytest.raises(ValueError, match="START/END|START before END"):
+        parse_utc_interval(text)

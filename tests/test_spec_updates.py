@@ -32,6 +32,11 @@ def metric(schema: dict[str, Any], name: str) -> dict[str, Any]:
      "spec.dataSchema.metricsSpec[1].fieldName", "was 'value'"),
     (lambda s: s["dimensionsSpec"].update(dimensions=[{"type": "long", "name": "country"}, "device"]),
      "spec.dataSchema.dimensionsSpec.dimensions[0].type", "was string"),
+    (lambda s: (s["metricsSpec"].remove(metric(s, "value_sum")), s["dimensionsSpec"].update(
+        dimensions=["country", "value_sum"])), "spec.dataSchema.dimensionsSpec.dimensions[1].name", "was a metric"),
+    (lambda s: (s["dimensionsSpec"].update(dimensions=["country"]), s["metricsSpec"].append(
+        {"type": "longSum", "name": "device", "fieldName": "value"})), "spec.dataSchema.metricsSpec[5].name",
+     "was a dimension"),
 ])
 def test_changing_an_existing_columns_meaning_is_refused(change: Any, path: str, fragment: str) -> None:
     with pytest.raises(SpecError) as refused:

@@ -114,6 +114,11 @@ def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, 
     column = _complex_argument(node)
     if column is not None and column.name.lower() in complex_columns:
         return _over_complex(node, column, complex_columns[column.name.lower()])
+    if isinstance(node, exp.Filter | exp.Window) and _is_estimate(node.this):  # FILTER/OVER: of the aggregate
+        estimate, wrapped = node.this.copy(), node.copy()
+        wrapped.set("this", estimate.expressions[0])
+        estimate.expressions[0] = wrapped
+        return estimate
     if isinstance(node, exp.Anonymous):
         translator = _FUNCTIONS.get(str(node.this).upper())
         return translator(list(node.expressions)) if translator else node
@@ -352,6 +357,12 @@ def _probability(args: list[exp.Expression]) -> exp.Expression:
 
 _SKETCH_FUNCTIONS = frozenset({"APPROX_COUNT_DISTINCT_DS_HLL", "APPROX_COUNT_DISTINCT_DS_THETA", "APPROX_QUANTILE_DS"})
 _BY_TIME = {"EARLIEST": "min_by", "EARLIEST_BY": "min_by", "LATEST": "max_by", "LATEST_BY": "max_by"}
+_ESTIMATES = frozenset({"theta_sketch_estimate", "hll_sketch_estimate", "kll_sketch_get_quantile_double"})
+
+
+def _is_estimate(node: exp.Expression) -> bool:
+    """Whether ``node`` is an estimate of a merged sketch (its aggregate is its first argument)."""
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() in _ESTIMATES and bool(node.expressions)
 
 
 def _complex_argument(node: exp.Expression) -> exp.Column | None:
@@ -386,9 +397,14 @@ def _over_complex(node: exp.Expression, column: exp.Column, kind: str) -> exp.Ex
                              f"{'first/last values' if kind.startswith('pair:') else 'sketches'}: "
                              f"use {'EARLIEST or LATEST' if kind.startswith('pair:') else 'a sketch function'}",
                              "UNSUPPORTED_DRUID_SQL")
-        return exp.Anonymous(this=_BY_TIME[function], expressions=[
+        picked = exp.Anonymous(this=_BY_TIME[function], expressions=[
             exp.Dot.build([column.copy(), exp.to_identifier("rhs")]),
             exp.Dot.build([column.copy(), exp.to_identifier("lhs")])])
+        size = 2 if function.endswith("_BY") else 1  # maxBytes: Druid cuts a string to it when querying too
+        if kind == "pair:string" and len(args) > size:
+            chars = _integer(args, size, function, "maxBytes", 1024, 0, 2**31 - 1)
+            return exp.Anonymous(this="left", expressions=[picked, exp.Literal.number(chars)])
+        return picked
     sketch = Sketch.parse(kind)
     wanted = {"theta": "APPROX_COUNT_DISTINCT_DS_THETA", "hll": "APPROX_COUNT_DISTINCT_DS_HLL",
               "kll": "APPROX_QUANTILE_DS"}[sketch.family]

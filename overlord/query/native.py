@@ -118,8 +118,39 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expression, Any]:
             if function == "SUM":  # a sum over no rows is 0 in Druid
                 return name, exp.Coalesce(this=call, expressions=[exp.Literal.number(0)]), 0
             return name, call, None
+    if kind in _DISTINCT or kind in _FIRST_LAST:
+        return name, _druid_call(kind, spec, path), None if kind in _FIRST_LAST else 0
     raise _bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
-                               "...Min, ...Max and filtered are)")
+                               "...Min, ...Max, ...First, ...Last, thetaSketch, HLLSketchBuild, HLLSketchMerge, "
+                               "hyperUnique, cardinality of one field, and filtered are)")
+
+
+_DISTINCT = {"thetaSketch": ("APPROX_COUNT_DISTINCT_DS_THETA", ("size",)),
+             "HLLSketchBuild": ("APPROX_COUNT_DISTINCT_DS_HLL", ("lgK", "tgtHllType")),
+             "HLLSketchMerge": ("APPROX_COUNT_DISTINCT_DS_HLL", ("lgK", "tgtHllType")),
+             "hyperUnique": ("APPROX_COUNT_DISTINCT", ()), "cardinality": ("APPROX_COUNT_DISTINCT", ())}
+_FIRST_LAST = {f"{kind}{end}" for kind in ("long", "double", "float", "string") for end in ("First", "Last")}
+
+
+def _druid_call(kind: str, spec: Mapping[str, Any], path: str) -> exp.Expression:
+    """The Druid SQL function a distinct-count or first/last aggregator is, such as ``EARLIEST(x)``.
+
+    Over stored sketches or first/last pairs, the function reads those (:mod:`overlord.query.druid_sql`).
+    """
+    if kind == "cardinality":
+        fields = spec.get("fields")
+        if not (isinstance(fields, list) and len(fields) == 1 and isinstance(fields[0], str)):
+            raise _bad(f"{path}.fields", "only a cardinality of one field (a name) is supported")
+        return exp.ApproxDistinct(this=_col(fields[0]))
+    column = _col(_field(spec, "fieldName", path))
+    if kind in _FIRST_LAST:
+        return exp.Anonymous(this="EARLIEST" if kind.endswith("First") else "LATEST", expressions=[column])
+    function, parameters = _DISTINCT[kind]
+    arguments = [column, *(_value(spec[p]) for p in parameters if spec.get(p) is not None)]
+    if parameters and len(arguments) > 1 and spec.get(parameters[0]) is None:
+        raise _bad(f"{path}.{parameters[0]}", f"required with {parameters[1]}")
+    return exp.ApproxDistinct(this=column) if function == "APPROX_COUNT_DISTINCT" else exp.Anonymous(
+        this=function, expressions=arguments)
 
 
 def _post_aggregate(spec: Any, row: Mapping[str, Any], path: str) -> Any:

@@ -70,6 +70,10 @@ DENIED_EXPRESSIONS = frozenset({"CallMethodViaReflection", "TryReflect", "Script
 """Catalyst expressions a query may not contain, whatever function name produced them."""
 
 _EXPRESSIONS_PACKAGE = "org.apache.spark.sql.catalyst.expressions."
+_AGGREGATES_PACKAGE = _EXPRESSIONS_PACKAGE + "aggregate."
+SKETCH_READERS = frozenset({"ThetaUnionAgg", "HllUnionAgg", "KllMergeAggDouble", "AggregateExpression"})
+"""Aggregates that may read stored sketches (binary) or first/last pairs (``struct<lhs, rhs>``); any other
+would count or compare their bytes, an answer that looks like Druid's and is not."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,21 @@ def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> Non
         elif node.kind == "udf" or node.name in DENIED_EXPRESSIONS or not node.full_name.startswith(
                 _EXPRESSIONS_PACKAGE):
             raise QueryError(f"expression {node.name} is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+        elif node.full_name.startswith(_AGGREGATES_PACKAGE) and node.name not in SKETCH_READERS and _reads_opaque(node):
+            raise QueryError(f"{node.name} over stored sketches or first/last pairs: use APPROX_COUNT_DISTINCT_DS_"
+                             "THETA/HLL, APPROX_COUNT_DISTINCT, APPROX_QUANTILE_DS, EARLIEST or LATEST directly on the "
+                             "column (not through an alias, a subquery or an expression)", "UNSUPPORTED_DRUID_SQL")
+
+
+def _reads_opaque(node: Node) -> bool:
+    """Whether an expression takes a stored sketch (binary) or a first/last pair (``struct<lhs, rhs>``)."""
+    children = node.obj.children()
+    for i in range(children.length()):
+        kind = children.apply(i).dataType()
+        name = str(kind.typeName())
+        if name == "binary" or (name == "struct" and list(kind.fieldNames()) == ["lhs", "rhs"]):
+            return True
+    return False
 
 
 def relations(nodes: list[Node]) -> list[str]:
