@@ -32,7 +32,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError
 from indexing_task.results import RESULT_DDL, WorkerResult, WrittenSegment, read_results, result_batch
-from indexing_task.rollup import SEGMENT_START, Rollup, RollupSchema
+from indexing_task.rollup import SEGMENT_START, Rollup, RollupSchema, as_multi_value
 from indexing_task.worker import write_segment_file
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
@@ -117,7 +117,12 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
     rollup_schema = payload.rollup_schema
     if rollup_schema.discover:  # the string columns of the files are the dimensions discovered so far
         rollup_schema = rollup_schema.with_dimensions(
-            [f.name for t in tables for f in t.schema if f.type == pa.string()])
+            [f.name for t in tables for f in t.schema if f.type in (pa.string(), pa.list_(pa.string()))])
+    multi_value = {f.name for t in tables for f in t.schema if pa.types.is_list(f.type)}
+    if multi_value:  # a dimension multi-value in any file is in the compacted one (one-element lists elsewhere)
+        rollup_schema = rollup_schema.with_multi_value(multi_value)
+        tables = [pa.table({c: as_multi_value(t.column(c)) if c in multi_value else t.column(c)
+                            for c in t.column_names}) for t in tables]
     expected = rollup_schema.output_columns
     for path, table in zip(target.paths, tables, strict=True):
         unknown = [c for c in table.column_names if c not in expected]
@@ -132,9 +137,9 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
     try:  # the merge groups by segment start too: one constant here, the rows are all of one interval
         merged = rollup.merge([t.append_column(SEGMENT_START, pa.array(np.zeros(t.num_rows, dtype=np.int64)))
                                for t in tables])
+        merged = rollup.sort(merged.select(expected)).cast(schema)
     finally:
         rollup.close()
-    merged = merged.select(expected).cast(schema).sort_by([(c, "ascending") for c in expected])
     attempt_id = f"compact-{payload.job_id}-i{index:04d}-a{attempt}"
     written = [write_segment_file(storage, payload.datasource, target.start, target.end, attempt_id, attempt_id, part,
                                   merged.slice(offset, payload.max_rows_per_segment), rollup_schema.complex_columns)

@@ -55,12 +55,19 @@ _SAMPLE_LIMIT = 20
 _SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE"}
 
 
+MultiValueHandling = Literal["SORTED_ARRAY", "SORTED_SET", "ARRAY"]
+
+
 @dataclass(frozen=True)
 class Dimension:
     """A dimension: a field grouped by, typed as the spec says."""
 
     name: str
     type: Literal["string", "long", "float", "double"] = "string"
+    handling: MultiValueHandling = "SORTED_ARRAY"
+    """How a JSON array for this string dimension becomes its values (Druid's ``multiValueHandling``)."""
+    multi_value: bool = False
+    """Stored as a list of strings: a record of the task held an array for it (see :meth:`Rollup.parse`)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,8 @@ class RollupSchema:
         transforms = data_schema.transform_spec.transforms
         excluded = (ts.column, *(m.name for m in metrics), *(f for m in metrics for f in m.input_fields),
                     *dims.dimension_exclusions)
-        dimensions = tuple(Dimension(d.name, d.type) for d in dims.dimensions)
+        dimensions = tuple(Dimension(d.name, d.type, d.multi_value_handling or "SORTED_ARRAY")
+                           for d in dims.dimensions)
         columns = fmt.metadata_columns if fmt.type == "kafka" else {}
         always = [*(f.name for f in flatten.fields), *(delimited.columns if delimited else ()),
                   *(columns[k] for k in ("timestamp", "topic") if k in columns),
@@ -214,6 +222,12 @@ class RollupSchema:
         return replace(self, dimensions=self.dimensions + tuple(Dimension(name) for name in new),
                        case_clashes=tuple(dict.fromkeys([*self.case_clashes, *clashes])))
 
+    def with_multi_value(self, names: Iterable[str]) -> RollupSchema:
+        """This schema with string dimensions ``names`` stored as lists of strings from now on."""
+        names = set(names)
+        return replace(self, dimensions=tuple(replace(d, multi_value=True) if d.name in names else d
+                                              for d in self.dimensions))
+
     @property
     def arrow_types(self) -> dict[str, pa.DataType]:
         """The Arrow type of every output column but ``__time``, as written to segments."""
@@ -225,12 +239,14 @@ class RollupSchema:
             if m.kind in ("first", "last"):
                 return pa.struct([("lhs", pa.int64()), ("rhs", types[m.type])])
             return types["long" if m.kind == "count" else m.type]
-        return {**{d.name: types[d.type] for d in self.dimensions}, **{m.name: metric_type(m) for m in self.metrics}}
+        return {**{d.name: pa.list_(pa.string()) if d.multi_value else types[d.type] for d in self.dimensions},
+                **{m.name: metric_type(m) for m in self.metrics}}
 
     @property
     def complex_columns(self) -> dict[str, str]:
-        """The columns that are not plain values: name -> :attr:`Metric.complex_kind`."""
-        return {m.name: kind for m in self.metrics if (kind := m.complex_kind) is not None}
+        """The columns that are not plain values: name -> :attr:`Metric.complex_kind`, or ``multi_value``."""
+        return {**{d.name: "multi_value" for d in self.dimensions if d.multi_value},
+                **{m.name: kind for m in self.metrics if (kind := m.complex_kind) is not None}}
 
     @property
     def output_columns(self) -> list[str]:
@@ -272,6 +288,31 @@ def _pair_sql(i: int, value: str, m: Metric) -> tuple[str, str | None]:
     return (f"{{'lhs': epoch_ms(__t), 'rhs': {_cast(value, _SQL_TYPES[m.type])}}}",
             f"WHEN {skipped}{value} IS NOT NULL AND __m{i}.rhs IS NULL "
             f"THEN {_lit('wrong type for ' + m.fields[0] + ' (' + m.type + ')')}")
+
+
+def _array_reason(dimension: str) -> str:
+    """The parse's reason for a JSON array in a single-valued string dimension (:meth:`Rollup.parse` acts on it)."""
+    return f"a JSON array for string dimension {dimension}"
+
+
+def _multi_value_sql(token: str, text: str, d: Dimension) -> tuple[str, str]:
+    """A multi-value dimension's list of strings from its JSON ``token``, and the check for nested values.
+
+    As Druid: each array element as text (a scalar, a one-element list), sorted with nulls first
+    (``SORTED_ARRAY``), also without repeats (``SORTED_SET``), or as it came (``ARRAY``); an
+    empty array, ``[null]`` and a missing field are all a null row.
+    """
+    values = f"CASE WHEN left({token}, 1) = '[' THEN from_json({token}, '[\"VARCHAR\"]') ELSE [{text}] END"
+    if d.handling == "SORTED_ARRAY":
+        values = f"list_sort({values}, 'ASC', 'NULLS FIRST')"
+    elif d.handling == "SORTED_SET":  # list_distinct drops nulls; one is kept, as Druid keeps one
+        values = (f"list_sort(list_distinct({values}) || CASE WHEN list_contains(list_transform({values}, "
+                  f"lambda v: v IS NULL), true) THEN [NULL::VARCHAR] ELSE [] END, 'ASC', 'NULLS FIRST')")
+    row = f"CASE WHEN {token} IS NULL OR len(__v) = 0 OR __v = [NULL::VARCHAR] THEN NULL ELSE __v END"
+    nested = (f"WHEN left({token}, 1) = '[' AND list_bool_or(list_transform(from_json({token}, '[\"JSON\"]'), "
+              f"lambda v: json_type(v) IN ('ARRAY', 'OBJECT'))) "
+              f"THEN {_lit(f'a nested array or object in multi-value dimension {d.name}')}")
+    return row.replace("__v", f"({values})"), nested
 
 
 def _cast(text: str, sql_type: str) -> str:
@@ -337,6 +378,13 @@ def _values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool =
             src AS (SELECT {carried}, __is_null, __problem,
                            CASE WHEN __line IS NOT NULL AND __problem IS NULL THEN json_object({pairs}) END AS __s
                     FROM checked)"""
+
+
+def as_multi_value(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A string column as a multi-value one: each value a one-element list (null stays null); lists as they are."""
+    if pa.types.is_list(column.type):
+        return column
+    return pa.array([None if v is None else [v] for v in column.to_pylist()], type=pa.list_(pa.string()))
 
 
 def _metadata_column(source: str) -> str:
@@ -480,8 +528,9 @@ class Rollup:
         metadata = {name: (source, _q(_metadata_column(source))) for name, source in s.metadata}
         paths = offered(n for n in [s.timestamp_column, *(n for n in needed if n not in outputs)] if n not in metadata)
         inputs = [f for e in transforms.values() for f in referenced_fields(e) if f != TIME]
-        counted = [f for m in s.metrics if m.type == "string" and m.sketch is not None for f in m.fields]
-        tokens = offered(f for f in [*inputs, *counted] if f not in metadata and f not in outputs)
+        counted = [*(f for m in s.metrics if m.type == "string" and m.sketch is not None for f in m.fields),
+                   *(d.name for d in s.dimensions if d.multi_value)]
+        tokens = offered(f for f in [*inputs, *(f for f in counted if f not in outputs)] if f not in metadata)
         index, token_index = ({name: i for i, name in enumerate(p, 1)} for p in (paths, tokens))
 
         def raw(name: str) -> str:
@@ -513,6 +562,11 @@ class Rollup:
         arrays: list[str] = []
         for d in s.dimensions:
             value = text(d.name)
+            if d.multi_value:
+                values, check = _multi_value_sql(outputs.get(d.name) or token(d.name), value, d)
+                typed.append(f"{values} AS {_q(d.name)}")
+                checks.append(check)
+                continue
             typed.append(f"{_cast(value, _SQL_TYPES[d.type])} AS {_q(d.name)}")
             if d.type != "string":
                 checks.append(f"WHEN {value} IS NOT NULL AND {_q(d.name)} IS NULL "
@@ -520,10 +574,9 @@ class Rollup:
             elif d.name in outputs:  # transforms' values are JSON tokens: an array or object shows at once
                 checks.append(f"WHEN left({outputs[d.name]}, 1) IN ('[', '{{') THEN "
                               f"{_lit(f'transform {d.name} gave a JSON array or object, not a string')}")
-            elif d.name in paths:  # an array would come out as its JSON text: refuse it rather than store that
-                array = f"a JSON array for string dimension {d.name} (multi-value dimensions are not supported)"
+            elif d.name in paths:  # an array: the parse starts again with the dimension multi-value
                 arrays.append(f"WHEN left({value}, 1) = '[' AND json_type(__s, {_lit(paths[d.name])}) = 'ARRAY' "
-                              f"THEN {_lit(array)}")
+                              f"THEN {_lit(_array_reason(d.name))}")
         for i, m in enumerate(s.metrics):
             if not m.fields:
                 continue
@@ -669,8 +722,14 @@ class Rollup:
         good = pc.equal(status, 0)
         if pc.all(good).as_py() is not False:  # the usual case: every record is good (or none came)
             return ParsedBatch(self._sketched(out.drop_columns(_AUX_COLUMNS), build_sketches), 0, (), 0)
-        rows = self._sketched(out.filter(good).drop_columns(_AUX_COLUMNS), build_sketches)
         bad = out.filter(pc.equal(status, 1)).sort_by("__bad_i")  # one row per bad record
+        arrays = {_array_reason(d.name): d.name for d in self.schema.dimensions
+                  if d.type == "string" and not d.multi_value}
+        found = {arrays[r] for r in pc.unique(bad.column("__reason")).to_pylist() if r in arrays}
+        if found:  # Druid's multi-value dimensions: stored as lists from now on, and this batch parsed again
+            self._use(self.schema.with_multi_value(found))
+            return self.parse(values, metadata)
+        rows = self._sketched(out.filter(good).drop_columns(_AUX_COLUMNS), build_sketches)
         thrown = out.filter(pc.equal(status, 2)).column("__n")
         first = bad.slice(0, _SAMPLE_LIMIT)
         samples = tuple(BadRecord(int(i), str(r), _text(values[i])[:300])
@@ -679,10 +738,16 @@ class Rollup:
         return ParsedBatch(rows, bad.num_rows, samples, int(pc.sum(thrown).as_py() or 0))
 
     def _with_every_dimension(self, rows: pa.Table) -> pa.Table:
-        """``rows`` (with a segment start) in the schema's column order, null for dimensions discovered since."""
+        """``rows`` (with a segment start) in the schema's column order.
+
+        Dimensions discovered since are null, and those that became multi-value since are lists.
+        """
         for d in self.schema.dimensions:
             if d.name not in rows.column_names:
-                rows = rows.append_column(d.name, pa.nulls(rows.num_rows, pa.string()))
+                rows = rows.append_column(d.name, pa.nulls(rows.num_rows, pa.list_(pa.string()) if d.multi_value
+                                                           else pa.string()))
+            elif d.multi_value:
+                rows = rows.set_column(rows.column_names.index(d.name), d.name, as_multi_value(rows.column(d.name)))
         return rows.select([SEGMENT_START, *self.schema.output_columns])
 
     def split_by_segment(self, rows: pa.Table) -> list[tuple[datetime, datetime, pa.Table]]:
@@ -705,6 +770,14 @@ class Rollup:
                 part = part.set_column(0, TIME, part.column(0).cast(pa.timestamp("ms", tz="UTC")))
                 out.append((start.replace(tzinfo=UTC), stop.replace(tzinfo=UTC), part))
             return out
+        finally:
+            self._con.unregister("rows")
+
+    def sort(self, rows: pa.Table) -> pa.Table:
+        """``rows`` sorted by every column in order, as segment files keep them (lists and sketches too)."""
+        self._con.register("rows", rows)
+        try:
+            return self._con.sql("SELECT * FROM rows ORDER BY ALL").to_arrow_table()
         finally:
             self._con.unregister("rows")
 

@@ -168,13 +168,20 @@ def _not_reserved(name: str) -> str:
 class DimensionSpec(SpecModel):
     """One dimension; a bare string in the JSON means a string dimension of that name."""
 
-    harmless: ClassVar[frozenset[str]] = frozenset({"createBitmapIndex", "multiValueHandling"})
-    """multiValueHandling only applies to JSON arrays, which are refused per record (counted as unparseable)."""
+    harmless: ClassVar[frozenset[str]] = frozenset({"createBitmapIndex"})
 
     name: str = Field(min_length=1)
     """Name of the dimension, read from the input field of the same name."""
     type: DimensionType = "string"
     """Column type: string, long, float or double."""
+    multi_value_handling: Literal["SORTED_ARRAY", "SORTED_SET", "ARRAY"] | None = None
+    """A JSON array for a string dimension: its values sorted (SORTED_ARRAY, the default), sorted without
+    repeats (SORTED_SET) or as they came (ARRAY)."""
+
+    @field_validator("multi_value_handling", mode="before")
+    @classmethod
+    def _upper_case(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     _reserved = field_validator("name")(_not_reserved)
 

@@ -169,20 +169,19 @@ def test_bad_records_get_reasons_and_good_ones_survive() -> None:
     assert (row["a"], row["b"], row["v_sum"], row["cnt"]) == ("true", "12", 7, 1)
 
 
-def test_an_array_for_a_string_dimension_is_refused_per_record_not_stored_as_text() -> None:
-    """Druid would ingest a JSON array as a multi-value dimension; that is not implemented, so such a record
-    is unparseable with a reason naming the dimension, never the text ``["x","y"]``.
+def test_an_array_for_a_string_dimension_makes_it_multi_value_never_its_json_text() -> None:
+    """Druid ingests a JSON array as a multi-value dimension: the dimension becomes a list column
+    (``tests/test_multi_value.py``), never the text ``["x","y"]``; an object is kept as its JSON text.
     """
     rollup = Rollup(RollupSchema.from_spec(spec_schema("NONE", "HOUR")))
     good = {"t": "2024-01-01T10:00:00Z", "a": "[not an array", "b": "q", "n": 1, "v": 7, "x": 1.5}
     values = [json.dumps(record).encode() for record in (
-        good, {**good, "a": ["x", "y"]}, {**good, "b": {"k": 1}}, {**good, "a": []})]
+        good, {**good, "a": ["y", "x"]}, {**good, "b": {"k": 1}}, {**good, "a": []})]
     parsed = rollup.parse(values)
-    assert {bad.index: bad.reason for bad in parsed.bad_samples} == {
-        1: "a JSON array for string dimension a (multi-value dimensions are not supported)",
-        3: "a JSON array for string dimension a (multi-value dimensions are not supported)"}
-    assert sorted(row["b"] for row in parsed.rows.to_pylist()) == ["q", '{"k":1}']  # an object: its JSON text
-    assert {row["a"] for row in parsed.rows.to_pylist()} == {"[not an array"}
+    assert parsed.bad_count == 0 and rollup.schema.complex_columns == {"a": "multi_value"}
+    assert sorted(row["b"] for row in parsed.rows.to_pylist()) == ["q", "q", "q", '{"k":1}']  # an object: its JSON
+    assert sorted((row["a"] or [] for row in parsed.rows.to_pylist()), key=repr) == sorted(
+        [[], ["[not an array"], ["[not an array"], ["x", "y"]], key=repr)
 
 
 def test_time_bounds_apply_to_the_event_time_before_truncation_and_count_as_thrown_away() -> None:

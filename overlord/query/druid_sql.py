@@ -29,6 +29,7 @@ from sqlglot.parsers.druid import DruidParser
 
 from overlord.query.errors import QueryError
 from overlord.query.metadata_tables import SCHEMAS
+from overlord.query.multi_value import MV_FUNCTIONS, rewrite_multi_value
 from specs.sketches import Sketch
 
 __all__ = ["METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period", "translate"]
@@ -69,6 +70,9 @@ class Translation:
     metadata_tables: frozenset[str] = frozenset()
     tables: frozenset[str] = frozenset()
     """Every table name the query names (lower case), CTEs' included."""
+    columns: frozenset[str] = frozenset()
+    """Every column name the query names (lower case): if any is multi-value, the query is translated again
+    knowing it (``translate``'s ``complex_columns``)."""
     complex_arguments: frozenset[str] = frozenset()
     """Columns (lower case) given to a function that reads sketch or first/last columns differently: if
     they are such columns, the query is translated again knowing their kind (``translate``'s ``complex_columns``)."""
@@ -83,8 +87,9 @@ def metadata_view(table: str) -> str:
 def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> Translation:
     """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported.
 
-    ``complex_columns`` are the sketch and first/last columns of the tables queried: (lower-case
-    name, kind as segment descriptors record it: a ``Sketch`` as text, or ``pair:<type>``).
+    ``complex_columns`` are the sketch, first/last and multi-value columns of the tables queried:
+    (lower-case name, kind as segment descriptors record it: a ``Sketch`` as text, ``pair:<type>``
+    or ``multi_value``).
     """
     try:
         trees = sqlglot.parse(query, read=_DruidDialect)
@@ -95,7 +100,11 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
     tree, tables, changed = trees[0], set[str](), False
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
     arguments = {column.name.lower() for node in tree.walk() if (column := _complex_argument(node)) is not None}
+    columns = frozenset(column.name.lower() for column in tree.find_all(exp.Column))
     kinds = dict(complex_columns)
+    multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
+    if multi_value:
+        tree, changed = rewrite_multi_value(tree, multi_value), True
     for node in reversed(list(tree.walk(bfs=False))):  # children first: nested Druid calls are rewritten too
         new = _rewrite(node, tables, kinds)
         if new is not node:
@@ -105,22 +114,27 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
             else:
                 node.replace(new)
     return Translation(tree.sql(dialect="spark") if changed else query, frozenset(tables), frozenset(names),
-                       frozenset(arguments))
+                       columns, frozenset(arguments))
 
 
 def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, str]) -> exp.Expression:
     if isinstance(node, exp.Table) and node.args.get("db") is not None:
         return _table(node, tables)
     column = _complex_argument(node)
-    if column is not None and column.name.lower() in complex_columns:
-        return _over_complex(node, column, complex_columns[column.name.lower()])
+    kind = None if column is None else complex_columns.get(column.name.lower())
+    if column is not None and kind not in (None, "multi_value"):  # multi-value: see rewrite_multi_value
+        return _over_complex(node, column, kind)
     if isinstance(node, exp.Filter | exp.Window) and _is_estimate(node.this):  # FILTER/OVER: of the aggregate
         estimate, wrapped = node.this.copy(), node.copy()
         wrapped.set("this", estimate.expressions[0])
         estimate.expressions[0] = wrapped
         return estimate
     if isinstance(node, exp.Anonymous):
-        translator = _FUNCTIONS.get(str(node.this).upper())
+        name = str(node.this).upper()
+        if name in MV_FUNCTIONS:
+            return MV_FUNCTIONS[name](list(node.expressions), frozenset(
+                column for column, kind in complex_columns.items() if kind == "multi_value"))
+        translator = _FUNCTIONS.get(name)
         return translator(list(node.expressions)) if translator else node
     if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("to") is not None:
         unit = node.args["to"].name.upper()

@@ -21,6 +21,7 @@ the cap allows), ``context.timeout`` shortens the time limit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -37,7 +38,8 @@ from py4j.protocol import Py4JJavaError
 from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from overlord.config import Settings
 from overlord.query.druid_sql import UTC_NAMES, Translation, metadata_view, translate
@@ -189,11 +191,28 @@ def _query_session(spark: SparkSession) -> _QuerySession:
 
 
 def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mapping[str, Any] | None,
-          schema: StructType | None = None) -> DataFrame:
+          schema: StructType | None = None, multi_value: Mapping[str, frozenset[str]] | None = None) -> DataFrame:
     """Spark's Parquet reader for local and HDFS files; the fsspec source for object stores.
 
     Without ``schema``, the union of the files' schemas (columns of every spec version).
+    ``multi_value``: each file's multi-value dimensions (lists), for every file of the datasource;
+    in a file where such a dimension is a string, its values are read as one-element lists.
     """
+    every = frozenset().union(*(multi_value or {}).values())
+    if every and paths:
+        groups: dict[frozenset[str], list[str]] = {}
+        for path in paths:
+            groups.setdefault((multi_value or {}).get(path, frozenset()), []).append(path)
+        frames = []
+        for lists, group in groups.items():
+            strings = every - lists
+            own = None if schema is None else StructType([
+                StructField(f.name, StringType(), True) if f.name in strings else f for f in schema])
+            frame = _read(session, tuple(group), storage_options, own)
+            for name in strings & set(frame.columns):
+                frame = frame.withColumn(name, F.when(F.col(name).isNull(), None).otherwise(F.array(F.col(name))))
+            frames.append(frame)
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     if not paths and schema is not None:
         return session.createDataFrame([], schema)
     if all("://" not in p or p.startswith(("file://", "hdfs://")) for p in paths):
@@ -230,12 +249,15 @@ def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
             raise QueryError(f"datasource {datasource!r} has no published segments", "TABLE_OR_VIEW_NOT_FOUND")
         time_range = (ranges or {}).get(name.lower())
         kept = paths if time_range is None else tuple(s.path for s in segments if time_range.reads(s))
+        multi_value = {s.path: frozenset(name for name, kind in s.descriptor.get("complex_columns", {}).items()
+                                         if kind == "multi_value") for s in segments}
         try:
             cached = qs.frames.get(datasource)
             if cached is None or cached[0] != paths:
-                cached = (paths, _read(qs.session, paths, storage_options))
+                cached = (paths, _read(qs.session, paths, storage_options, multi_value=multi_value))
                 qs.frames[datasource] = cached
-            frame = cached[1] if kept == paths else _read(qs.session, kept, storage_options, cached[1].schema)
+            frame = cached[1] if kept == paths else _read(qs.session, kept, storage_options, cached[1].schema,
+                                                          multi_value)
         except PySparkException as exc:
             raise _user_error(exc) or exc from None
         frame.createOrReplaceTempView(_view(datasource))
@@ -305,12 +327,13 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
 
 
 def _translate(engine: sa.Engine, query: str) -> Translation:
-    """The query in Spark SQL, knowing which of the columns it reads hold sketches or first/last pairs."""
+    """The query in Spark SQL, knowing which of the columns it reads hold sketches, first/last pairs or lists."""
     translation = translate(query)
-    if not translation.complex_arguments:
+    if not translation.columns or not translation.tables:
         return translation
     found = {name.lower(): kind for name, kind in complex_columns(engine, translation.tables).items()}
-    kinds = tuple(sorted((name, found[name]) for name in translation.complex_arguments if name in found))
+    kinds = tuple(sorted((name, kind) for name, kind in found.items() if name in translation.complex_arguments
+                         or (name in translation.columns and kind == "multi_value")))
     return translate(query, kinds) if kinds else translation
 
 

@@ -71,7 +71,7 @@ DENIED_EXPRESSIONS = frozenset({"CallMethodViaReflection", "TryReflect", "Script
 
 _EXPRESSIONS_PACKAGE = "org.apache.spark.sql.catalyst.expressions."
 _AGGREGATES_PACKAGE = _EXPRESSIONS_PACKAGE + "aggregate."
-SKETCH_READERS = frozenset({"ThetaUnionAgg", "HllUnionAgg", "KllMergeAggDouble", "AggregateExpression"})
+SKETCH_READERS = frozenset({"ThetaUnionAgg", "HllUnionAgg", "KllMergeAggDouble"})
 """Aggregates that may read stored sketches (binary) or first/last pairs (``struct<lhs, rhs>``); any other
 would count or compare their bytes, an answer that looks like Druid's and is not."""
 
@@ -226,21 +226,40 @@ def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> Non
         elif node.kind == "udf" or node.name in DENIED_EXPRESSIONS or not node.full_name.startswith(
                 _EXPRESSIONS_PACKAGE):
             raise QueryError(f"expression {node.name} is not allowed in queries", "FUNCTION_NOT_ALLOWED")
-        elif node.full_name.startswith(_AGGREGATES_PACKAGE) and node.name not in SKETCH_READERS and _reads_opaque(node):
-            raise QueryError(f"{node.name} over stored sketches or first/last pairs: use APPROX_COUNT_DISTINCT_DS_"
-                             "THETA/HLL, APPROX_COUNT_DISTINCT, APPROX_QUANTILE_DS, EARLIEST or LATEST directly on the "
-                             "column (not through an alias, a subquery or an expression)", "UNSUPPORTED_DRUID_SQL")
+        elif node.full_name.startswith(_AGGREGATES_PACKAGE):
+            _check_aggregate(node)
 
 
-def _reads_opaque(node: Node) -> bool:
-    """Whether an expression takes a stored sketch (binary) or a first/last pair (``struct<lhs, rhs>``)."""
-    children = node.obj.children()
+def _check_aggregate(node: Node) -> None:
+    """Refuse an aggregate that would read stored sketches, first/last pairs or multi-value lists as values.
+
+    Counting or comparing their bytes, pairs or whole lists gives an answer that looks like
+    Druid's and is not. Only the sketch readers may take sketches; only a plain ``COUNT``, lists.
+    """
+    if node.name == "AggregateExpression":  # COUNT(DISTINCT list) would count distinct lists
+        if node.obj.isDistinct() and "array" in _input_types(node.obj.aggregateFunction()):
+            raise QueryError("COUNT(DISTINCT ...) over a multi-value column counts whole rows' lists, not values: "
+                             "GROUP BY the column (one group per value) or use MV_ functions", "UNSUPPORTED_DRUID_SQL")
+        return
+    kinds = _input_types(node.obj)
+    if node.name not in SKETCH_READERS and kinds & {"binary", "pair"}:
+        raise QueryError(f"{node.name} over stored sketches or first/last pairs: use APPROX_COUNT_DISTINCT_DS_"
+                         "THETA/HLL, APPROX_COUNT_DISTINCT, APPROX_QUANTILE_DS, EARLIEST or LATEST directly on the "
+                         "column (not through an alias, a subquery or an expression)", "UNSUPPORTED_DRUID_SQL")
+    if node.name != "Count" and "array" in kinds:
+        raise QueryError(f"{node.name} over a multi-value column would take whole rows' lists, not values: GROUP BY "
+                         "the column (one group per value) or use MV_ functions", "UNSUPPORTED_DRUID_SQL")
+
+
+def _input_types(expression: Any) -> set[str]:
+    """The type names of an expression's inputs (``pair`` for a first/last pair, a ``struct<lhs, rhs>``)."""
+    names = set()
+    children = expression.children()
     for i in range(children.length()):
         kind = children.apply(i).dataType()
         name = str(kind.typeName())
-        if name == "binary" or (name == "struct" and list(kind.fieldNames()) == ["lhs", "rhs"]):
-            return True
-    return False
+        names.add("pair" if name == "struct" and list(kind.fieldNames()) == ["lhs", "rhs"] else name)
+    return names
 
 
 def relations(nodes: list[Node]) -> list[str]:

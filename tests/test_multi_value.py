@@ -1,0 +1,130 @@
+"""Multi-value string dimensions: JSON arrays ingested as Druid does, and queried with Druid's semantics."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from indexing_task.compaction import compact
+from indexing_task.rollup import Rollup, RollupSchema
+from overlord.dev.sample_data import produce
+from overlord.query.engine import execute_sql, run_sql
+from overlord.query.errors import QueryError
+from overlord.supervisor.ranges import index_once
+from segment_store.timeline import visible_segments
+from specs import SpecError, load_supervisor_spec
+from tests.helpers import settings_for
+
+
+def tags_spec(datasource: str = "tags", topic: str = "tags", handling: str | None = None) -> dict[str, Any]:
+    tags: dict[str, Any] = {"name": "tags"} if handling is None else {"name": "tags", "multiValueHandling": handling}
+    return {"type": "kafka", "spec": {
+        "dataSchema": {
+            "dataSource": datasource,
+            "timestampSpec": {"column": "t", "format": "iso"},
+            "dimensionsSpec": {"dimensions": ["page", tags]},
+            "metricsSpec": [{"type": "count", "name": "count"}],
+            "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR"}},
+        "ioConfig": {"topic": topic, "inputFormat": {"type": "json"}, "useEarliestOffset": True}}}
+
+
+def rows(handling: str | None, tags: list[Any]) -> list[tuple[list[Any] | None, int]]:
+    """(stored tags, count) of one record per ``tags`` value under ``handling``, sorted."""
+    spec = load_supervisor_spec(tags_spec(handling=handling))
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema))
+    before = rollup.parse([json.dumps({"t": "2024-05-01T10:00:00Z", "page": "p", "tags": "solo"}).encode()])
+    parsed = rollup.parse([json.dumps({"t": "2024-05-01T10:00:00Z", "page": "p", "tags": t}).encode() for t in tags])
+    assert parsed.bad_count == 0, parsed.bad_samples
+    merged = rollup.merge([before.rows, parsed.rows]).to_pylist()  # a batch from before the first array
+    return sorted(((r["tags"], r["count"]) for r in merged), key=repr)
+
+
+ARRAYS = [["b", "a", "b"], ["a", "b", "b"], "a", ["a"], [], [None], None, ["z", None, 1, True]]
+
+
+@pytest.mark.parametrize(("handling", "expected"), [
+    (None, [(None, 3), (["a"], 2), (["a", "b", "b"], 2), (["solo"], 1), ([None, "1", "true", "z"], 1)]),
+    ("sorted_set", [(None, 3), (["a"], 2), (["a", "b"], 2), (["solo"], 1), ([None, "1", "true", "z"], 1)]),
+    ("ARRAY", [(None, 3), (["a"], 2), (["a", "b", "b"], 1), (["b", "a", "b"], 1), (["solo"], 1),
+               (["z", None, "1", "true"], 1)]),
+])
+def test_arrays_become_multi_value_rows_as_druid_stores_them(handling, expected):
+    """SORTED_ARRAY (default) sorts with nulls first, SORTED_SET drops repeats, ARRAY keeps the order; a value
+    and a one-element array are one row; [], [null] and a missing field are a null row.
+    """
+    assert rows(handling, ARRAYS) == sorted(expected, key=repr)
+
+
+def test_a_nested_array_or_an_unknown_handling_is_refused():
+    spec = load_supervisor_spec(tags_spec())
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema))
+    parsed = rollup.parse([json.dumps({"t": "2024-05-01T10:00:00Z", "tags": ["a", ["b"]]}).encode()])
+    assert [b.reason for b in parsed.bad_samples] == ["a nested array or object in multi-value dimension tags"]
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(tags_spec(handling="SORTED"))
+    [(path, _)] = refused.value.errors
+    assert path == "spec.dataSchema.dimensionsSpec.dimensions[1].multiValueHandling"
+
+
+DRUID_DOCS_ROWS = [["t1", "t2", "t3"], ["t3", "t4", "t5"], ["t5", "t6", "t7"], []]
+"""The rows of Druid's multi-value dimension documentation."""
+
+
+def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive_compaction(
+        stack, engine, spark, make_topic, datasource, deep_storage):
+    topic = make_topic(1)
+    spec = load_supervisor_spec(tags_spec(datasource, topic))
+    settings = settings_for(stack, deep_storage)
+    batches = [[{"page": "single", "tags": "t3"}, {"page": "single", "tags": "t9"}],  # a segment of strings
+               [{"page": f"doc{i}", "tags": tags} for i, tags in enumerate(DRUID_DOCS_ROWS)]]  # one of lists
+    for batch in batches:
+        produce(stack.bootstrap_servers, topic, [json.dumps({"t": "2024-05-01T10:00:00Z", **r}).encode()
+                                                  for r in batch], 1)
+        assert index_once(spark, engine, settings, spec).outcome.status == "ok"
+    kinds = [s.descriptor.get("complex_columns", {}).get("tags") for s in visible_segments(engine, datasource)]
+    assert sorted(kinds, key=str) == [None, "multi_value"]
+
+    def sql(query: str) -> list[dict[str, Any]]:
+        return execute_sql(spark, engine, query.format(ds=f'"{datasource}"')).table.to_pylist()
+
+    def answers() -> dict[str, Any]:
+        return {
+            "grouped": sql('SELECT tags, SUM("count") AS n FROM {ds} GROUP BY tags ORDER BY tags NULLS FIRST'),
+            "filtered_then_grouped": sql("SELECT tags, COUNT(*) AS n FROM {ds} WHERE tags = 't3' GROUP BY 1 "
+                                         "ORDER BY 1"),
+            "matching": sql("SELECT page FROM {ds} WHERE tags IN ('t4', 't9') ORDER BY page"),
+            "not_matching": sql("SELECT page FROM {ds} WHERE tags <> 't3' ORDER BY page"),
+            "null_rows": sql("SELECT page FROM {ds} WHERE tags IS NULL"),
+            "selected": sql("SELECT page, tags FROM {ds} WHERE page IN ('doc0', 'single') ORDER BY page, tags"),
+            "functions": sql("SELECT page, MV_LENGTH(tags) AS n, MV_OFFSET(tags, 1) AS second, "
+                             "MV_CONTAINS(tags, ARRAY['t1', 't3']) AS both, MV_TO_STRING(tags, '|') AS joined "
+                             "FROM {ds} WHERE page IN ('doc0', 'single') ORDER BY page, n"),
+        }
+
+    expected = {
+        "grouped": [{"tags": None, "n": 1}, *({"tags": t, "n": n} for t, n in [
+            ("t1", 1), ("t2", 1), ("t3", 3), ("t4", 1), ("t5", 2), ("t6", 1), ("t7", 1), ("t9", 1)])],
+        "filtered_then_grouped": [{"tags": t, "n": n} for t, n in [("t1", 1), ("t2", 1), ("t3", 3), ("t4", 1),
+                                                                  ("t5", 1)]],  # whole rows kept, then unnested
+        "matching": [{"page": "doc1"}, {"page": "single"}],
+        "not_matching": [{"page": "doc2"}, {"page": "single"}],  # no value t3; the null row matches neither
+        "null_rows": [{"page": "doc3"}],
+        "selected": [{"page": "doc0", "tags": '["t1","t2","t3"]'}, {"page": "single", "tags": "t3"},
+                     {"page": "single", "tags": "t9"}],
+        "functions": [{"page": "doc0", "n": 3, "second": "t2", "both": True, "joined": "t1|t2|t3"},
+                      {"page": "single", "n": 1, "second": None, "both": False, "joined": "t3"},
+                      {"page": "single", "n": 1, "second": None, "both": False, "joined": "t9"}],
+    }
+    assert answers() == expected
+    assert run_sql(spark, engine, f'SELECT tags FROM "{datasource}" WHERE page = \'doc1\'') == [
+        {"tags": '["t3","t4","t5"]'}]
+    for refused in ("SELECT COUNT(DISTINCT tags) FROM {ds}", "SELECT MAX(tags) FROM {ds}"):
+        with pytest.raises(QueryError, match="multi-value column"):
+            sql(refused)
+    reports = compact(spark, engine, spec, deep_storage, storage_options=None)
+    assert reports and all(r.outcome.ok for r in reports)
+    assert [s.descriptor.get("complex_columns") for s in visible_segments(engine, datasource)] == [
+        {"tags": "multi_value"}]
+    assert answers() == expected
