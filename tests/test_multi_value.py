@@ -12,6 +12,7 @@ from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.query.engine import execute_sql, run_sql
 from overlord.query.errors import QueryError
+from overlord.query.native import run_native
 from overlord.supervisor.ranges import index_once
 from segment_store.timeline import visible_segments
 from specs import SpecError, load_supervisor_spec
@@ -118,6 +119,12 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
                       {"page": "single", "n": 1, "second": None, "both": False, "joined": "t9"}],
     }
     assert answers() == expected
+    native = run_native(spark, engine, {
+        "queryType": "groupBy", "dataSource": datasource, "granularity": "all", "intervals": ["2024-05-01/P1D"],
+        "dimensions": ["tags"], "filter": {"type": "selector", "dimension": "tags", "value": "t3"},
+        "aggregations": [{"type": "count", "name": "n"}]})
+    assert sorted((r["event"]["tags"], r["event"]["n"]) for r in native) == [
+        (row["tags"], row["n"]) for row in expected["filtered_then_grouped"]]
     assert run_sql(spark, engine, f'SELECT tags FROM "{datasource}" WHERE page = \'doc1\'') == [
         {"tags": '["t3","t4","t5"]'}]
     for refused in ("SELECT COUNT(DISTINCT tags) FROM {ds}", "SELECT MAX(tags) FROM {ds}"):
