@@ -4,9 +4,10 @@ One SQL query per batch of raw record values types every field, gives each bad r
 reason (invalid JSON, missing or invalid timestamp, wrong type) and groups the good rows by
 (segment interval, truncated time, dimensions), aggregating the metrics; nothing is
 materialised in between (bad records come out of the same pass, one row each).
-String dimensions take any JSON scalar as text (``true``, ``12``), like Druid; a JSON array (Druid's
-multi-value dimension, not implemented) makes the record unparseable, never text (an object is
-kept as its JSON text, where Druid keeps Java's rendering of it).
+String dimensions take any JSON scalar as text (``true``, ``12``), like Druid; a JSON array makes the
+dimension multi-value (a list column, never the array's text; an object is kept as its JSON text,
+where Druid keeps Java's rendering of it). Sketch metrics come out of the pass as lists of values
+that :mod:`indexing_task.sketches` turns into sketches; first/last metrics as (time, value) pairs.
 Partial results of several batches merge with the metrics' combining functions.
 """
 
@@ -295,6 +296,11 @@ def _array_reason(dimension: str) -> str:
     return f"a JSON array for string dimension {dimension}"
 
 
+def _elements(token: str, text: str) -> str:
+    """SQL for a field's values as a list of text: a JSON array's elements, else its one value (``text``)."""
+    return f"CASE WHEN left({token}, 1) = '[' THEN from_json({token}, '[\"VARCHAR\"]') ELSE [{text}] END"
+
+
 def _multi_value_sql(token: str, text: str, d: Dimension) -> tuple[str, str]:
     """A multi-value dimension's list of strings from its JSON ``token``, and the check for nested values.
 
@@ -302,7 +308,7 @@ def _multi_value_sql(token: str, text: str, d: Dimension) -> tuple[str, str]:
     (``SORTED_ARRAY``), also without repeats (``SORTED_SET``), or as it came (``ARRAY``); an
     empty array, ``[null]`` and a missing field are all a null row.
     """
-    values = f"CASE WHEN left({token}, 1) = '[' THEN from_json({token}, '[\"VARCHAR\"]') ELSE [{text}] END"
+    values = _elements(token, text)
     if d.handling == "SORTED_ARRAY":
         values = f"list_sort({values}, 'ASC', 'NULLS FIRST')"
     elif d.handling == "SORTED_SET":  # list_distinct drops nulls; one is kept, as Druid keeps one
@@ -345,8 +351,9 @@ _CSV_FIELD = '"(?:[^"]|"")*"|[^,"]*'
 def _values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool = False) -> str:
     """The ``src`` CTE: each record's value as JSON text ``__s``, and ``__problem``, why a value is unreadable.
 
-    A CSV or TSV line becomes a JSON object of its columns' texts (empty ones null, as in Druid),
-    so the rest of the parse reads every format alike. ``decoded``: the batch holds values already
+    A CSV or TSV line becomes a JSON object of its columns' texts (empty ones null, as in Druid;
+    one holding the ``listDelimiter``, a JSON array of its parts: a multi-value dimension), so the
+    rest of the parse reads every format alike. ``decoded``: the batch holds values already
     decoded to JSON (Avro) and their ``__problem``.
     """
     if delimited is None:
@@ -364,7 +371,10 @@ def _values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool =
         cells = f"string_split(__line, {_lit(delimited.separator)})"
         unquoted, malformed = "c", ""
     pairs = ", ".join(f"{_lit(name)}, __cells[{i}]" for i, name in enumerate(delimited.columns, 1))
-    multi = "a value holds the listDelimiter: a multi-value dimension in Druid, which is not supported"
+    split = _lit(delimited.list_delimiter)
+    listed = ", ".join(f"{_lit(name)}, CASE WHEN contains(__cells[{i}], {split}) THEN to_json(list_transform("
+                       f"string_split(__cells[{i}], {split}), lambda p: nullif(p, ''))) ELSE to_json(__cells[{i}]) END"
+                       for i, name in enumerate(delimited.columns, 1))
     return f"""lines AS (SELECT {carried}, __raw IS NULL AS __is_null,
                              regexp_replace(try(decode(__raw)), '\\r?\\n$', '') AS __line FROM batch),
             cells AS (SELECT *, list_transform({cells}, lambda c: nullif({unquoted}, '')) AS __cells FROM lines),
@@ -372,11 +382,12 @@ def _values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool =
                                        WHEN regexp_matches(__line, '[\\r\\n]')
                                            THEN 'several lines in one value (Druid reads each as a row)'
                                        {malformed}
-                                       WHEN list_bool_or(list_transform(__cells, lambda c: contains(c, {_lit(
-                                           delimited.list_delimiter)}))) THEN {_lit(multi)}
                                   END AS __problem FROM cells),
             src AS (SELECT {carried}, __is_null, __problem,
-                           CASE WHEN __line IS NOT NULL AND __problem IS NULL THEN json_object({pairs}) END AS __s
+                           CASE WHEN __line IS NULL OR __problem IS NOT NULL THEN NULL
+                                WHEN list_bool_or(list_transform(__cells, lambda c: contains(c, {split})))
+                                    THEN json_object({listed})
+                                ELSE json_object({pairs}) END AS __s
                     FROM checked)"""
 
 
@@ -590,9 +601,8 @@ class Rollup:
                     combined = ", ".join(f"coalesce({text(f)}, chr(0))" for f in m.fields)
                     typed.append(f"[concat_ws(chr(1), {combined})] AS __m{i}")
                 else:  # each element of a JSON array is a value, as in Druid
-                    lists = [f"CASE WHEN left({outputs.get(f) or token(f)}, 1) = '[' THEN from_json("
-                             f"{outputs.get(f) or token(f)}, '[\"VARCHAR\"]') ELSE [{text(f)}] END" for f in m.fields]
-                    typed.append(f"flatten([{', '.join(lists)}]) AS __m{i}")
+                    lists = ", ".join(_elements(outputs.get(f) or token(f), text(f)) for f in m.fields)
+                    typed.append(f"flatten([{lists}]) AS __m{i}")
                 continue
             value = text(m.fields[0])
             typed.append(f"{_cast(value, _SQL_TYPES[m.type])} AS __m{i}")

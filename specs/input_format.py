@@ -29,7 +29,7 @@ class KeyFormatSpec(SpecModel):
 
     not_implemented: ClassVar[dict[str, str]] = {
         "findColumnsFromHeader": "column names from a header row", "skipHeaderRows": "skipping header rows"}
-    harmless: ClassVar[frozenset[str]] = frozenset({"listDelimiter"})  # multi-value columns: only the first is read
+    harmless: ClassVar[frozenset[str]] = frozenset({"listDelimiter"})  # a key: only its first column is read
 
     type: Literal["tsv", "csv"]
     """Key format: tsv or csv (a csv key that starts with a quote is unparseable)."""
@@ -88,7 +88,7 @@ class InputFormatSpec(SpecModel):
     delimiter: str = "\t"
     """tsv: the one character between values (csv: a comma)."""
     list_delimiter: str = "\u0001"
-    """csv, tsv: what splits a value into a multi-value dimension in Druid; a value holding it is unparseable."""
+    """csv, tsv: what splits a value into the values of a multi-value dimension (an empty part is null)."""
     find_columns_from_header: bool = False
     """csv, tsv: must be false (in a stream, each record would be its own header)."""
     skip_header_rows: int = 0

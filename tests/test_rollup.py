@@ -518,12 +518,12 @@ def test_a_csv_value_druid_would_read_otherwise_is_unparseable_with_the_reason()
     rollup = Rollup(_delimited_schema(CSV))
     values: list[bytes | None] = [
         b"2024-01-01T10:00:00Z,DE,Bonn,1\n2024-01-01T10:00:00Z,FR,Paris,1", b'2024-01-01T10:00:00Z,"DE"x,Bonn,1',
-        b"2024-01-01T10:00:00Z,DE\x01FR,Bonn,1", b"\xff", None, b"", b'2024-01-01T10:00:00Z,"a\nb",c,1']
+        b"2024-01-01T10:00:00Z,DE,Bonn,x", b"\xff", None, b"", b'2024-01-01T10:00:00Z,"a\nb",c,1']
     reasons = {b.index: b.reason for b in rollup.parse(values).bad_samples}
     assert reasons == {
         0: "several lines in one value (Druid reads each as a row)",
         1: "not a line of comma-separated values (a quote inside a value must be doubled, and the value quoted)",
-        2: "a value holds the listDelimiter: a multi-value dimension in Druid, which is not supported",
+        2: "wrong type for v (long)",
         3: "not valid UTF-8", 4: "null value", 5: "missing timestamp",
         6: "several lines in one value (Druid reads each as a row)"}
 
@@ -532,11 +532,13 @@ def test_tsv_values_split_at_the_delimiter_without_quotes() -> None:
     rollup = Rollup(_delimited_schema({"type": "tsv", "columns": ["t", "country", "city", "v"], "delimiter": "|",
                                        "listDelimiter": ";"}, dimensions=[]))
     parsed = rollup.parse([b'2024-01-01T10:00:00Z|"DE"|Bonn, Rhein|4', "2024-01-01T10:00:00Z||Köln|1".encode(),
-                           b"2024-01-01T10:00:00Z|DE;FR|x|1"])
-    assert [b.index for b in parsed.bad_samples] == [2]
+                           b"2024-01-01T10:00:00Z|FR;DE;|x|1", b"2024-01-01T10:00:00Z|DE|x|1;2"])
+    assert [(b.index, b.reason) for b in parsed.bad_samples] == [(3, "wrong type for v (long)")]  # as in Druid
     assert [d.name for d in rollup.schema.dimensions] == ["city", "country"]  # discovery: every column but t, v
-    rows = sorted((r["country"] or "", r["city"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist())
-    assert rows == [("", "Köln", 1), ('"DE"', "Bonn, Rhein", 4)]
+    assert rollup.schema.complex_columns == {"country": "multi_value"}  # the listDelimiter splits a value
+    rows = sorted(((r["country"] or [], r["city"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist()),
+                  key=repr)
+    assert rows == sorted([([], "Köln", 1), (['"DE"'], "Bonn, Rhein", 4), ([None, "DE", "FR"], "x", 1)], key=repr)
 
 
 AVRO_SCHEMA = {"type": "record", "name": "Edit", "fields": [

@@ -68,7 +68,7 @@ class Translation:
 
     sql: str
     metadata_tables: frozenset[str] = frozenset()
-    tables: frozenset[str] = frozenset()
+    table_names: frozenset[str] = frozenset()
     """Every table name the query names (lower case), CTEs' included."""
     columns: frozenset[str] = frozenset()
     """Every column name the query names (lower case): if any is multi-value, the query is translated again
@@ -106,7 +106,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
     if multi_value:
         tree, changed = rewrite_multi_value(tree, multi_value), True
     for node in reversed(list(tree.walk(bfs=False))):  # children first: nested Druid calls are rewritten too
-        new = _rewrite(node, tables, kinds)
+        new = _rewrite(node, tables, kinds, multi_value)
         if new is not node:
             changed = True
             if node is tree:
@@ -117,7 +117,8 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
                        columns, frozenset(arguments))
 
 
-def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, str]) -> exp.Expression:
+def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, str],
+             multi_value: frozenset[str]) -> exp.Expression:
     if isinstance(node, exp.Table) and node.args.get("db") is not None:
         return _table(node, tables)
     column = _complex_argument(node)
@@ -132,8 +133,7 @@ def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, 
     if isinstance(node, exp.Anonymous):
         name = str(node.this).upper()
         if name in MV_FUNCTIONS:
-            return MV_FUNCTIONS[name](list(node.expressions), frozenset(
-                column for column, kind in complex_columns.items() if kind == "multi_value"))
+            return MV_FUNCTIONS[name](list(node.expressions), multi_value)
         translator = _FUNCTIONS.get(name)
         return translator(list(node.expressions)) if translator else node
     if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("to") is not None:
@@ -405,20 +405,27 @@ def _over_complex(node: exp.Expression, column: exp.Column, kind: str) -> exp.Ex
     """
     function = str(node.this).upper() if isinstance(node, exp.Anonymous) else "COUNT(DISTINCT)"
     args = list(node.expressions) if isinstance(node, exp.Anonymous) else [column]
-    if kind.startswith("pair:") or function in _BY_TIME:
-        if not kind.startswith("pair:") or function not in _BY_TIME:
-            raise QueryError(f"{function} over {column.name}, a column of "
-                             f"{'first/last values' if kind.startswith('pair:') else 'sketches'}: "
-                             f"use {'EARLIEST or LATEST' if kind.startswith('pair:') else 'a sketch function'}",
-                             "UNSUPPORTED_DRUID_SQL")
-        picked = exp.Anonymous(this=_BY_TIME[function], expressions=[
-            exp.Dot.build([column.copy(), exp.to_identifier("rhs")]),
-            exp.Dot.build([column.copy(), exp.to_identifier("lhs")])])
-        size = 2 if function.endswith("_BY") else 1  # maxBytes: Druid cuts a string to it when querying too
-        if kind == "pair:string" and len(args) > size:
-            chars = _integer(args, size, function, "maxBytes", 1024, 0, 2**31 - 1)
-            return exp.Anonymous(this="left", expressions=[picked, exp.Literal.number(chars)])
-        return picked
+    pairs = kind.startswith("pair:")
+    if pairs != (function in _BY_TIME):
+        what, use = ("first/last values", "EARLIEST or LATEST") if pairs else ("sketches", "a sketch function")
+        raise QueryError(f"{function} over {column.name}, a column of {what}: use {use}", "UNSUPPORTED_DRUID_SQL")
+    return _over_pairs(function, args, column, kind) if pairs else _over_sketches(function, args, column, kind)
+
+
+def _over_pairs(function: str, args: list[exp.Expression], column: exp.Column, kind: str) -> exp.Expression:
+    """EARLIEST/LATEST (``_BY``) over first/last pairs: the value of the earliest (latest) stored time."""
+    picked = exp.Anonymous(this=_BY_TIME[function], expressions=[
+        exp.Dot.build([column.copy(), exp.to_identifier("rhs")]),
+        exp.Dot.build([column.copy(), exp.to_identifier("lhs")])])
+    size = 2 if function.endswith("_BY") else 1  # maxBytes: Druid cuts a string to it when querying too
+    if kind == "pair:string" and len(args) > size:
+        chars = _integer(args, size, function, "maxBytes", 1024, 0, 2**31 - 1)
+        return exp.Anonymous(this="left", expressions=[picked, exp.Literal.number(chars)])
+    return picked
+
+
+def _over_sketches(function: str, args: list[exp.Expression], column: exp.Column, kind: str) -> exp.Expression:
+    """A distinct count or quantile over stored sketches: they merge into the answer."""
     sketch = Sketch.parse(kind)
     wanted = {"theta": "APPROX_COUNT_DISTINCT_DS_THETA", "hll": "APPROX_COUNT_DISTINCT_DS_HLL",
               "kll": "APPROX_QUANTILE_DS"}[sketch.family]
@@ -434,7 +441,7 @@ def _over_complex(node: exp.Expression, column: exp.Column, kind: str) -> exp.Ex
     _arity(function, args, 1, 2)
     size = _integer(args, 1, function, "size", sketch.size, 16, 2**26)
     return _sql("theta_sketch_estimate(theta_union_agg(_c, _k))", _c=column,
-                _k=exp.Literal.number(size.bit_length() - 1))
+                _k=exp.Literal.number(Sketch("theta", size).lg_size))
 
 
 _FUNCTIONS: dict[str, Callable[[list[exp.Expression]], exp.Expression]] = {

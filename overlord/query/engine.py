@@ -329,9 +329,9 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
 def _translate(engine: sa.Engine, query: str) -> Translation:
     """The query in Spark SQL, knowing which of the columns it reads hold sketches, first/last pairs or lists."""
     translation = translate(query)
-    if not translation.columns or not translation.tables:
+    if not translation.columns or not translation.table_names:
         return translation
-    found = {name.lower(): kind for name, kind in complex_columns(engine, translation.tables).items()}
+    found = {name.lower(): kind for name, kind in complex_columns(engine, translation.table_names).items()}
     kinds = tuple(sorted((name, kind) for name, kind in found.items() if name in translation.complex_arguments
                          or (name in translation.columns and kind == "multi_value")))
     return translate(query, kinds) if kinds else translation
