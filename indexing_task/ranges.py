@@ -10,6 +10,8 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from segment_store import Partition, kafka_partition
+
 __all__ = ["Split", "plan_splits"]
 
 
@@ -18,21 +20,26 @@ class Split:
     """A contiguous sub-range ``[start, end)`` of one partition, processed by one Spark task."""
 
     index: int
-    partition: int
+    partition: Partition
     start: int
     end: int
 
-    def key(self, topic: str, generation: int) -> str:
+    def kafka(self, topic: str | None) -> tuple[str, int]:
+        """The Kafka topic and partition number to read (``topic``: the spec's topic, if it has one)."""
+        return kafka_partition(self.partition, topic)
+
+    def key(self, topic: str | None, generation: int) -> str:
         """A stable short id of the range: a replica or retry of the same range gets the same key.
 
         ``generation`` is the committed-offsets version the task was planned against, so a
         range read again after an offsets reset gets new segment ids.
         """
-        text = f"{topic}/{self.partition}/{self.start}/{self.end}/{generation}"
+        name, number = self.kafka(topic)
+        text = f"{name}/{number}/{self.start}/{self.end}/{generation}"
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def plan_splits(start_offsets: Mapping[int, int], end_offsets: Mapping[int, int],
+def plan_splits(start_offsets: Mapping[Partition, int], end_offsets: Mapping[Partition, int],
                 parallelism: int, min_split_records: int = 50_000) -> list[Split]:
     """Cut each partition's range into splits of about ``total / parallelism`` records.
 

@@ -26,7 +26,7 @@ from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.results import RESULT_DDL, WorkerResult, read_results
 from indexing_task.rollup import RollupSchema
 from indexing_task.worker import TaskPayload, run_splits
-from segment_store import DeepStorage, Offsets, PublishOutcome, PublishRequest, SegmentDescriptor, publish
+from segment_store import DeepStorage, Offsets, Partition, PublishOutcome, PublishRequest, SegmentDescriptor, publish
 from specs import SupervisorSpec
 
 __all__ = ["IndexTaskRequest", "TaskReport", "run_index_task"]
@@ -70,8 +70,8 @@ class TaskReport:
 
     task_id: str
     datasource: str
-    start_offsets: Mapping[int, int]
-    end_offsets: Mapping[int, int]
+    start_offsets: Mapping[Partition, int]
+    end_offsets: Mapping[Partition, int]
     records: int
     rows_out: int
     unparseable: int
@@ -114,7 +114,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         min_time=request.min_time, max_time=request.max_time,
     )
     logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
-                io.topic, dict(request.start_offsets), dict(request.end_offsets), len(splits))
+                io.topic or io.topic_pattern, request.start_offsets.to_json(), request.end_offsets.to_json(),
+                len(splits))
     started = time.monotonic()
     results: list[WorkerResult] = []
     if splits:
@@ -139,7 +140,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
 
     started = time.monotonic()
     outcome = publish(engine, PublishRequest(
-        datasource=spec.datasource, topic=io.topic, task_id=request.task_id,
+        datasource=spec.datasource, topic=io.stream, task_id=request.task_id,
         start_offsets=request.start_offsets, end_offsets=request.end_offsets,
         initial_offsets=request.initial_offsets, segments=segments, epoch=request.epoch,
         leader_epoch=request.leader_epoch),

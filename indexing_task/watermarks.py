@@ -1,4 +1,4 @@
-"""The partitions of a topic and their low/high watermarks (offset of the first record / next record)."""
+"""The partitions a spec reads and their low/high watermarks (offset of the first record / next record)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,37 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from indexing_task.errors import IndexingError
+from segment_store import Partition, TopicPartitionId
+from specs import KafkaIOConfigSpec
 
-__all__ = ["topic_watermarks"]
+__all__ = ["stream_watermarks"]
 
 
-def topic_watermarks(consumer_properties: Mapping[str, Any], topic: str,
-                     timeout_s: float = 10.0) -> dict[int, tuple[int, int]]:
-    """Return ``{partition: (low, high)}``; raise :class:`IndexingError` if the topic is unknown."""
+def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec,
+                      timeout_s: float = 10.0) -> dict[Partition, tuple[int, int]]:
+    """``{partition: (low, high)}`` of the spec's topic, or of every topic its ``topicPattern`` matches.
+
+    A topic's partitions are numbers; a pattern's are :class:`TopicPartitionId`. An unknown
+    topic raises :class:`IndexingError`; a pattern matching no topic yet has no partitions.
+    """
     consumer = Consumer({"group.id": "overlord-metadata", "enable.auto.commit": False,
                          "log_level": 2,  # an unreachable broker surfaces as the exception below, once
                          **consumer_properties})
+
+    def marks(topic: str, partition: int) -> tuple[int, int]:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        return int(low), int(high)
+
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if metadata is None or metadata.error is not None or not metadata.partitions:
-            reason = metadata.error if metadata is not None else "no metadata"
-            raise IndexingError(f"topic {topic!r} is not available: {reason}")
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+        if io.topic is not None:
+            metadata = consumer.list_topics(io.topic, timeout=timeout_s).topics.get(io.topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
+                reason = metadata.error if metadata is not None else "no metadata"
+                raise IndexingError(f"topic {io.topic!r} is not available: {reason}")
+            return {p: marks(io.topic, p) for p in sorted(metadata.partitions)}
+        topics = consumer.list_topics(timeout=timeout_s).topics
+        return {TopicPartitionId(topic, p): marks(topic, p)
+                for topic, metadata in sorted(topics.items()) if io.reads(topic) and metadata.error is None
                 for p in sorted(metadata.partitions)}
     finally:
         consumer.close()

@@ -22,6 +22,7 @@ from indexing_task.ranges import Split
 from indexing_task.reader import read_range
 from indexing_task.results import WorkerResult, WrittenSegment, result_batch
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
+from segment_store import Partition
 from segment_store.deep_storage import DeepStorage
 
 __all__ = ["TaskPayload", "cyclic_gc_paused", "index_split", "record_metadata", "run_splits",
@@ -37,7 +38,8 @@ class TaskPayload(BaseModel):
 
     task_id: str
     datasource: str
-    topic: str
+    topic: str | None
+    """The spec's topic (None with a topicPattern: each split's partition names its topic)."""
     consumer_config: dict[str, Any]
     rollup_schema: RollupSchema
     deep_storage: str
@@ -99,11 +101,12 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
     buffered: list[Message] = []
 
     needs = payload.rollup_schema.metadata_needs
+    topic, partition = split.kafka(payload.topic)
 
     def process(messages: list[Message]) -> None:
         nonlocal records, unparseable, thrown_away, partials
         parsed = rollup.parse([m.value() for m in messages],
-                              record_metadata(needs, messages, payload.topic) if needs else None)
+                              record_metadata(needs, messages, topic) if needs else None)
         records += len(messages)
         unparseable += parsed.bad_count
         thrown_away += parsed.thrown_away
@@ -115,8 +118,7 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
                 writer.write(partials.pop())
 
     try:
-        for batch in read_range(consumer, payload.topic, split.partition, split.start, split.end,
-                                payload.read_timeout_s):
+        for batch in read_range(consumer, topic, partition, split.start, split.end, payload.read_timeout_s):
             buffered.extend(batch)
             if len(buffered) >= CHUNK_RECORDS:
                 process(buffered)
@@ -150,8 +152,10 @@ def record_metadata(needs: list[str], messages: list[Message], topic: str) -> di
     return out
 
 
-def _samples(parsed: ParsedBatch, messages: list[Message], partition: int, limit: int) -> list[dict[str, Any]]:
-    return [{"partition": partition, "offset": messages[bad.index].offset(), "reason": bad.reason,
+def _samples(parsed: ParsedBatch, messages: list[Message], partition: Partition,
+             limit: int) -> list[dict[str, Any]]:
+    shown = partition if isinstance(partition, int) else str(partition)
+    return [{"partition": shown, "offset": messages[bad.index].offset(), "reason": bad.reason,
              "value": bad.value} for bad in parsed.bad_samples[:max(limit, 0)]]
 
 

@@ -8,7 +8,7 @@ from segment_store.compaction import CompactionSwap, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage, segment_file_path
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.errors import SegmentStoreError
-from segment_store.offsets import OffsetRange, Offsets
+from segment_store.offsets import OffsetRange, Offsets, Partition, TopicPartitionId, kafka_partition
 from segment_store.publish import PublishOutcome, PublishRequest, publish
 from segment_store.records import (
     CommittedOffsets,
@@ -29,16 +29,19 @@ __all__ = [
     "Interval",
     "OffsetRange",
     "Offsets",
+    "Partition",
     "PublishOutcome",
     "PublishRequest",
     "SegmentDescriptor",
     "SegmentRecord",
     "SegmentStoreError",
     "SwapOutcome",
+    "TopicPartitionId",
     "cleanup",
     "committed_offsets",
     "create_schema",
     "datasources",
+    "kafka_partition",
     "pin_offsets",
     "publish",
     "reset_offsets",

@@ -5,36 +5,67 @@ records 0..99 read (or skipped), and record 100 comes next. A range ``[start, en
 the records from ``start`` up to, not including, ``end``; ``end`` is where the next range
 starts. Offsets are never "the last record read".
 
-Stored and sent as JSON objects with partition numbers as string keys (``{"0": 100}``);
-:meth:`Offsets.to_json` and :meth:`Offsets.from_json` are the only encoding.
+A partition is a number of the datasource's one topic, or, for a datasource reading several
+topics (``topicPattern``), a :class:`TopicPartitionId`. Stored and sent as JSON objects with
+string keys, ``{"0": 100}`` or ``{"clicks:0": 100}`` (Druid's form); :meth:`Offsets.to_json`
+and :meth:`Offsets.from_json` are the only encoding.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-__all__ = ["OffsetRange", "Offsets"]
+__all__ = ["OffsetRange", "Offsets", "Partition", "TopicPartitionId", "kafka_partition"]
 
 
-class Offsets(Mapping[int, int]):
+class TopicPartitionId(NamedTuple):
+    """A partition of one of the topics a ``topicPattern`` matches; its text is ``"topic:partition"``.
+
+    Kafka topic names cannot hold ``:``, so the text is unambiguous.
+    """
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+
+Partition = int | TopicPartitionId
+"""A partition of the one topic, or of one of several topics."""
+
+
+def kafka_partition(partition: Partition, topic: str | None) -> tuple[str, int]:
+    """The Kafka topic and partition number to read: a bare number is a partition of ``topic``."""
+    if isinstance(partition, TopicPartitionId):
+        return partition.topic, partition.partition
+    if topic is None:
+        raise ValueError(f"partition {partition} names no topic")
+    return topic, partition
+
+
+class Offsets(Mapping[Partition, int]):
     """A frozen map partition -> offset (the next record to read), sorted by partition.
 
-    Built from any mapping whose keys and values are non-negative integers (or their decimal
-    strings, as in stored JSON); anything else raises ``ValueError`` naming the partition.
+    Built from any mapping whose values are non-negative integers and whose keys are
+    partitions of one kind: numbers or :class:`TopicPartitionId` (or their stored text,
+    ``"0"`` or ``"clicks:0"``); anything else raises ``ValueError`` naming the partition.
     """
 
     __slots__ = ("_items", "_hash")
 
     def __init__(self, offsets: Mapping[Any, Any] | None = None) -> None:
-        items: dict[int, int] = {}
+        items: dict[Partition, int] = {}
         for key, value in (offsets or {}).items():
-            partition, offset = _non_negative(key, "partition"), _non_negative(value, f"offset of partition {key}")
-            items[partition] = offset
+            items[_partition(key)] = _non_negative(value, f"offset of partition {key}")
+        if len({type(p) for p in items}) > 1:
+            raise ValueError(f"expected partitions of one topic or all named by topic, found {sorted(map(str, items))}")
         self._items = dict(sorted(items.items()))
         self._hash: int | None = None
 
@@ -44,22 +75,22 @@ class Offsets(Mapping[int, int]):
         return cls(raw or {})
 
     def to_json(self) -> dict[str, int]:
-        """The stored form: partition numbers as string keys, in partition order."""
+        """The stored form: partitions as text keys, in partition order."""
         return {str(p): o for p, o in self._items.items()}
 
-    def merged(self, other: Mapping[int, int]) -> Offsets:
+    def merged(self, other: Mapping[Partition, int]) -> Offsets:
         """These offsets with ``other``'s partitions overwritten or added."""
         return Offsets({**self._items, **other})
 
-    def only(self, partitions: Iterable[int]) -> Offsets:
+    def only(self, partitions: Iterable[Partition]) -> Offsets:
         """The offsets of the given partitions that this map has."""
         wanted = set(partitions)
         return Offsets({p: o for p, o in self._items.items() if p in wanted})
 
-    def __getitem__(self, partition: int) -> int:
+    def __getitem__(self, partition: Partition) -> int:
         return self._items[partition]
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Partition]:
         return iter(self._items)
 
     def __len__(self) -> int:
@@ -73,7 +104,7 @@ class Offsets(Mapping[int, int]):
     def __repr__(self) -> str:
         return f"Offsets({self._items})"
 
-    def __reduce__(self) -> tuple[type[Offsets], tuple[dict[int, int]]]:
+    def __reduce__(self) -> tuple[type[Offsets], tuple[dict[Partition, int]]]:
         return (Offsets, (self._items,))
 
     @classmethod
@@ -84,6 +115,22 @@ class Offsets(Mapping[int, int]):
             json_schema=core_schema.chain_schema([core_schema.dict_schema(), from_mapping]),
             python_schema=from_mapping,
             serialization=core_schema.plain_serializer_function_ser_schema(lambda o: o.to_json()))
+
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+"""What Kafka allows as a topic name."""
+
+
+def _partition(key: Any) -> Partition:
+    """A partition from its number, its stored text (``"0"``, ``"clicks:0"``) or a :class:`TopicPartitionId`."""
+    if isinstance(key, TopicPartitionId):
+        return TopicPartitionId(key.topic, _non_negative(key.partition, "partition"))
+    if isinstance(key, str) and ":" in key:
+        topic, _, number = key.rpartition(":")
+        if not _TOPIC_NAME.fullmatch(topic):
+            raise ValueError(f"partition {key!r}: expected \"topic:partition\" with a Kafka topic name")
+        return TopicPartitionId(topic, _non_negative(number, f"partition {key!r}"))
+    return _non_negative(key, "partition")
 
 
 def _non_negative(value: Any, what: str) -> int:
@@ -118,7 +165,7 @@ class OffsetRange:
             raise ValueError("; ".join(backwards))
 
     @property
-    def partitions(self) -> list[int]:
+    def partitions(self) -> list[Partition]:
         return list(self.start)
 
     @property
@@ -131,4 +178,8 @@ class OffsetRange:
         return sum(self.end[p] - self.start[p] for p in self.start)
 
     def __str__(self) -> str:
-        return ", ".join(f"p{p}: [{self.start[p]}, {self.end[p]})" for p in self.start)
+        return ", ".join(f"{_label(p)}: [{self.start[p]}, {self.end[p]})" for p in self.start)
+
+
+def _label(partition: Partition) -> str:
+    return str(partition) if isinstance(partition, TopicPartitionId) else f"p{partition}"

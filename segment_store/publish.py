@@ -290,7 +290,7 @@ def publish(engine: sa.Engine, request: PublishRequest, storage: DeepStorage | N
                                  "writer holds it", Offsets())
     log = logger.warning if outcome.status == "fatal" else logger.info
     log("publish %s: datasource=%s task=%s epoch=%d start=%s end=%s segments=%d committed=%s: %s",
-        outcome.status, request.datasource, request.task_id, request.epoch, dict(request.start_offsets),
-        dict(request.end_offsets), len(request.segments), dict(outcome.committed), outcome.message)
+        outcome.status, request.datasource, request.task_id, request.epoch, request.start_offsets.to_json(),
+        request.end_offsets.to_json(), len(request.segments), outcome.committed.to_json(), outcome.message)
     return outcome
 

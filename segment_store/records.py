@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from segment_store.offsets import Offsets
+from segment_store.offsets import Offsets, Partition
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 
@@ -102,7 +102,7 @@ def segment_record(row: sa.RowMapping) -> SegmentRecord:
     return SegmentRecord(**values)
 
 
-def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int] | None) -> CommittedOffsets:
+def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[Partition, int] | None) -> CommittedOffsets:
     """Reset committed offsets, like Druid's supervisor reset (None) or resetOffsets (a map).
 
     None empties the offsets (and forgets the topic): every partition then starts from its
@@ -124,8 +124,8 @@ def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[int, int]
     return _committed(row)
 
 
-def pin_offsets(engine: sa.Engine, datasource: str, topic: str, offsets: Mapping[int, int]) -> CommittedOffsets:
-    """Commit where partitions without a committed offset start, and the topic if the row has none.
+def pin_offsets(engine: sa.Engine, datasource: str, topic: str, offsets: Mapping[Partition, int]) -> CommittedOffsets:
+    """Commit where partitions without a committed offset start, and the stream if the row has none.
 
     Partitions that have an offset keep it, and the epoch stays: tasks in flight are not
     affected. Returns the row after the change.

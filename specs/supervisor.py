@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+import re2
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from specs.data_schema import DataSchemaSpec, SpecModel
 from specs.durations import IsoDuration, UtcTimestamp
@@ -18,6 +20,7 @@ __all__ = [
     "EXACT_READ_CONSUMER_PROPERTIES",
     "REFUSED_CONSUMER_PROPERTIES",
     "SECRET_ENV_PREFIX",
+    "SEVERAL_TOPICS",
     "check_update",
     "UNLIMITED_PARSE_EXCEPTIONS",
     "InputFormatSpec",
@@ -102,6 +105,19 @@ def _provider_errors(value: object) -> list[tuple[str, str]]:
     return errors
 
 
+SEVERAL_TOPICS = "(topicPattern)"
+"""The stream of a datasource reading by ``topicPattern``: its offsets name their topics
+(``"clicks:0"``), so one pattern may follow another. Not a topic name (Kafka allows no parentheses)."""
+
+
+@functools.cache
+def _compiled(pattern: str) -> Any:
+    """RE2 matches in linear time: a spec's pattern cannot stall the supervisor on a long topic name."""
+    options = re2.Options()
+    options.log_errors = False
+    return re2.compile(pattern, options)
+
+
 class KafkaIOConfigSpec(SpecModel):
     """Where to read from and how the supervisor schedules its tasks."""
 
@@ -109,12 +125,14 @@ class KafkaIOConfigSpec(SpecModel):
         "autoScalerConfig", "pollTimeout", "idleConfig", "stopTaskCount", "lagAggregate", "emitTimeLagMetrics",
         "configOverrides", "stream", "useEarliestSequenceNumber",  # the last two: Druid's names in exported specs
     })
-    not_implemented: ClassVar[dict[str, str]] = {"topicPattern": "reading several topics (topicPattern)"}
 
     type: Literal["kafka"] = "kafka"
     """I/O config type."""
-    topic: str = Field(min_length=1)
-    """Kafka topic to read from."""
+    topic_pattern: str | None = Field(default=None, min_length=1)
+    """A regular expression (RE2 syntax) matching whole topic names: every topic it matches, and
+    any created later, is read (this or ``topic``)."""
+    topic: str | None = Field(default=None, min_length=1, validate_default=True)
+    """Kafka topic to read from (this or ``topicPattern``)."""
     consumer_properties: dict[str, Any] = Field(default_factory=dict)
     """Properties for the Kafka consumer (strings, integers, booleans; bootstrap.servers defaults to the
     service's configuration), and Druid's ``druid.dynamic.config.provider`` for values from the environment."""
@@ -158,6 +176,41 @@ class KafkaIOConfigSpec(SpecModel):
         if errors:
             raise SpecError(errors)
         return value
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                _compiled(value)
+            except re2.error as exc:
+                message = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+                raise SpecError.at("", f"not a regular expression in RE2 syntax (no lookaround or "
+                                       f"backreferences): {message}") from None
+        return value
+
+    @field_validator("topic")
+    @classmethod
+    def _one_stream(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if "topic_pattern" not in info.data:  # invalid, and refused on its own
+            return value
+        pattern = info.data["topic_pattern"]
+        if value is None and pattern is None:
+            raise SpecError.at("", "required field is missing (or give topicPattern)")
+        if value is not None and pattern is not None:
+            raise SpecError.at("", "expected topic or topicPattern, not both")
+        return value
+
+    @property
+    def stream(self) -> str:
+        """What the datasource's committed offsets belong to: the topic, or :data:`SEVERAL_TOPICS`."""
+        return self.topic if self.topic is not None else SEVERAL_TOPICS
+
+    def reads(self, topic: str) -> bool:
+        """Whether ``topic`` is read: it is the topic, or ``topicPattern`` matches all of it."""
+        if self.topic_pattern is None:
+            return topic == self.topic
+        return _compiled(self.topic_pattern).fullmatch(topic) is not None
 
     @field_validator("task_duration", "period", "completion_timeout")
     @classmethod

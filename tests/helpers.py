@@ -42,11 +42,15 @@ READER, WRITER = ("grafana", "read-pw-1"), ("admin", "write-pw-2")
 """Users of the ``auth_file`` fixture: (name, password) with the read and the write role."""
 
 
-def spec_json(datasource: str, topic: str, **io: Any) -> dict[str, Any]:
-    """The example ``events`` spec for a datasource and topic, period PT1S, ioConfig overrides."""
+def spec_json(datasource: str, topic: str | None, **io: Any) -> dict[str, Any]:
+    """The example ``events`` spec for a datasource and topic (None: give a topicPattern), period PT1S,
+    ioConfig overrides.
+    """
     raw = load_example("events").to_druid_json()
     raw["spec"]["dataSchema"]["dataSource"] = datasource
     raw["spec"]["ioConfig"].update(topic=topic, period="PT1S", **io)
+    if topic is None:
+        del raw["spec"]["ioConfig"]["topic"]
     return raw
 
 

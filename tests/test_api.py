@@ -656,3 +656,25 @@ def test_a_running_query_is_cancelled_by_its_sql_query_id(api: Api):
     done = api.http.post("/druid/v2/sql", json={"query": "SELECT 1 AS one", "context": {"sqlQueryId": "named-2"}})
     assert done.headers["X-Druid-SQL-Query-Id"] == "named-2"
     assert len(api.http.post("/druid/v2/sql", json={"query": "SELECT 1"}).headers["X-Druid-SQL-Query-Id"]) == 32
+
+
+def test_reset_offsets_of_a_topic_pattern_name_topic_and_partition(api: Api, make_topic, datasource):
+    topic = make_topic(1)
+    submit(api, spec_json(datasource, None, topicPattern=topic, useEarliestOffset=True))
+    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["latestOffsets"] != {},
+               "the partitions to be seen", 15)
+    api.post(f"/supervisor/{datasource}/suspend")
+    status = api.get(f"/supervisor/{datasource}/status")["payload"]
+    assert status["stream"] == topic and list(status["latestOffsets"]) == [f"{topic}:0"]
+
+    def reset(offsets: dict[str, int]) -> httpx.Response:
+        return api.post(f"/supervisor/{datasource}/resetOffsets", json={
+            "type": "kafka", "partitions": {"type": "end", "stream": topic, "partitionOffsetMap": offsets}})
+
+    bare = reset({"0": 3})  # partition 0 of which topic?
+    assert bare.status_code == 400 and bare.json()["errors"][0]["path"] == 'partitions.partitionOffsetMap["0"]'
+    invalid = reset({"no such/topic:0": 3})
+    assert invalid.status_code == 400 and "Kafka topic name" in invalid.json()["errorMessage"]
+    assert reset({f"{topic}:0": 3}).json() == {"id": datasource}
+    stored = committed_offsets(api.engine, datasource)
+    assert stored is not None and stored.offsets.to_json() == {f"{topic}:0": 3}

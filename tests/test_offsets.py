@@ -7,7 +7,7 @@ import pickle
 import pytest
 from pydantic import BaseModel
 
-from segment_store import OffsetRange, Offsets
+from segment_store import OffsetRange, Offsets, TopicPartitionId, kafka_partition
 
 
 def test_offsets_are_sorted_frozen_and_compare_as_mappings() -> None:
@@ -62,3 +62,26 @@ def test_ranges_need_the_same_partitions_and_no_backwards_partition() -> None:
     offset_range = OffsetRange(Offsets({0: 5, 1: 3}), Offsets({0: 9, 1: 3}))
     assert offset_range.size() == 4 and not offset_range.empty and offset_range.partitions == [0, 1]
     assert str(offset_range) == "p0: [5, 9), p1: [3, 3)"
+
+
+def test_partitions_of_several_topics_are_named_by_topic_in_druids_form() -> None:
+    clicks0, views0 = TopicPartitionId("clicks", 0), TopicPartitionId("views", 0)
+    offsets = Offsets({"views:0": 4, "clicks:0": 7, "clicks:10": 1})
+    assert list(offsets) == [clicks0, TopicPartitionId("clicks", 10), views0]
+    assert offsets[views0] == 4 and offsets.get(TopicPartitionId("views", 1)) is None
+    assert offsets.to_json() == {"clicks:0": 7, "clicks:10": 1, "views:0": 4}
+    assert Offsets.from_json(offsets.to_json()) == offsets and pickle.loads(pickle.dumps(offsets)) == offsets
+    assert kafka_partition(views0, None) == ("views", 0) and kafka_partition(3, "events") == ("events", 3)
+    assert str(OffsetRange(Offsets({clicks0: 1}), Offsets({clicks0: 5}))) == "clicks:0: [1, 5)"
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"0": 1, "clicks:0": 1}, "expected partitions of one topic or all named by topic"),
+    ({"clicks:-1": 1}, "partition 'clicks:-1': expected a non-negative integer"),
+    ({":0": 1}, "expected \"topic:partition\" with a Kafka topic name"),
+    ({"a b:0": 1}, "with a Kafka topic name"),
+    ({"clicks:": 1}, "partition 'clicks:': expected a non-negative integer"),
+])
+def test_invalid_topic_partitions_are_refused(raw: dict[object, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Offsets(raw)

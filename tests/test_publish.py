@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from overlord.dev.stack import free_port
 from segment_store import (
+    Offsets,
     PublishOutcome,
     PublishRequest,
     SegmentDescriptor,
@@ -32,6 +33,7 @@ from segment_store import (
 from segment_store.database import metadata_engine
 from segment_store.leadership import claim_leadership
 from segment_store.schema import segments as segments_t
+from specs import SEVERAL_TOPICS
 from tests.helpers import wait_for_lock_waiter
 
 TOPIC = "events"
@@ -45,7 +47,7 @@ def seg(ds: str, name: str, start: datetime = HOUR, **details: Any) -> SegmentDe
                              size_bytes=100, num_rows=10, details=details)
 
 
-def req(ds: str, start: Mapping[int, int], end: Mapping[int, int], initial: Mapping[int, int] | None = None,
+def req(ds: str, start: Mapping[Any, int], end: Mapping[Any, int], initial: Mapping[Any, int] | None = None,
         segments: tuple[SegmentDescriptor, ...] = (), topic: str = TOPIC, task: str = "",
         names: tuple[str, ...] = (), epoch: int = 0) -> PublishRequest:
     """A task's publish request; ``names`` adds one hour-long segment per name."""
@@ -212,6 +214,44 @@ def test_topic_mismatch_is_fatal(engine: sa.Engine, datasource: str) -> None:
     assert all_segment_rows(engine, datasource) == []
 
 
+# --- several topics (topicPattern): offsets keyed by topic and partition ----------------------
+
+def test_each_topic_partition_has_its_own_committed_offset(engine: sa.Engine, datasource: str) -> None:
+    """``clicks:0`` and ``views:0`` are different partitions: the truth table holds for each on its own."""
+    start = {"clicks:0": 0, "views:0": 0}
+    assert publish(engine, req(datasource, start, {"clicks:0": 10, "views:0": 4}, initial=start,
+                               topic=SEVERAL_TOPICS)).ok
+    assert publish(engine, req(datasource, {"views:0": 4}, {"views:0": 9}, topic=SEVERAL_TOPICS)).ok
+    found = committed_offsets(engine, datasource)
+    assert found is not None and found.topic == SEVERAL_TOPICS
+    assert found.offsets.to_json() == {"clicks:0": 10, "views:0": 9}
+
+    behind = publish(engine, req(datasource, {"clicks:0": 12}, {"clicks:0": 20}, topic=SEVERAL_TOPICS))
+    assert behind.status == "retryable"
+    assert "partition clicks:0: expected committed offset 12, found 10" in behind.message
+    replica = publish(engine, req(datasource, {"views:0": 4}, {"views:0": 9}, topic=SEVERAL_TOPICS, names=("r",)))
+    assert replica.status == "already_published"
+    inside = publish(engine, req(datasource, {"views:0": 0}, {"views:0": 20}, topic=SEVERAL_TOPICS, names=("o",)))
+    assert inside.status == "fatal" and "partition views:0" in inside.message
+    new_topic = publish(engine, req(datasource, {"orders:0": 3}, {"orders:0": 8}, topic=SEVERAL_TOPICS))
+    assert new_topic.status == "fatal" and "partition orders:0: no committed offset" in new_topic.message
+    assert committed_offsets(engine, datasource) == found and all_segment_rows(engine, datasource) == []
+
+
+@pytest.mark.parametrize(("first", "then"), [("events", SEVERAL_TOPICS), (SEVERAL_TOPICS, "events")])
+def test_offsets_of_one_topic_and_of_several_never_mix(engine: sa.Engine, datasource: str, first: str,
+                                                      then: str) -> None:
+    """Partition 0 of ``events`` is not ``events:0`` of a pattern: switching needs a reset."""
+    one, other = ({0: 0}, {"events:0": 0}) if first == "events" else ({"events:0": 0}, {0: 0})
+    assert publish(engine, req(datasource, one, {k: 10 for k in one}, initial=one, topic=first)).ok
+    later = {k: 10 for k in other}
+    outcome = publish(engine, req(datasource, later, {k: 20 for k in other}, initial=later, topic=then, names=("x",)))
+    assert outcome.status == "fatal" and f"expected topic {then!r}, found {first!r}" in outcome.message
+    found = committed_offsets(engine, datasource)
+    assert found is not None and found.topic == first and found.offsets == Offsets({k: 10 for k in one})
+    assert all_segment_rows(engine, datasource) == []
+
+
 def test_every_outcome_is_logged_with_datasource_task_and_offsets(
         engine: sa.Engine, datasource: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="segment_store.publish"):
@@ -220,9 +260,9 @@ def test_every_outcome_is_logged_with_datasource_task_and_offsets(
         publish(engine, req(datasource, {0: 10}, {0: 20}, topic="other", task="t-fatal"))
     ok, replica, fatal = (r for r in caplog.records if datasource in r.getMessage())
     assert "publish ok" in ok.getMessage() and "task=t-ok" in ok.getMessage()
-    assert "start={0: 0} end={0: 10}" in ok.getMessage()
+    assert "start={'0': 0} end={'0': 10}" in ok.getMessage()
     assert "publish already_published" in replica.getMessage() and "task=t-replica" in replica.getMessage()
-    assert "publish fatal" in fatal.getMessage() and "committed={0: 10}" in fatal.getMessage()
+    assert "publish fatal" in fatal.getMessage() and "committed={'0': 10}" in fatal.getMessage()
     assert [r.levelno for r in (ok, replica, fatal)] == [logging.INFO, logging.INFO, logging.WARNING]
 
 

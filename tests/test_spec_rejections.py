@@ -111,6 +111,10 @@ REJECTIONS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "required field is missing",
     ),
     ("empty-topic", _patched(*IO, "topic", value=""), "spec.ioConfig.topic", "must not be empty"),
+    ("topic-and-pattern", _patched(*IO, "topicPattern", value="events-.*"), "spec.ioConfig.topic",
+     "expected topic or topicPattern, not both"),
+    ("pattern-lookahead", lambda doc: doc["spec"]["ioConfig"].update(topic=None, topicPattern="(?!x)events"),
+     "spec.ioConfig.topicPattern", "RE2 syntax (no lookaround or backreferences): invalid perl operator"),
     ("missing-ioConfig", _patched(*IO, delete=True), "spec.ioConfig", "required field is missing"),
     ("missing-dataSource", _patched(*DS, "dataSource", delete=True), f"{P_DS}.dataSource", "required"),
     (
@@ -369,12 +373,12 @@ def test_all_problems_are_listed() -> None:
         load_supervisor_spec(doc)
     assert sorted(caught.value.errors) == [
         ("spec.ioConfig.taskCount", "must be >= 1, got -2"),
-        ("spec.ioConfig.topic", "required field is missing"),
+        ("spec.ioConfig.topic", "required field is missing (or give topicPattern)"),
         ("spec.tuningConfig.maxRowsInMemory", "expected an integer, got string"),
     ]
     text = str(caught.value)
     assert text.startswith("3 problems in supervisor spec:")
-    assert "  spec.ioConfig.topic: required field is missing" in text.splitlines()
+    assert "  spec.ioConfig.topic: required field is missing (or give topicPattern)" in text.splitlines()
 
 
 @pytest.mark.parametrize(

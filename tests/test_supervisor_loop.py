@@ -7,6 +7,7 @@ step's decision is checked deterministically.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import replace
@@ -20,9 +21,9 @@ from overlord.dev.stack import DevStack
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
-from segment_store import Offsets, PublishOutcome, committed_offsets, publish, reset_offsets
+from segment_store import Offsets, PublishOutcome, TopicPartitionId, committed_offsets, publish, reset_offsets
 from segment_store.publish import PublishRequest, Status
-from specs import load_supervisor_spec
+from specs import KafkaIOConfigSpec, load_supervisor_spec
 from tests.helpers import spec_json
 
 
@@ -65,16 +66,17 @@ class World:
 
     def __init__(self) -> None:
         self.time = 1000.0
-        self.marks: dict[int, tuple[int, int]] = {}
+        self.marks: dict[Any, tuple[int, int]] = {}
         self.broker_down = False
 
     def clock(self) -> float:
         return self.time
 
-    def watermarks(self, _properties: Mapping[str, Any], _topic: str) -> dict[int, tuple[int, int]]:
+    def watermarks(self, _properties: Mapping[str, Any], io: KafkaIOConfigSpec) -> dict[Any, tuple[int, int]]:
+        """The marks set, those of a pattern's topics only if the spec reads them."""
         if self.broker_down:
             raise ConnectionError("broker unreachable")
-        return dict(self.marks)
+        return {p: m for p, m in self.marks.items() if not isinstance(p, TopicPartitionId) or io.reads(p.topic)}
 
 
 POLICY = SupervisorPolicy(unhealthy_after=2, backoff_base_s=10.0, backoff_cap_s=25.0)
@@ -91,12 +93,12 @@ def runner() -> FakeRunner:
 
 
 def make_supervisor(stack: DevStack, engine: sa.Engine, world: World, runner: FakeRunner, datasource: str,
-                    *, suspended: bool = False, **io: Any) -> Supervisor:
+                    *, suspended: bool = False, topic: str | None = "topic-a", **io: Any) -> Supervisor:
     store = MetadataStore(engine)
     store.create_schema()
     ctx = SupervisorContext(engine, store, runner, stack.settings("/unused"), lambda _id: None,  # type: ignore[arg-type]
                             POLICY, clock=world.clock, watermarks=world.watermarks)
-    return Supervisor(datasource, load_supervisor_spec(spec_json(datasource, "topic-a", **io)), suspended, ctx)
+    return Supervisor(datasource, load_supervisor_spec(spec_json(datasource, topic, **io)), suspended, ctx)
 
 
 def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok", *, really_publish: bool = False,
@@ -104,7 +106,7 @@ def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok",
     """Resolve a fake task; with ``really_publish`` its range goes through the real publish transaction."""
     if really_publish:
         assert engine is not None
-        outcome = publish(engine, PublishRequest(request.spec.datasource, request.spec.spec.io_config.topic,
+        outcome = publish(engine, PublishRequest(request.spec.datasource, request.spec.spec.io_config.stream,
                                                  request.task_id, request.start_offsets, request.end_offsets,
                                                  epoch=request.epoch))
     else:
@@ -236,6 +238,37 @@ def test_offsets_of_another_topic_are_refused_until_a_reset(stack, engine, world
     (task,) = runner.running()  # the reset forgot topic-old: earliest offsets of topic-a are pinned and read
     assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 0}, {0: 10})
     assert sup.status.committed == {0: 0} and sup.status.state == "RUNNING"
+
+
+def test_a_topic_pattern_spreads_each_topics_partitions_over_the_groups_and_may_change(
+        stack, engine, world, runner, datasource):
+    """Offsets of a pattern name their topics, so another pattern goes on from them; a single topic's
+    offsets (bare partition numbers) are refused until a reset.
+    """
+    world.marks = {TopicPartitionId(topic, p): (0, 10) for topic in ("clicks", "views") for p in range(4)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, topic=None, topicPattern="clicks|views",
+                          taskCount=2, useEarliestOffset=True)
+    sup.run_once()
+    tasks = runner.running()
+    assert len(tasks) == 2 and sorted(p for t in tasks for p in t.start_offsets) == sorted(world.marks)
+    for task in tasks:  # each group reads two partitions of each topic
+        assert Counter(p.topic for p in task.start_offsets) == {"clicks": 2, "views": 2}
+    for task in tasks:
+        finish(runner, task, really_publish=True, engine=engine)
+
+    world.marks[TopicPartitionId("orders", 0)] = (0, 5)
+    changed = make_supervisor(stack, engine, world, runner, datasource, topic=None, topicPattern="views|orders")
+    changed.run_once()
+    (task,) = changed.active.values()  # views go on from their committed offsets, orders from its earliest
+    assert task.request.start_offsets.to_json() == {"orders:0": 0, **{f"views:{p}": 10 for p in range(4)}}
+    assert changed.status.healthy and not changed.status.recent_errors
+
+    single = make_supervisor(stack, engine, world, runner, f"{datasource}_single")
+    publish(engine, PublishRequest(single.spec.datasource, "topic-a", "t0", {0: 0}, {0: 7}, initial_offsets={0: 0}))
+    pattern = make_supervisor(stack, engine, world, runner, single.spec.datasource, topic=None, topicPattern="topic-a")
+    pattern.run_once()
+    refused = pattern.status.recent_errors[0][1]
+    assert "expected committed offsets of '(topicPattern)', found offsets of 'topic-a'" in refused
 
 
 def test_a_partition_that_appears_later_starts_at_earliest_whatever_the_spec_says(

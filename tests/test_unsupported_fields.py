@@ -60,12 +60,10 @@ def test_empty_or_default_forms_of_those_fields_are_accepted() -> None:
      "spec.dataSchema.metricsSpec[1].expression"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "assumeNewlineDelimited": True})),
      "spec.ioConfig.inputFormat.assumeNewlineDelimited"),
-    (_io(lambda io: io.update(topicPattern="events-.*")), "spec.ioConfig.topicPattern"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "featureSpec": {"ALLOW_COMMENTS": True}})),
      "spec.ioConfig.inputFormat.featureSpec"),
     (_io(lambda io: io.update({"odd.key": 1})), 'spec.ioConfig["odd.key"]'),
-], ids=["legacy-parser", "misspelt-section", "metric-expression", "newline-delimited", "topicPattern",
-        "featureSpec", "unknown-key"])
+], ids=["legacy-parser", "misspelt-section", "metric-expression", "newline-delimited", "featureSpec", "unknown-key"])
 def test_a_field_not_known_to_be_harmless_is_refused_naming_it(change: Any, path: str) -> None:
     """A field is ignored only when it is known not to change the data; a typo is refused, not ignored."""
     raw = spec_json("ds", "topic")

@@ -6,9 +6,11 @@ from collections.abc import Sequence
 
 from confluent_kafka.admin import AdminClient
 
-from indexing_task.watermarks import topic_watermarks
+from indexing_task.watermarks import stream_watermarks
 from overlord.dev import sample_data
 from overlord.dev.sample_data import produce
+from segment_store import Partition
+from specs import KafkaIOConfigSpec
 
 __all__ = ["create_topic", "delete_topics", "end_offsets", "produce"]
 
@@ -33,7 +35,8 @@ def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
             pass
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str) -> dict[Partition, int]:
     """The next offset of every partition (exact after :func:`produce`)."""
-    return {p: high for p, (_low, high) in topic_watermarks({"bootstrap.servers": bootstrap}, topic).items()}
+    marks = stream_watermarks({"bootstrap.servers": bootstrap}, KafkaIOConfigSpec(topic=topic))
+    return {p: high for p, (_low, high) in marks.items()}
 

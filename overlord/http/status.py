@@ -31,7 +31,7 @@ def status_payload(status: SupervisorStatus) -> dict[str, Any]:
     io = status.spec.spec.io_config
     now = status.generated_at
     return {"id": status.id, "generationTime": now.isoformat(), "payload": {
-        "dataSource": status.spec.datasource, "stream": io.topic, "partitions": len(status.latest),
+        "dataSource": status.spec.datasource, "stream": io.topic or io.topic_pattern, "partitions": len(status.latest),
         "replicas": io.replicas, "taskCount": io.task_count,
         "durationSeconds": int(io.task_duration.total_seconds()),
         "activeTasks": [{

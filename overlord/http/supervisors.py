@@ -14,6 +14,7 @@ from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
 from overlord.http.status import stats_payload, status_payload
 from overlord.http.views import history_entry, list_entry, spec_view
+from segment_store import Offsets
 from specs.errors import SpecError, key_path
 
 __all__ = ["PREFIX", "ResetOffsetsRequest", "supervisor_routes"]
@@ -27,8 +28,8 @@ class PartitionOffsets(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
     type: Literal["end"] = "end"
     stream: str = Field(min_length=1)
-    partition_offset_map: dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] = Field(
-        alias="partitionOffsetMap", min_length=1)
+    partition_offset_map: dict[str, Annotated[int, Field(ge=0)]] = Field(alias="partitionOffsetMap", min_length=1)
+    """Partition (``"0"``, or ``"topic:0"`` with a topicPattern) -> offset."""
 
 
 class ResetOffsetsRequest(BaseModel):
@@ -115,16 +116,22 @@ def supervisor_routes(out: Replies) -> APIRouter:
               summary="Set the committed offsets of some partitions")
     def reset_offsets(supervisor_id: str, body: ResetOffsetsRequest) -> Response:
         sup = overlord.get(supervisor_id)
-        topic, wanted = sup.spec.spec.io_config.topic, body.partitions
+        io, wanted = sup.spec.spec.io_config, body.partitions
+        topic = io.topic or io.topic_pattern
         if wanted.stream != topic:
             raise ApiError(400, f"stream {wanted.stream!r} is not the supervisor's topic {topic!r}",
                            [("partitions.stream", f"expected {topic!r}, got {wanted.stream!r}")])
+        try:
+            offsets = Offsets(wanted.partition_offset_map)
+        except ValueError as exc:
+            raise ApiError(400, f"partitions.partitionOffsetMap: {exc}",
+                           [("partitions.partitionOffsetMap", str(exc))]) from None
         known = set(sup.status.latest)
-        unknown = [p for p in wanted.partition_offset_map if known and p not in known]
+        unknown = [str(p) for p in offsets if known and p not in known]
         if unknown:
-            raise ApiError(400, f"topic {topic!r} has no partitions {unknown}; it has {sorted(known)}",
-                           [(f"partitions.partitionOffsetMap{key_path(str(p))}", "no such partition") for p in unknown])
-        overlord.reset(supervisor_id, wanted.partition_offset_map)
+            raise ApiError(400, f"{topic!r} has no partitions {unknown}; it has {sorted(map(str, known))}",
+                           [(f"partitions.partitionOffsetMap{key_path(p)}", "no such partition") for p in unknown])
+        overlord.reset(supervisor_id, offsets)
         return reply({"id": supervisor_id})
 
     @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/terminate", tags=["supervisors"], summary="Stop for good")

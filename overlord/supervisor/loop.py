@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from indexing_task.task import IndexTaskRequest, TaskReport
-from indexing_task.watermarks import topic_watermarks
+from indexing_task.watermarks import stream_watermarks
 from overlord.config import Settings
 from overlord.errors import OverlordError, error_summary
 from overlord.supervisor.metadata_store import MetadataStore
@@ -40,6 +40,7 @@ from overlord.supervisor.ranges import (
     consumer_properties,
     next_range,
     pin_initial_offsets,
+    task_group,
 )
 from overlord.supervisor.status import (
     ActiveTaskStatus,
@@ -48,7 +49,7 @@ from overlord.supervisor.status import (
     SupervisorStatus,
 )
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, reset_offsets
+from segment_store import CommittedOffsets, OffsetRange, Offsets, Partition, committed_offsets, reset_offsets
 from specs import SupervisorSpec
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class SupervisorContext:
     """Monotonic seconds: task timeouts, backoff, rates."""
     now: Callable[[], datetime] = _utc_now
     """Wall-clock time (UTC) for what is shown."""
-    watermarks: WatermarkSource = topic_watermarks
+    watermarks: WatermarkSource = stream_watermarks
     leader_epoch: int | None = None
     """The leader epoch this overlord plans tasks under (checked at publish); None outside leader election."""
     metrics: Metrics | None = None
@@ -156,8 +157,8 @@ class Supervisor:
         self.recent_tasks: deque[FinishedTaskStatus] = deque(maxlen=20)
         self.history: deque[tuple[float, int, float]] = deque()
         """(unix time, aggregate lag, records/s over 1 min), every 2 s at most, for 15 minutes: the console's charts."""
-        self.watermarks: dict[int, tuple[int, int]] = {}
-        self.arrivals: dict[int, deque[tuple[int, float]]] = {}
+        self.watermarks: dict[Partition, tuple[int, int]] = {}
+        self.arrivals: dict[Partition, deque[tuple[int, float]]] = {}
         """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
         self.stored: CommittedOffsets | None = None
         self.offsets_updated: datetime | None = None
@@ -193,8 +194,8 @@ class Supervisor:
 
     def refresh_partitions(self) -> None:
         """Read every partition's earliest and latest offset from the broker."""
-        topic = self.spec.spec.io_config.topic
-        self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings), topic))
+        self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings),
+                                                   self.spec.spec.io_config))
         self.offsets_updated = self.ctx.now()
         now = self.ctx.clock()
         for p, (_, high) in self.watermarks.items():
@@ -202,7 +203,7 @@ class Supervisor:
             if not seen or high > seen[-1][0]:
                 seen.append((high, now))
 
-    def lag_seconds(self, committed: Offsets, now: float) -> dict[int, float]:
+    def lag_seconds(self, committed: Offsets, now: float) -> dict[Partition, float]:
         """How long the oldest unpublished record of each partition has waited, since a refresh first saw it."""
         waited = {}
         for p, seen in self.arrivals.items():
@@ -273,7 +274,7 @@ class Supervisor:
         io = self.spec.spec.io_config
         busy = {p for task in self.active.values() for p in task.request.start_offsets}
         for group in range(io.task_count):
-            partitions = [p for p in self.latest if p % io.task_count == group]
+            partitions = [p for p in self.latest if task_group(p, io.task_count) == group]
             state = self.groups.setdefault(group, GroupState())
             if not partitions or busy.intersection(partitions) or self.ctx.clock() < state.retry_after:
                 continue

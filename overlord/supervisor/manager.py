@@ -38,7 +38,7 @@ from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import create_schema, reset_offsets
+from segment_store import Partition, create_schema, reset_offsets
 from segment_store.timeline import Interval, visible_segments
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 
@@ -250,7 +250,7 @@ class Overlord:
         self.wake(supervisor_id)
         return sup
 
-    def reset(self, supervisor_id: str, offsets: Mapping[int, int] | None = None,
+    def reset(self, supervisor_id: str, offsets: Mapping[Partition, int] | None = None,
               wait_s: float = RESET_WAIT_S) -> Supervisor:
         """Druid's reset (forget offsets) or resetOffsets (set some).
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from segment_store import Offsets
+from segment_store import Offsets, Partition
 
 __all__ = ["SupervisorRecord", "TaskRecord", "MetadataStore"]
 
@@ -148,8 +148,8 @@ class MetadataStore:
         with self.engine.connect() as conn:
             return [SupervisorRecord(**row._mapping) for row in conn.execute(query)]
 
-    def insert_task(self, task_id: str, supervisor_id: str, datasource: str, start_offsets: Mapping[int, int],
-                    end_offsets: Mapping[int, int], task_type: str = "index_kafka") -> None:
+    def insert_task(self, task_id: str, supervisor_id: str, datasource: str, start_offsets: Mapping[Partition, int],
+                    end_offsets: Mapping[Partition, int], task_type: str = "index_kafka") -> None:
         with self.engine.begin() as conn:
             conn.execute(tasks.insert().values(
                 id=task_id, type=task_type, supervisor_id=supervisor_id, datasource=datasource, status="RUNNING",
@@ -161,8 +161,8 @@ class MetadataStore:
                 status=status, status_detail=detail, report=dict(report) if report else None,
                 finished_at=sa.func.now()))
 
-    def record_reset(self, supervisor_id: str, datasource: str, before: Mapping[int, int],
-                     after: Mapping[int, int], detail: str) -> None:
+    def record_reset(self, supervisor_id: str, datasource: str, before: Mapping[Partition, int],
+                     after: Mapping[Partition, int], detail: str) -> None:
         """Keep a finished ``reset_offsets`` row: which offsets a reset moved, from where to where, and why."""
         with self.engine.begin() as conn:
             conn.execute(tasks.insert().values(

@@ -2,7 +2,8 @@
 
 One rule for the supervisor and for ``overlord index`` (one task by hand):
 
-* committed offsets of another topic are refused (a reset is needed to switch topics);
+* committed offsets of another stream are refused (a reset is needed to switch topics);
+  a ``topicPattern`` datasource's offsets name their topics, so its pattern may change;
 * on the first run, a partition starts at its earliest offset if the spec says
   ``useEarliestOffset``, else at its latest; a partition that appears later starts at its
   earliest; that start is committed ("pinned") before the first task, so a retried first
@@ -13,6 +14,7 @@ One rule for the supervisor and for ``overlord index`` (one task by hand):
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -22,21 +24,29 @@ from pyspark.sql import SparkSession
 
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
-from indexing_task.watermarks import topic_watermarks
+from indexing_task.watermarks import stream_watermarks
 from overlord.config import Settings
 from overlord.errors import OverlordError
-from segment_store import CommittedOffsets, OffsetRange, Offsets, committed_offsets, pin_offsets
-from specs import SupervisorSpec
+from segment_store import (
+    CommittedOffsets,
+    OffsetRange,
+    Offsets,
+    Partition,
+    TopicPartitionId,
+    committed_offsets,
+    pin_offsets,
+)
+from specs import KafkaIOConfigSpec, SupervisorSpec
 
 __all__ = ["TopicChanged", "WatermarkSource", "committed_for", "consumer_properties", "index_once", "next_range",
-           "next_task_request", "pin_initial_offsets", "starting_offsets"]
+           "next_task_request", "pin_initial_offsets", "starting_offsets", "task_group"]
 
-WatermarkSource = Callable[[Mapping[str, Any], str], Mapping[int, tuple[int, int]]]
-"""``(consumer properties, topic) -> {partition: (low, high)}``: the first and next offset of each partition."""
+WatermarkSource = Callable[[Mapping[str, Any], KafkaIOConfigSpec], Mapping[Partition, tuple[int, int]]]
+"""``(consumer properties, ioConfig) -> {partition: (low, high)}``: the first and next offset of each partition read."""
 
 
 class TopicChanged(OverlordError):
-    """The datasource's committed offsets belong to another topic."""
+    """The datasource's committed offsets belong to another topic (or to a topicPattern)."""
 
 
 def consumer_properties(spec: SupervisorSpec, settings: Settings) -> dict[str, Any]:
@@ -48,29 +58,30 @@ def consumer_properties(spec: SupervisorSpec, settings: Settings) -> dict[str, A
 
 
 def committed_for(spec: SupervisorSpec, stored: CommittedOffsets | None) -> Offsets:
-    """The committed offsets of the spec's topic; :class:`TopicChanged` if they are another topic's."""
-    topic = spec.spec.io_config.topic
-    if stored is None or stored.topic in (None, topic):
+    """The committed offsets of the spec's stream; :class:`TopicChanged` if they are another stream's."""
+    stream = spec.spec.io_config.stream
+    if stored is None or stored.topic in (None, stream):
         return stored.offsets if stored is not None else Offsets()
-    raise TopicChanged(f"datasource {spec.datasource!r}: expected committed offsets of topic {topic!r}, "
+    raise TopicChanged(f"datasource {spec.datasource!r}: expected committed offsets of {stream!r}, "
                        f"found offsets of {stored.topic!r}; reset the supervisor to read the new topic")
 
 
-def starting_offsets(spec: SupervisorSpec, watermarks: Mapping[int, tuple[int, int]],
-                     committed: Mapping[int, int]) -> Offsets:
+def starting_offsets(spec: SupervisorSpec, watermarks: Mapping[Partition, tuple[int, int]],
+                     committed: Mapping[Partition, int]) -> Offsets:
     """Where the partitions without a committed offset start.
 
     On the first run (nothing committed yet) at the earliest or latest offset, per the spec's
     ``useEarliestOffset``; a partition that appears later always at its earliest offset, so
-    what was produced to it before it was seen is not skipped (Druid's rule).
+    what was produced to it before it was seen is not skipped (Druid's rule), and so does
+    every partition of a topic a ``topicPattern`` comes to match.
     """
     earliest = spec.spec.io_config.use_earliest_offset or bool(committed)
     return Offsets({p: low if earliest else high for p, (low, high) in watermarks.items() if p not in committed})
 
 
-def pin_initial_offsets(engine: sa.Engine, spec: SupervisorSpec, watermarks: Mapping[int, tuple[int, int]],
+def pin_initial_offsets(engine: sa.Engine, spec: SupervisorSpec, watermarks: Mapping[Partition, tuple[int, int]],
                         stored: CommittedOffsets | None) -> CommittedOffsets:
-    """Commit where new partitions start, and the topic; return the datasource's offsets row after that.
+    """Commit where new partitions start, and the stream; return the datasource's offsets row after that.
 
     ``stored`` is the offsets row as last read. Every partition a task covers then has a
     committed offset and the row names the topic, so a publish never relies on an initial
@@ -79,10 +90,21 @@ def pin_initial_offsets(engine: sa.Engine, spec: SupervisorSpec, watermarks: Map
     new = starting_offsets(spec, watermarks, committed_for(spec, stored))
     if not new and stored is not None and stored.topic is not None:
         return stored
-    return pin_offsets(engine, spec.datasource, spec.spec.io_config.topic, new)
+    return pin_offsets(engine, spec.datasource, spec.spec.io_config.stream, new)
 
 
-def next_range(committed: Mapping[int, int], latest: Mapping[int, int], partitions: Iterable[int],
+def task_group(partition: Partition, task_count: int) -> int:
+    """The task group that reads a partition: its number modulo ``taskCount``.
+
+    A ``topicPattern`` partition's number is shifted by a stable hash of its topic, so each
+    topic's partitions spread over the groups.
+    """
+    if isinstance(partition, TopicPartitionId):
+        return (zlib.crc32(partition.topic.encode()) + partition.partition) % task_count
+    return partition % task_count
+
+
+def next_range(committed: Mapping[Partition, int], latest: Mapping[Partition, int], partitions: Iterable[Partition],
                max_records: int | None = None) -> OffsetRange:
     """``[committed, latest)`` of each partition, at most ``max_records`` offsets in all.
 
@@ -100,9 +122,9 @@ def next_range(committed: Mapping[int, int], latest: Mapping[int, int], partitio
 
 
 def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpec, task_id: str | None = None,
-                      watermarks: WatermarkSource = topic_watermarks) -> IndexTaskRequest:
+                      watermarks: WatermarkSource = stream_watermarks) -> IndexTaskRequest:
     """The task that indexes every partition from its committed offset to its latest offset now (no cap)."""
-    marks = watermarks(consumer_properties(spec, settings), spec.spec.io_config.topic)
+    marks = watermarks(consumer_properties(spec, settings), spec.spec.io_config)
     committed = pin_initial_offsets(engine, spec, marks, committed_offsets(engine, spec.datasource))
     todo = next_range(committed.offsets, {p: high for p, (_, high) in marks.items()}, marks)
     min_time, max_time = spec.spec.io_config.message_time_bounds(datetime.now(UTC))
@@ -114,5 +136,5 @@ def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpe
 
 
 def index_once(spark: SparkSession, engine: sa.Engine, settings: Settings, spec: SupervisorSpec) -> TaskReport:
-    """Index a datasource once, up to the end of its topic as it is now, and publish."""
+    """Index a datasource once, up to the end of its topic(s) as they are now, and publish."""
     return run_index_task(spark, engine, next_task_request(engine, settings, spec))

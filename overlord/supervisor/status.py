@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from segment_store import Offsets
+from segment_store import Offsets, Partition
 from specs import SupervisorSpec
 
 __all__ = ["ActiveTaskStatus", "CounterStatus", "FinishedTaskStatus", "SupervisorStatus"]
@@ -63,7 +63,7 @@ class SupervisorStatus:
     latest: Offsets
     committed: Offsets
     lag: Offsets
-    lag_seconds: Mapping[int, float]
+    lag_seconds: Mapping[Partition, float]
     """How long the oldest unpublished record of each partition has waited."""
     offsets_updated: datetime | None
     active_tasks: tuple[ActiveTaskStatus, ...]
