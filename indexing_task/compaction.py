@@ -32,7 +32,16 @@ from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError
 from indexing_task.results import RESULT_DDL, WorkerResult, WrittenSegment, read_results, result_batch
-from indexing_task.rollup import SEGMENT_START, Rollup, RollupSchema, as_multi_value
+from indexing_task.rollup import (
+    SEGMENT_START,
+    Rollup,
+    RollupSchema,
+    arrow_type,
+    as_multi_value,
+    value_type,
+    widened,
+    widest_types,
+)
 from indexing_task.worker import write_segment_file
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
@@ -115,7 +124,15 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
         with storage.fs.open(path, "rb") as f:
             tables.append(pq.read_table(f))
     rollup_schema = payload.rollup_schema
-    if rollup_schema.discover:  # the string columns of the files are the dimensions discovered so far
+    if rollup_schema.discover_types:  # the files' other columns were discovered: each takes its widest type
+        known = set(rollup_schema.output_columns)
+        rollup_schema = rollup_schema.with_dimensions(widest_types(
+            {f.name: kind for f in t.schema if f.name not in known and (kind := value_type(f.type)) is not None}
+            for t in tables))
+        wider = {name: arrow_type(kind) for name, kind in rollup_schema.discovered_types.items()}
+        tables = [pa.table({c: widened(t.column(c), wider[c]) if c in wider else t.column(c) for c in t.column_names})
+                  for t in tables]
+    elif rollup_schema.discover:  # the string columns of the files are the dimensions discovered so far
         rollup_schema = rollup_schema.with_dimensions(
             [f.name for t in tables for f in t.schema if f.type in (pa.string(), pa.list_(pa.string()))])
     multi_value = {f.name for t in tables for f in t.schema if pa.types.is_list(f.type)}
@@ -142,7 +159,7 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
         rollup.close()
     attempt_id = f"compact-{payload.job_id}-i{index:04d}-a{attempt}"
     written = [write_segment_file(storage, payload.datasource, target.start, target.end, attempt_id, attempt_id, part,
-                                  merged.slice(offset, payload.max_rows_per_segment), rollup_schema.complex_columns)
+                                  merged.slice(offset, payload.max_rows_per_segment), rollup_schema)
                for part, offset in enumerate(range(0, merged.num_rows, payload.max_rows_per_segment))]
     return sum(t.num_rows for t in tables), written
 

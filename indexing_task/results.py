@@ -37,6 +37,8 @@ class WrittenSegment(BaseModel):
     max_time: datetime
     complex_columns: dict[str, str] = {}
     """Sketch and first/last columns: name -> kind (``Metric.complex_kind``); queries read them by it."""
+    discovered_types: dict[str, str] = {}
+    """Typed schema discovery's columns: name -> type in this file; queries widen each to one type by them."""
 
     def descriptor(self, datasource: str) -> SegmentDescriptor:
         """The segment as the publish transaction (or compaction swap) takes it."""
@@ -44,7 +46,8 @@ class WrittenSegment(BaseModel):
             id=self.id, datasource=datasource, interval_start=self.interval_start, interval_end=self.interval_end,
             path=self.path, size_bytes=self.size_bytes, num_rows=self.num_rows,
             details={"min_time": self.min_time.isoformat(), "max_time": self.max_time.isoformat(),
-                     **({"complex_columns": self.complex_columns} if self.complex_columns else {})})
+                     **({"complex_columns": self.complex_columns} if self.complex_columns else {}),
+                     **({"discovered_types": self.discovered_types} if self.discovered_types else {})})
 
 
 class WorkerResult(BaseModel):
@@ -60,8 +63,8 @@ class WorkerResult(BaseModel):
     thrown_away: int = 0
     bad_samples: tuple[dict[str, Any], ...] = ()
     segments: tuple[WrittenSegment, ...] = ()
-    dimensions: tuple[str, ...] = ()
-    """Indexing only: the dimensions of the rows, discovered ones included."""
+    dimensions: dict[str, str] = {}
+    """Indexing only: the dimensions of the rows and their types, discovered ones included."""
     error: str | None = None
     """Compaction only: why the interval could not be compacted."""
     retryable: bool = False

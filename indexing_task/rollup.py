@@ -13,11 +13,14 @@ Partial results of several batches merge with the metrics' combining functions.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Literal, NamedTuple
 
 import duckdb
@@ -41,8 +44,8 @@ from specs.granularity import ALL_END, ALL_START, Granularity
 from specs.input_format import InputFormatSpec
 from specs.sketches import Sketch
 
-__all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "bucket_end_sql",
-           "bucket_start_sql"]
+__all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "arrow_type",
+           "bucket_end_sql", "bucket_start_sql", "value_type", "wider_type", "widened", "widest_types"]
 
 SEGMENT_START = "__segment_start"
 TIME = "__time"
@@ -57,6 +60,59 @@ _SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double":
 
 
 MultiValueHandling = Literal["SORTED_ARRAY", "SORTED_SET", "ARRAY"]
+ValueType = Literal["string", "long", "float", "double"]
+_WIDENING = ("long", "double", "string")
+"""Typed schema discovery's types, each able to hold the ones before it (Druid's least restrictive type)."""
+_JSON_TYPES = {"BOOLEAN": "long", "BIGINT": "long", "UBIGINT": "long", "DOUBLE": "double", "VARCHAR": "string"}
+"""The discovered type of a DuckDB ``json_each`` value type (booleans are 1/0, as Druid's strict booleans)."""
+
+
+def wider_type(a: str, b: str) -> str:
+    """The least restrictive of two discovered types: long, then double, then string."""
+    if a == b:
+        return a
+    return a if _WIDENING.index(a) >= _WIDENING.index(b) else b
+
+
+def widened(column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """A discovered column cast to a wider type.
+
+    A double becomes the text Spark's cast gives it (``1.0E20``), so a column widened here
+    (within a task, by compaction) reads as one a query widens.
+    """
+    if to == pa.string() and column.type == pa.float64():
+        return pa.array([None if v is None else _java_double_text(v) for v in column.to_pylist()], pa.string())
+    return column.cast(to)
+
+
+def _java_double_text(value: float) -> str:
+    """``value`` as Java's ``Double.toString`` (and so Spark) writes it: shortest digits, ``E`` outside [1e-3, 1e7)."""
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    sign, digits, exponent = Decimal(repr(value)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{len(digits) + int(exponent) - 1}"
+
+
+def widest_types(schemas: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Column name -> the least restrictive of its types in ``schemas``, in order of first appearance."""
+    widest: dict[str, str] = {}
+    for schema in schemas:
+        for name, found in schema.items():
+            widest[name] = wider_type(widest.get(name, found), found)
+    return widest
+
+
+def arrow_type(value_type: str) -> pa.DataType:
+    """The Arrow (and Parquet) type a column of ``value_type`` is written as."""
+    return {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}[value_type]
+
+
+def value_type(arrow: pa.DataType) -> str | None:
+    """The discovered type of a column written as ``arrow`` (None: not a discovered type)."""
+    return {pa.string(): "string", pa.int64(): "long", pa.float64(): "double"}.get(arrow)
 
 
 @dataclass(frozen=True)
@@ -64,11 +120,13 @@ class Dimension:
     """A dimension: a field grouped by, typed as the spec says."""
 
     name: str
-    type: Literal["string", "long", "float", "double"] = "string"
+    type: ValueType = "string"
     handling: MultiValueHandling = "SORTED_ARRAY"
     """How a JSON array for this string dimension becomes its values (Druid's ``multiValueHandling``)."""
     multi_value: bool = False
     """Stored as a list of strings: a record of the task held an array for it (see :meth:`Rollup.parse`)."""
+    discovered: bool = False
+    """Typed by schema discovery: the least restrictive type of its values so far (it may widen)."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +190,11 @@ class RollupSchema:
     """Input fields read from the Kafka record rather than its value: (name, source), the source as
     ``InputFormatSpec.metadata_source`` names it."""
     discover: bool = False
-    """Every top-level field of a record not in ``discovery_exclusions`` is a string dimension too."""
+    """Every top-level field of a record not in ``discovery_exclusions`` is a dimension too: a string one,
+    or with ``discover_types`` one typed by its values (``useSchemaDiscovery``)."""
+    discover_types: bool = False
+    nested_fields: tuple[str, ...] = ()
+    """Typed discovery: fields seen holding a JSON array or object; a record holding one there is unparseable."""
     discovery_exclusions: tuple[str, ...] = ()
     """Fields discovery leaves out: the timestamp, the metrics' names and inputs, ``dimensionExclusions``."""
     case_clashes: tuple[str, ...] = ()
@@ -166,7 +228,9 @@ class RollupSchema:
                   *(columns[k] for k in ("timestamp", "topic") if k in columns),
                   *([columns["key"]] if columns and fmt.key_format is not None else [])]
         always = always if dims.discovers else []
-        dimensions += tuple(Dimension(name) for name in sorted(set(always) - set(excluded) - set(dims.names))
+        kafka_time = columns.get("timestamp") if dims.use_schema_discovery else None  # typed: a LONG
+        dimensions += tuple(Dimension(name, "long" if name == kafka_time else "string")
+                            for name in sorted(set(always) - set(excluded) - set(dims.names))
                             if not name.startswith("__"))  # these fields exist in every record
         names = [ts.column, *(d.name for d in dimensions), *filter_columns(filter_spec),
                  *(f for m in metrics for f in m.input_fields),
@@ -194,6 +258,7 @@ class RollupSchema:
             input_paths=tuple((name, path) for name, path in located.items() if path != (name,)),
             metadata=tuple(metadata.items()),
             discover=dims.discovers and flatten.use_field_discovery and delimited is None,
+            discover_types=dims.use_schema_discovery,
             discovery_exclusions=tuple(dict.fromkeys(excluded)),
             delimited=delimited,
             avro=None if value.avro_bytes_decoder is None else (
@@ -205,22 +270,43 @@ class RollupSchema:
         """What of each Kafka record the parse reads besides its value: key, timestamp, topic, header:<name>."""
         return list(dict.fromkeys("key" if source.startswith("key:") else source for _, source in self.metadata))
 
-    def with_dimensions(self, names: list[str]) -> RollupSchema:
-        """This schema with string dimensions ``names`` added (those it has or excludes are skipped)."""
+    def with_dimensions(self, found: Iterable[str] | Mapping[str, str], nested: Iterable[str] = ()) -> RollupSchema:
+        """This schema with discovered dimensions added (those it lists or excludes are skipped).
+
+        ``found`` holds names (string dimensions), or name -> type (typed discovery: a dimension
+        discovered before widens to the least restrictive of its type and the new one).
+        ``nested`` names fields typed discovery saw holding an array or object.
+        """
+        typed = isinstance(found, Mapping)
+        types = found if isinstance(found, Mapping) else dict.fromkeys(found, "string")
         columns = {name.lower(): name for name in [*(d.name for d in self.dimensions), *(m.name for m in self.metrics)]}
+        discovered = {d.name: d for d in self.dimensions if d.discovered}
         excluded = set(self.discovery_exclusions)
-        new, clashes = [], []
-        for name in names:
-            if not name or name.startswith("__") or name in excluded or columns.get(name.lower()) == name:
+
+        def skipped(name: str) -> bool:
+            return not name or name.startswith("__") or name in excluded
+
+        new: dict[str, Dimension] = {}
+        clashes = []
+        for name, found_type in types.items():
+            if skipped(name):
                 continue
-            if name.lower() in columns:  # one column to DuckDB and Spark: the records holding it are refused
+            if columns.get(name.lower(), name) != name:  # one column to DuckDB and Spark: its records are refused
                 clashes.append(name)
-            else:
+            elif name in discovered:
+                widened = wider_type(discovered[name].type, found_type)
+                if widened != discovered[name].type:
+                    new[name] = replace(discovered[name], type=widened)  # type: ignore[arg-type]
+            elif name not in columns:  # else a listed dimension or a metric: its own type stands
                 columns[name.lower()] = name
-                new.append(name)
-        if not new and set(clashes) <= set(self.case_clashes):
+                new[name] = Dimension(name, found_type, discovered=typed)  # type: ignore[arg-type]
+        nested_fields = tuple(dict.fromkeys([*self.nested_fields, *(
+            name for name in nested if not skipped(name) and (name in discovered or name in new
+                                                             or name.lower() not in columns))]))
+        if not new and set(clashes) <= set(self.case_clashes) and nested_fields == self.nested_fields:
             return self
-        return replace(self, dimensions=self.dimensions + tuple(Dimension(name) for name in new),
+        kept = tuple(new.pop(d.name, d) for d in self.dimensions)
+        return replace(self, dimensions=kept + tuple(new.values()), nested_fields=nested_fields,
                        case_clashes=tuple(dict.fromkeys([*self.case_clashes, *clashes])))
 
     def with_multi_value(self, names: Iterable[str]) -> RollupSchema:
@@ -232,16 +318,19 @@ class RollupSchema:
     @property
     def arrow_types(self) -> dict[str, pa.DataType]:
         """The Arrow type of every output column but ``__time``, as written to segments."""
-        types = {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}
-
         def metric_type(m: Metric) -> pa.DataType:
             if m.sketch is not None:
                 return pa.binary()
             if m.kind in ("first", "last"):
-                return pa.struct([("lhs", pa.int64()), ("rhs", types[m.type])])
-            return types["long" if m.kind == "count" else m.type]
-        return {**{d.name: pa.list_(pa.string()) if d.multi_value else types[d.type] for d in self.dimensions},
+                return pa.struct([("lhs", pa.int64()), ("rhs", arrow_type(m.type))])
+            return arrow_type("long" if m.kind == "count" else m.type)
+        return {**{d.name: pa.list_(pa.string()) if d.multi_value else arrow_type(d.type) for d in self.dimensions},
                 **{m.name: metric_type(m) for m in self.metrics}}
+
+    @property
+    def discovered_types(self) -> dict[str, str]:
+        """Typed discovery's dimensions and their types (segment descriptors record them, queries widen by them)."""
+        return {d.name: d.type for d in self.dimensions if d.discovered}
 
     @property
     def complex_columns(self) -> dict[str, str]:
@@ -289,6 +378,12 @@ def _pair_sql(i: int, value: str, m: Metric) -> tuple[str, str | None]:
     return (f"{{'lhs': epoch_ms(__t), 'rhs': {_cast(value, _SQL_TYPES[m.type])}}}",
             f"WHEN {skipped}{value} IS NOT NULL AND __m{i}.rhs IS NULL "
             f"THEN {_lit('wrong type for ' + m.fields[0] + ' (' + m.type + ')')}")
+
+
+def _nested_reason(field: str) -> str:
+    """The parse's reason for a JSON array or object where typed schema discovery reads a field."""
+    return (f"field {field} holds a JSON array or object: useSchemaDiscovery would make it an ARRAY or "
+            "COMPLEX<json> column, which is not supported (list it as a string dimension for a multi-value one)")
 
 
 def _array_reason(dimension: str) -> str:
@@ -507,12 +602,24 @@ class Rollup:
         self._parse_query = self._aggregate_sql(classified, combine=False, status=True)
 
     def _discover(self) -> None:
-        """Add the batch's top-level fields not seen before as string dimensions (``batch`` is registered)."""
-        keys = self._con.execute(  # Druid discovers no nested object, and no field that is only ever null
-            "SELECT DISTINCT key FROM (SELECT try(decode(__raw)) AS __s FROM batch) AS b, json_each(b.__s) "
-            "WHERE coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{'), false) "
-            "AND type NOT IN ('OBJECT', 'NULL') ORDER BY 1").fetchall()
-        schema = self.schema.with_dimensions([key for (key,) in keys])
+        """Add the batch's top-level fields not seen before as dimensions (``batch`` is registered).
+
+        String discovery takes every field but nested objects; typed discovery types each by the
+        least restrictive type of its values here, and notes the fields holding arrays or objects.
+        No field that is only ever null is discovered (as in Druid).
+        """
+        found = self._con.execute(  # an integer past BIGINT is a double, as Druid parses it
+            "SELECT key, list(DISTINCT CASE WHEN type = 'UBIGINT' AND try_cast(value AS BIGINT) IS NULL "
+            "THEN 'DOUBLE' ELSE type END) FROM (SELECT try(decode(__raw)) AS __s FROM batch) AS b, json_each(b.__s) "
+            "WHERE coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{'), false) AND type <> 'NULL' "
+            "GROUP BY key ORDER BY key").fetchall()
+        if self.schema.discover_types:
+            types = {key: functools.reduce(wider_type, scalars) for key, kinds in found
+                     if (scalars := [_JSON_TYPES[k] for k in kinds if k in _JSON_TYPES])}
+            nested = [key for key, kinds in found if {"ARRAY", "OBJECT"} & set(kinds)]
+            schema = self.schema.with_dimensions(types, nested)
+        else:
+            schema = self.schema.with_dimensions([key for key, kinds in found if kinds != ["OBJECT"]])
         if schema is not self.schema:
             self._use(schema)
 
@@ -571,8 +678,13 @@ class Rollup:
         typed: list[str] = []
         checks: list[str] = []
         arrays: list[str] = []
+        for name in s.nested_fields:  # first: its value fails any other check too
+            checks.append(f"WHEN json_type(__s, {_lit(_json_path((name,)))}) IN ('ARRAY', 'OBJECT') THEN "
+                          f"{_lit(_nested_reason(name))}")
         for d in s.dimensions:
             value = text(d.name)
+            if d.discovered and d.type != "string":  # strict booleans: true is 1
+                value = f"CASE {value} WHEN 'true' THEN '1' WHEN 'false' THEN '0' ELSE {value} END"
             if d.multi_value:
                 values, check = _multi_value_sql(outputs.get(d.name) or token(d.name), value, d)
                 typed.append(f"{values} AS {_q(d.name)}")
@@ -585,7 +697,7 @@ class Rollup:
             elif d.name in outputs:  # transforms' values are JSON tokens: an array or object shows at once
                 checks.append(f"WHEN left({outputs[d.name]}, 1) IN ('[', '{{') THEN "
                               f"{_lit(f'transform {d.name} gave a JSON array or object, not a string')}")
-            elif d.name in paths:  # an array: the parse starts again with the dimension multi-value
+            elif d.name in paths and not d.discovered:  # an array: the parse starts again, the dimension multi-value
                 arrays.append(f"WHEN left({value}, 1) = '[' AND json_type(__s, {_lit(paths[d.name])}) = 'ARRAY' "
                               f"THEN {_lit(_array_reason(d.name))}")
         for i, m in enumerate(s.metrics):
@@ -750,14 +862,18 @@ class Rollup:
     def _with_every_dimension(self, rows: pa.Table) -> pa.Table:
         """``rows`` (with a segment start) in the schema's column order.
 
-        Dimensions discovered since are null, and those that became multi-value since are lists.
+        Dimensions discovered since are null, those that became multi-value since are lists, and
+        those whose discovered type widened since are of the wider type.
         """
+        types = self.schema.arrow_types
         for d in self.schema.dimensions:
             if d.name not in rows.column_names:
-                rows = rows.append_column(d.name, pa.nulls(rows.num_rows, pa.list_(pa.string()) if d.multi_value
-                                                           else pa.string()))
+                rows = rows.append_column(d.name, pa.nulls(rows.num_rows, types[d.name]))
             elif d.multi_value:
                 rows = rows.set_column(rows.column_names.index(d.name), d.name, as_multi_value(rows.column(d.name)))
+            elif d.discovered and rows.schema.field(d.name).type != types[d.name]:
+                rows = rows.set_column(rows.column_names.index(d.name), d.name, widened(rows.column(d.name),
+                                                                                       types[d.name]))
         return rows.select([SEGMENT_START, *self.schema.output_columns])
 
     def split_by_segment(self, rows: pa.Table) -> list[tuple[datetime, datetime, pa.Table]]:

@@ -24,7 +24,7 @@ from indexing_task.errors import TaskStopped, TooManyParseErrors
 from indexing_task.ranges import plan_splits
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.results import RESULT_DDL, WorkerResult, read_results
-from indexing_task.rollup import RollupSchema
+from indexing_task.rollup import RollupSchema, widest_types
 from indexing_task.worker import TaskPayload, run_splits
 from segment_store import DeepStorage, Offsets, Partition, PublishOutcome, PublishRequest, SegmentDescriptor, publish
 from specs import SupervisorSpec
@@ -81,8 +81,8 @@ class TaskReport:
     outcome: PublishOutcome
     index_seconds: float
     publish_seconds: float
-    dimensions: tuple[str, ...] = ()
-    """The dimensions of the rows written, discovered ones included."""
+    dimensions: Mapping[str, str] = field(default_factory=dict)
+    """The dimensions of the rows written and their types, discovered ones included."""
 
     @property
     def processed(self) -> int:
@@ -151,7 +151,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         unparseable=unparseable, thrown_away=sum(r.thrown_away for r in results), segments=segments,
         bad_samples=samples[:max(tuning.max_saved_parse_exceptions, 5)], outcome=outcome,
         index_seconds=index_seconds, publish_seconds=time.monotonic() - started,
-        dimensions=tuple(dict.fromkeys(d for r in results for d in r.dimensions)))
+        dimensions=widest_types(r.dimensions for r in results))
     logger.info("task %s: %d records -> %d rows in %d segments, %d unparseable, publish %s: %s",
                 request.task_id, records, report.rows_out, len(segments), unparseable,
                 outcome.status, outcome.message)

@@ -132,7 +132,7 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
         rollup.close()
     return WorkerResult(index=split.index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
                         thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments),
-                        dimensions=tuple(d.name for d in rollup.schema.dimensions))
+                        dimensions={d.name: d.type for d in rollup.schema.dimensions})
 
 
 def record_metadata(needs: list[str], messages: list[Message], topic: str) -> dict[str, pa.Array]:
@@ -181,17 +181,17 @@ class _SegmentWriter:
 
     def _write_file(self, start: datetime, end: datetime, table: pa.Table) -> None:
         self.segments.append(write_segment_file(self.storage, self.payload.datasource, start, end, self.attempt_id,
-                                                self.split_key, self.part, table,
-                                                self.rollup.schema.complex_columns))
+                                                self.split_key, self.part, table, self.rollup.schema))
         self.part += 1
         self.rows_out += table.num_rows
 
 
 def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, end: datetime, attempt_id: str,
-                       id_key: str, part: int, table: pa.Table, complex_columns: dict[str, str]) -> WrittenSegment:
+                       id_key: str, part: int, table: pa.Table, schema: RollupSchema) -> WrittenSegment:
     """Write ``table`` as segment file ``part`` of an attempt (zstd Parquet); return what was written.
 
-    ``complex_columns`` names the columns that are not plain values (:attr:`RollupSchema.complex_columns`).
+    The ``schema`` the rows were rolled up with names the columns that are not plain values
+    (:attr:`RollupSchema.complex_columns`) and the discovered types (:attr:`RollupSchema.discovered_types`).
 
     The segment id is ``{datasource}_{start}_{end}_{id_key}_{part}``.
     """
@@ -203,4 +203,5 @@ def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, e
     return WrittenSegment(
         id=f"{datasource}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{id_key}_{part}", path=path,
         size_bytes=storage.size(path), num_rows=table.num_rows, interval_start=start, interval_end=end,
-        min_time=pc.min(times).as_py(), max_time=pc.max(times).as_py(), complex_columns=complex_columns)
+        min_time=pc.min(times).as_py(), max_time=pc.max(times).as_py(), complex_columns=schema.complex_columns,
+        discovered_types=schema.discovered_types)

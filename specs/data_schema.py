@@ -201,11 +201,7 @@ class DimensionsSpec(SpecModel):
     """The dimension columns to ingest."""
 
     harmless: ClassVar[frozenset[str]] = frozenset({"forceSegmentSortByTime"})
-    not_implemented: ClassVar[dict[str, str]] = {
-        "useSchemaDiscovery": "typed schema discovery (a column's type would depend on the records each task "
-                              "happened to read, and segments of one column with different types do not merge; "
-                              "an empty dimensions list discovers string dimensions)",
-        "spatialDimensions": "spatial dimensions"}
+    not_implemented: ClassVar[dict[str, str]] = {"spatialDimensions": "spatial dimensions"}
 
     dimensions: tuple[DimensionSpec, ...] = Field(default=(), strict=False)
     """Dimension names or objects; an empty list discovers string dimensions from the records."""
@@ -213,6 +209,9 @@ class DimensionsSpec(SpecModel):
     """Input fields to leave out when dimensions are discovered."""
     include_all_dimensions: bool = False
     """Discover string dimensions besides the listed ones."""
+    use_schema_discovery: bool = False
+    """Discover every other field as a dimension typed by its values: LONG (booleans as 1/0), DOUBLE or
+    STRING, the least restrictive of the values seen (a segment's type; queries widen across segments)."""
 
     @property
     def names(self) -> list[str]:
@@ -222,7 +221,7 @@ class DimensionsSpec(SpecModel):
     @property
     def discovers(self) -> bool:
         """Whether every input field that is not the timestamp, a metric or excluded becomes a dimension."""
-        return not self.dimensions or self.include_all_dimensions
+        return not self.dimensions or self.include_all_dimensions or self.use_schema_discovery
 
     @model_validator(mode="after")
     def _unique_names(self) -> DimensionsSpec:

@@ -300,6 +300,15 @@ class KafkaSupervisorIngestionSpec(SpecModel):
     tuning_config: KafkaTuningConfigSpec = KafkaTuningConfigSpec()
     """Row limits and parse-error handling."""
 
+    @model_validator(mode="after")
+    def _discovery_types_every_field(self) -> KafkaSupervisorIngestionSpec:
+        fields = self.io_config.input_format.value_spec.flatten_spec.fields
+        if self.data_schema.dimensions_spec.use_schema_discovery and fields:
+            path = "ioConfig.inputFormat" + (".valueFormat" if self.io_config.input_format.type == "kafka" else "")
+            raise SpecError.at(f"{path}.flattenSpec.fields", "flattened fields with useSchemaDiscovery are not "
+                                                             "supported (they would not be typed as discovered)")
+        return self
+
 
 class SupervisorSpec(SpecModel):
     """A Kafka supervisor spec: ``{"type": "kafka", "spec": {...}}``.
@@ -405,12 +414,13 @@ def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> Non
             errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"filtered metric {metric.name!r} changed its filter "
                            "or aggregator: published rows were aggregated by the old one; use a new name"))
     old_dimensions = {d.name: d for old in earlier for d in old.dimensions_spec.dimensions}
-    if new.dimensions_spec.discovers:  # a field it does not list is discovered as a string
+    if new.dimensions_spec.discovers:  # a field it does not list is discovered as a string, or typed by its values
         typed = sorted(name for name, d in old_dimensions.items() if d.type != "string" and name not in
                        new.dimensions_spec.names and name not in new.dimensions_spec.dimension_exclusions)
+        made = "typed by their values" if new.dimensions_spec.use_schema_discovery else "string dimensions"
         if typed:
             errors.append(("spec.dataSchema.dimensionsSpec.dimensions", f"discovery would make {', '.join(typed)} "
-                           "string dimensions, but published rows hold them as numbers; list them with their type"))
+                           f"{made}, but published rows hold them as numbers; list them with their type"))
     for i, metric in enumerate(new.metrics_spec):
         if metric.name in old_dimensions:
             errors.append((f"spec.dataSchema.metricsSpec[{i}].name", f"{metric.name!r} was a dimension: published "

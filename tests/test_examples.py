@@ -9,10 +9,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import datasketches as ds
-import pytest
 
 from indexing_task.rollup import Rollup, RollupSchema
-from specs import SpecError, load_example
+from specs import load_example
 from specs.loader import EXAMPLES_DIR
 
 
@@ -112,10 +111,11 @@ def test_sketches_example() -> None:
     assert users == {"NL": 2.0, "DE": 1.0}  # a theta sketch counts exactly below its size
 
 
-@pytest.mark.parametrize(("name", "path"), [
-    ("typed-discovery", "spec.dataSchema.dimensionsSpec.useSchemaDiscovery"),
-])
-def test_examples_we_cannot_ingest_exactly_are_refused_naming_the_field(name: str, path: str) -> None:
-    with pytest.raises(SpecError) as refused:
-        load_example(name)
-    assert [found for found, _ in refused.value.errors] == [path]
+def test_typed_discovery_example() -> None:
+    """Druid's type-aware discovery: LONG, DOUBLE (and booleans as LONG 1/0) and STRING columns, no rollup."""
+    rows, _ = ingest("typed-discovery", [
+        {"time": "2024-01-01T00:00:01Z", "user": "ann", "latency": 12, "ratio": 0.5, "mobile": True},
+        {"time": "2024-01-01T00:00:02Z", "user": "bob", "latency": 7, "ratio": 1, "mobile": False, "extra": None}])
+    assert rows == [
+        {"__time": "2024-01-01T00:00:01+00:00", "latency": 12, "mobile": 1, "ratio": 0.5, "user": "ann"},
+        {"__time": "2024-01-01T00:00:02+00:00", "latency": 7, "mobile": 0, "ratio": 1.0, "user": "bob"}]

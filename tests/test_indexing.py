@@ -234,7 +234,7 @@ def test_an_empty_dimension_list_discovers_string_dimensions_and_compaction_keep
     for sample in (first, second):  # two tasks: two generations of segments in each hour
         produce(stack.bootstrap_servers, topic, sample.records, 2)
         report = index_once(spark, engine, settings, spec)
-        assert report.outcome.status == "ok" and report.dimensions == ("country", "device")
+        assert report.outcome.status == "ok" and report.dimensions == {"country": "string", "device": "string"}
 
     table = published_table(engine, datasource)
     assert table.schema.names == ["__time", "country", "device", "count", "value_sum", "value_min", "value_max",

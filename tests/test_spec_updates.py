@@ -87,3 +87,14 @@ def test_discovery_may_not_turn_a_typed_dimension_into_a_string() -> None:
     assert path == "spec.dataSchema.dimensionsSpec.dimensions" and "n string" in message
     check_update([first], updated(lambda s: s["dimensionsSpec"].update(
         dimensions=[{"name": "n", "type": "long"}], includeAllDimensions=True)))  # listed with its type: fine
+
+
+def test_typed_discovery_may_not_retype_a_typed_dimension_either() -> None:
+    """Discovery would type ``n`` by its values (a DOUBLE, a STRING): files holding it as LONG would not merge."""
+    first = updated(lambda s: s["dimensionsSpec"].update(dimensions=["country", {"name": "n", "type": "long"}]))
+    with pytest.raises(SpecError) as refused:
+        check_update([first], updated(lambda s: s["dimensionsSpec"].update(dimensions=[], useSchemaDiscovery=True)))
+    [(path, message)] = refused.value.errors
+    assert path == "spec.dataSchema.dimensionsSpec.dimensions" and "n typed by their values" in message
+    check_update([first], updated(lambda s: s["dimensionsSpec"].update(
+        dimensions=[{"name": "n", "type": "long"}], useSchemaDiscovery=True)))

@@ -26,13 +26,15 @@ def _io(change: Callable[[dict[str, Any]], object]) -> Callable[[dict[str, Any]]
     (_data_schema(lambda s: s.update(transformSpec={"transforms": [{"type": "expression", "name": "x",
                                                                     "expression": "array_length(a)"}]})),
      "spec.dataSchema.transformSpec.transforms[0].expression"),
-    (_data_schema(lambda s: s["dimensionsSpec"].update(useSchemaDiscovery=True)),
-     "spec.dataSchema.dimensionsSpec.useSchemaDiscovery"),
+    (lambda raw: (raw["spec"]["dataSchema"]["dimensionsSpec"].update(useSchemaDiscovery=True),
+                  raw["spec"]["ioConfig"].update(inputFormat={"type": "json", "flattenSpec": {"fields": [
+                      {"type": "path", "name": "a", "expr": "$.a.b"}]}})),
+     "spec.ioConfig.inputFormat.flattenSpec.fields"),
     (_data_schema(lambda s: s["dimensionsSpec"].update(spatialDimensions=[{"dimName": "c", "dims": ["x", "y"]}])),
      "spec.dataSchema.dimensionsSpec.spatialDimensions"),
     (_io(lambda io: io.update(inputFormat={"type": "json", "flattenSpec": {"fields": [
         {"type": "path", "name": "a", "expr": "$..a"}]}})), "spec.ioConfig.inputFormat.flattenSpec.fields[0].expr"),
-], ids=["transform-function", "useSchemaDiscovery", "spatialDimensions",
+], ids=["transform-function", "useSchemaDiscovery-with-flattened-fields", "spatialDimensions",
         "flattenSpec-deep-scan"])
 def test_a_field_that_would_change_the_data_is_refused_naming_it(change: Any, path: str) -> None:
     raw = spec_json("ds", "topic")

@@ -50,7 +50,8 @@ def status_payload(status: SupervisorStatus) -> dict[str, Any]:
         "offsetsLastUpdated": status.offsets_updated.isoformat() if status.offsets_updated else None,
         "suspended": status.suspended, "healthy": status.healthy, "state": status.state,
         "detailedState": status.detailed_state, "ignoredFields": status.spec.ignored_fields,
-        **({"discoveredDimensions": list(status.dimensions)}
+        **({"discoveredDimensions": list(status.dimensions),
+            "discoveredSchema": [{"name": name, "type": kind.upper()} for name, kind in status.dimensions.items()]}
            if status.spec.spec.data_schema.dimensions_spec.discovers else {}),
         "recentErrors": [{"timestamp": at.isoformat(), "message": message} for at, message in status.recent_errors],
         "counters": counters(status)}}

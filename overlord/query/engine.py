@@ -26,7 +26,7 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -39,8 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
 
+from indexing_task.rollup import widest_types
 from overlord.config import Settings
 from overlord.query.druid_sql import UTC_NAMES, Translation, metadata_view, translate
 from overlord.query.errors import QueryError
@@ -190,29 +191,58 @@ def _query_session(spark: SparkSession) -> _QuerySession:
         return _sessions[spark]
 
 
+@dataclass(frozen=True)
+class FileLayout:
+    """What a segment's descriptor says of the columns whose form differs between a datasource's files."""
+
+    lists: frozenset[str] = frozenset()
+    """Multi-value dimensions stored as lists (a string in other files)."""
+    types: frozenset[tuple[str, str]] = frozenset()
+    """Typed schema discovery's columns and their types in this file (another in other files, maybe)."""
+
+    @classmethod
+    def of(cls, descriptor: Mapping[str, Any]) -> FileLayout:
+        kinds = descriptor.get("complex_columns", {})
+        return cls(frozenset(name for name, kind in kinds.items() if kind == "multi_value"),
+                   frozenset(descriptor.get("discovered_types", {}).items()))
+
+
+_SPARK_TYPES = {"long": LongType(), "double": DoubleType(), "string": StringType()}
+
+
 def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mapping[str, Any] | None,
-          schema: StructType | None = None, multi_value: Mapping[str, frozenset[str]] | None = None) -> DataFrame:
+          schema: StructType | None = None, layouts: Mapping[str, FileLayout] | None = None) -> DataFrame:
     """Spark's Parquet reader for local and HDFS files; the fsspec source for object stores.
 
     Without ``schema``, the union of the files' schemas (columns of every spec version).
-    ``multi_value``: each file's multi-value dimensions (lists), for every file of the datasource;
-    in a file where such a dimension is a string, its values are read as one-element lists.
+    ``layouts``: each file's :class:`FileLayout`, for every file of the datasource. Files are read
+    in groups of one layout: a multi-value dimension's strings become one-element lists, and a
+    discovered column takes the least restrictive of its types in all files (``schema``'s if given).
     """
-    every = frozenset().union(*(multi_value or {}).values())
-    if every and paths:
-        groups: dict[frozenset[str], list[str]] = {}
+    every = frozenset().union(*(layout.lists for layout in (layouts or {}).values()))
+    discovered = widest_types(dict(layout.types) for layout in (layouts or {}).values())
+    if (every or discovered) and paths:
+        groups: dict[FileLayout, list[str]] = {}
         for path in paths:
-            groups.setdefault((multi_value or {}).get(path, frozenset()), []).append(path)
+            groups.setdefault((layouts or {}).get(path, FileLayout()), []).append(path)
         frames = []
-        for lists, group in groups.items():
-            strings = every - lists
-            own = None if schema is None else StructType([
-                StructField(f.name, StringType(), True) if f.name in strings else f for f in schema])
-            frame = _read(session, tuple(group), storage_options, own)
-            for name in strings & set(frame.columns):
-                frame = frame.withColumn(name, F.when(F.col(name).isNull(), None).otherwise(F.array(F.col(name))))
+        for group in groups.values():  # each read as its files are: strings, or lists; one type per column
+            frame = _read(session, tuple(group), storage_options)
+            for name in every & set(frame.columns):
+                if not isinstance(frame.schema[name].dataType, ArrayType):
+                    frame = frame.withColumn(name, F.when(F.col(name).isNull(), None).otherwise(F.array(name)))
             frames.append(frame)
-        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+        final = schema or StructType([StructField(name, _SPARK_TYPES[kind]) for name, kind in widest_types(
+            _value_types(frame.schema, discovered) for frame in frames).items()])
+        widest = {f.name: f.dataType for f in final if f.name in discovered}
+        frames = [frame.withColumns({name: F.col(name).cast(kind) for name, kind in widest.items()
+                                     if name in frame.columns and frame.schema[name].dataType != kind})
+                  for frame in frames]
+        union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+        if schema is None:
+            return union
+        return union.select(*(F.col(f.name).cast(f.dataType) if f.name in union.columns
+                              else F.lit(None).cast(f.dataType).alias(f.name) for f in schema))
     if not paths and schema is not None:
         return session.createDataFrame([], schema)
     if all("://" not in p or p.startswith(("file://", "hdfs://")) for p in paths):
@@ -220,6 +250,12 @@ def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mappin
             return session.read.schema(schema).parquet(*paths)
         return session.read.option("mergeSchema", "true").parquet(*paths)
     return read_segments(session, paths, storage_options, schema)
+
+
+def _value_types(schema: StructType, names: Iterable[str]) -> dict[str, str]:
+    """The discovered types (long, double, string) of the columns ``names`` of ``schema``."""
+    types = {kind: name for name, kind in _SPARK_TYPES.items()}
+    return {f.name: types[f.dataType] for f in schema if f.name in names and f.dataType in types}
 
 
 def _view(datasource: str) -> str:
@@ -249,15 +285,14 @@ def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
             raise QueryError(f"datasource {datasource!r} has no published segments", "TABLE_OR_VIEW_NOT_FOUND")
         time_range = (ranges or {}).get(name.lower())
         kept = paths if time_range is None else tuple(s.path for s in segments if time_range.reads(s))
-        multi_value = {s.path: frozenset(name for name, kind in s.descriptor.get("complex_columns", {}).items()
-                                         if kind == "multi_value") for s in segments}
+        layouts = {s.path: FileLayout.of(s.descriptor) for s in segments}
         try:
             cached = qs.frames.get(datasource)
             if cached is None or cached[0] != paths:
-                cached = (paths, _read(qs.session, paths, storage_options, multi_value=multi_value))
+                cached = (paths, _read(qs.session, paths, storage_options, layouts=layouts))
                 qs.frames[datasource] = cached
             frame = cached[1] if kept == paths else _read(qs.session, kept, storage_options, cached[1].schema,
-                                                          multi_value)
+                                                          layouts)
         except PySparkException as exc:
             raise _user_error(exc) or exc from None
         frame.createOrReplaceTempView(_view(datasource))

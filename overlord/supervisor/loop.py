@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from indexing_task.rollup import widest_types
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import stream_watermarks
 from overlord.config import Settings
@@ -151,8 +152,9 @@ class Supervisor:
         self.active: dict[str, ActiveTask] = {}
         self.groups: dict[int, GroupState] = {}
         self.counters = Counters()
-        self.discovered: dict[str, None] = {}
-        """The dimensions of the rows published since the overlord started, in order of discovery."""
+        self.discovered: dict[str, str] = {}
+        """The dimensions of the rows published since the overlord started and their (widest) types, in order
+        of discovery."""
         self.recent_errors: deque[tuple[datetime, str]] = deque(maxlen=10)
         self.recent_tasks: deque[FinishedTaskStatus] = deque(maxlen=20)
         self.history: deque[tuple[float, int, float]] = deque()
@@ -342,7 +344,7 @@ class Supervisor:
             self.counters.count_processed(self.ctx.clock(), report.processed)
             self.counters.unparseable += report.unparseable
             self.counters.thrown_away += report.thrown_away
-            self.discovered.update(dict.fromkeys(report.dimensions))
+            self.discovered = widest_types([self.discovered, report.dimensions])
         elif outcome == "already_published":
             status, detail = "SUCCESS", "another replica published this range first"
             self.counters.lost_publish_races += 1
@@ -404,7 +406,7 @@ class Supervisor:
             counters=CounterStatus(c.processed, c.unparseable, c.thrown_away, c.lost_publish_races,
                                    {"1m": round(c.rate(now, 60), 1), "5m": round(c.rate(now, 300), 1),
                                     "15m": round(c.rate(now, 900), 1)}),
-            generated_at=self.ctx.now(), dimensions=tuple(self.discovered))
+            generated_at=self.ctx.now(), dimensions=dict(self.discovered))
 
 
 def _report_json(report: TaskReport | None) -> dict[str, Any] | None:

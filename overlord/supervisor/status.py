@@ -7,7 +7,7 @@ no lock, never a half-updated view.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from segment_store import Offsets, Partition
@@ -73,5 +73,5 @@ class SupervisorStatus:
     generated_at: datetime
     history: tuple[tuple[float, int, float], ...] = ()
     """(unix time, aggregate lag, records/s over 1 min) over the last 15 minutes, oldest first."""
-    dimensions: tuple[str, ...] = ()
-    """The dimensions of the rows published since the overlord started (discovered ones included)."""
+    dimensions: Mapping[str, str] = field(default_factory=dict)
+    """The dimensions of the rows published since the overlord started and their types (discovered ones included)."""

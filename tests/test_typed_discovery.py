@@ -1,0 +1,122 @@
+"""Typed schema discovery (``useSchemaDiscovery``): each discovered field is a LONG, DOUBLE or STRING column,
+the least restrictive type of its values; segments of one column in different types are widened by queries
+and by compaction to the same answers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from indexing_task.compaction import compact
+from indexing_task.rollup import Rollup, RollupSchema
+from overlord.dev.sample_data import produce
+from overlord.http.status import status_payload
+from overlord.query.engine import execute_sql
+from segment_store.timeline import visible_segments
+from specs import load_supervisor_spec
+from tests.helpers import committed_total, wait_until
+
+
+def typed_spec(datasource: str = "typed", topic: str = "typed", **dimensions: Any) -> dict[str, Any]:
+    return {"type": "kafka", "spec": {
+        "dataSchema": {
+            "dataSource": datasource,
+            "timestampSpec": {"column": "t", "format": "iso"},
+            "dimensionsSpec": {"useSchemaDiscovery": True, "dimensions": [], **dimensions},
+            "metricsSpec": [{"type": "count", "name": "count"}, {"type": "longSum", "name": "v", "fieldName": "v"}],
+            "granularitySpec": {"segmentGranularity": "HOUR", "queryGranularity": "HOUR", "rollup": True}},
+        "ioConfig": {"topic": topic, "inputFormat": {"type": "json"}, "useEarliestOffset": True, "period": "PT1S"}}}
+
+
+def encoded(records: list[dict[str, Any]]) -> list[bytes]:
+    return [json.dumps({"t": "2024-05-01T10:00:00Z", **r}).encode() for r in records]
+
+
+def test_each_field_is_typed_by_the_least_restrictive_of_its_values() -> None:
+    """Integers are LONG (booleans 1/0, as Druid's strict booleans), any fraction makes DOUBLE, any text STRING;
+    a later batch widens a type and earlier rows follow; a listed dimension keeps its type; exclusions hold.
+    """
+    spec = load_supervisor_spec(typed_spec(dimensions=[{"name": "code", "type": "string"}],
+                                           dimensionExclusions=["debug"]))
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema))
+    first = rollup.parse(encoded([
+        {"n": 1, "ok": True, "x": 1, "big": 2**64 - 1, "code": 7, "debug": "no", "v": 1},
+        {"n": 2, "ok": False, "x": 2.5, "s": "a", "code": 8, "v": 2}]))
+    assert first.bad_count == 0, first.bad_samples
+    assert rollup.schema.discovered_types == {"big": "double", "n": "long", "ok": "long", "s": "string",
+                                              "x": "double"}
+    second = rollup.parse(encoded([{"n": "seven", "x": 1e20, "s": 3, "v": 3}, {"n": None, "x": 5, "v": 4}]))
+    assert rollup.schema.discovered_types["n"] == "string" and rollup.schema.discovered_types["x"] == "double"
+    merged = rollup.merge([first.rows, second.rows])
+    assert {f.name: str(f.type) for f in merged.schema if f.name in ("n", "ok", "x", "code", "s")} == {
+        "code": "string", "n": "string", "ok": "int64", "s": "string", "x": "double"}
+    assert sorted(((r["n"], r["ok"], r["x"], r["s"], r["code"]) for r in merged.to_pylist()), key=repr) == sorted([
+        ("1", 1, 1.0, None, "7"), ("2", 0, 2.5, "a", "8"), ("seven", None, 1e20, "3", None),
+        (None, None, 5.0, None, None)], key=repr)
+    assert "debug" not in merged.column_names
+
+
+def test_a_double_widened_to_a_string_reads_as_a_query_would_widen_it() -> None:
+    rollup = Rollup(RollupSchema.from_spec(load_supervisor_spec(typed_spec()).spec.data_schema))
+    first = rollup.parse(encoded([{"score": 5.0, "v": 1}, {"score": 1e20, "v": 1}, {"score": 0.5, "v": 1}]))
+    second = rollup.parse(encoded([{"score": "high", "v": 1}]))
+    scores = sorted(r["score"] for r in rollup.merge([first.rows, second.rows]).to_pylist())
+    assert scores == ["0.5", "1.0E20", "5.0", "high"]  # Spark's (Java's) text of each double
+
+
+def test_a_nested_value_is_unparseable_naming_the_field_and_the_rest_goes_on() -> None:
+    rollup = Rollup(RollupSchema.from_spec(load_supervisor_spec(typed_spec()).spec.data_schema))
+    parsed = rollup.parse(encoded([{"page": "a", "tags": ["x", "y"], "v": 1}, {"page": "b", "geo": {"c": "NL"}, "v": 1},
+                                   {"page": "c", "tags": "z", "v": 1}]))
+    assert [(b.index, b.reason.split(":")[0]) for b in parsed.bad_samples] == [
+        (0, "field tags holds a JSON array or object"), (1, "field geo holds a JSON array or object")]
+    assert "not supported" in parsed.bad_samples[0].reason
+    assert [(r["page"], r["tags"]) for r in parsed.rows.to_pylist()] == [("c", "z")]
+
+
+def test_typed_columns_through_the_broker_widen_in_queries_and_compaction_alike(
+        stack, spark, make_topic, datasource, deep_storage, make_overlord):
+    topic = make_topic(1)
+    overlord = make_overlord()
+    engine = overlord.engine
+    raw = typed_spec(datasource, topic)
+    overlord.submit(raw)
+    batches = [[{"page": "a", "n": 1, "price": 1.5, "ok": True, "score": 5.0, "v": 1},
+                {"page": "b", "n": 2, "price": 2, "ok": False, "score": 1e20, "v": 2}],
+               [{"page": "c", "n": "seven", "price": 1e20, "ok": True, "score": "high", "v": 3},
+                {"page": "d", "n": 3, "v": 4}]]
+    for count, batch in ((2, batches[0]), (4, batches[1])):  # one task, and so one segment, per batch
+        produce(stack.bootstrap_servers, topic, encoded(batch), 1)
+        wait_until(lambda n=count: committed_total(engine, datasource) == n, "the batch committed")
+    produced = 4
+    segments = visible_segments(engine, datasource)
+    assert sorted(s.descriptor["discovered_types"]["n"] for s in segments) == ["long", "string"]
+    sup = overlord.get(datasource)
+    wait_until(lambda: sup.status.counters.processed == produced, "the finished tasks handled")
+    assert {c["name"]: c["type"] for c in status_payload(sup.status)["payload"]["discoveredSchema"]} == {
+        "n": "STRING", "ok": "LONG", "page": "STRING", "price": "DOUBLE", "score": "STRING"}
+
+    def answers() -> list[list[dict[str, Any]]]:
+        return [execute_sql(spark, engine, query.format(ds=f'"{datasource}"')).table.to_pylist() for query in (
+            "SELECT page, n, price, ok, score FROM {ds} ORDER BY page",
+            "SELECT SUM(price) AS price, SUM(ok) AS ok, SUM(v) AS v FROM {ds}",
+            "SELECT n FROM {ds} WHERE n = 'seven'")]
+
+    expected = [[{"page": "a", "n": "1", "price": 1.5, "ok": 1, "score": "5.0"},
+                 {"page": "b", "n": "2", "price": 2.0, "ok": 0, "score": "1.0E20"},
+                 {"page": "c", "n": "seven", "price": 1e20, "ok": 1, "score": "high"},
+                 {"page": "d", "n": "3", "price": None, "ok": None, "score": None}],
+                [{"price": 1e20 + 3.5, "ok": 2, "v": 10}],
+                [{"n": "seven"}]]
+    assert answers() == expected
+    overlord.set_suspended(datasource, True)
+    reports = compact(spark, engine, load_supervisor_spec(raw), deep_storage, storage_options=None)
+    assert reports and all(r.outcome.ok for r in reports)
+    (compacted,) = visible_segments(engine, datasource)
+    assert compacted.descriptor["discovered_types"] == {"n": "string", "ok": "long", "page": "string",
+                                                        "price": "double", "score": "string"}
+    assert str(pq.read_schema(compacted.path).field("n").type) == "string"
+    assert answers() == expected
