@@ -119,6 +119,8 @@ class Offsets(Mapping[Partition, int]):
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 """What Kafka allows as a topic name."""
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
+"""A number as stored text: ASCII digits, no leading zero (a negative one is refused by its value)."""
 
 
 def _partition(key: Any) -> Partition:
@@ -134,12 +136,10 @@ def _partition(key: Any) -> Partition:
 
 
 def _non_negative(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    if isinstance(value, bool) or not isinstance(value, int | str) or (
+            isinstance(value, str) and not _DECIMAL.fullmatch(value)):  # one spelling: not "00", "1_0", "٣"
         raise ValueError(f"{what}: expected a non-negative integer, found {value!r}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{what}: expected a non-negative integer, found {value!r}") from None
+    number = int(value)
     if number < 0:
         raise ValueError(f"{what}: expected a non-negative integer, found {number}")
     return number

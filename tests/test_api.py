@@ -31,7 +31,7 @@ from overlord.dev.stack import DevStack, free_port
 from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
 from overlord.supervisor.manager import Overlord
-from segment_store import committed_offsets
+from segment_store import committed_offsets, pin_offsets
 from tests.helpers import (
     assert_exact,
     committed_total,
@@ -678,3 +678,39 @@ def test_reset_offsets_of_a_topic_pattern_name_topic_and_partition(api: Api, mak
     assert reset({f"{topic}:0": 3}).json() == {"id": datasource}
     stored = committed_offsets(api.engine, datasource)
     assert stored is not None and stored.offsets.to_json() == {f"{topic}:0": 3}
+
+
+def test_reset_offsets_keys_must_be_partitions_the_spec_reads_even_before_any_is_seen(api: Api, make_topic,
+                                                                                       datasource):
+    topic = make_topic(1)
+    submit(api, spec_json(datasource, topic))
+    pattern = f"{datasource}-.*"  # matches no topic: the supervisor knows no partition to check against
+    submit(api, spec_json(f"{datasource}_p", None, topicPattern=pattern))
+    for supervisor_id in (datasource, f"{datasource}_p"):
+        api.post(f"/supervisor/{supervisor_id}/suspend")
+
+    def reset(supervisor_id: str, stream: str, offsets: dict[str, int]) -> httpx.Response:
+        return api.post(f"/supervisor/{supervisor_id}/resetOffsets", json={
+            "type": "kafka", "partitions": {"type": "end", "stream": stream, "partitionOffsetMap": offsets}})
+
+    named = reset(datasource, topic, {f"{topic}:0": 5})  # a topic's partitions are bare numbers
+    assert named.status_code == 400 and named.json()["errors"][0]["path"].startswith("partitions.partitionOffsetMap")
+    for key in ("0", "other-topic:0"):  # a pattern's partitions name a topic it matches
+        refused = reset(f"{datasource}_p", pattern, {key: 5})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["errors"][0]["path"] == f'partitions.partitionOffsetMap["{key}"]'
+    assert reset(f"{datasource}_p", pattern, {f"{datasource}-a:0": 5}).status_code == 200
+    stored = committed_offsets(api.engine, f"{datasource}_p")
+    assert stored is not None and stored.offsets.to_json() == {f"{datasource}-a:0": 5}
+
+
+def test_reset_offsets_over_offsets_of_another_stream_is_refused_until_a_reset(api: Api, make_topic, datasource):
+    pin_offsets(api.engine, datasource, "old-topic", {0: 3})  # the datasource read another topic before
+    topic = make_topic(1)
+    submit(api, spec_json(datasource, None, topicPattern=topic))
+    api.post(f"/supervisor/{datasource}/suspend")
+    refused = api.post(f"/supervisor/{datasource}/resetOffsets", json={"type": "kafka", "partitions": {
+        "type": "end", "stream": topic, "partitionOffsetMap": {f"{topic}:0": 1}}})
+    assert refused.status_code == 400 and "reset the supervisor" in refused.json()["errorMessage"]
+    stored = committed_offsets(api.engine, datasource)
+    assert stored is not None and (stored.topic, stored.offsets.to_json()) == ("old-topic", {"0": 3})

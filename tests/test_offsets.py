@@ -81,6 +81,10 @@ def test_partitions_of_several_topics_are_named_by_topic_in_druids_form() -> Non
     ({":0": 1}, "expected \"topic:partition\" with a Kafka topic name"),
     ({"a b:0": 1}, "with a Kafka topic name"),
     ({"clicks:": 1}, "partition 'clicks:': expected a non-negative integer"),
+    ({"00": 1}, "found '00'"),  # one partition has one spelling: "0" and "00" never both
+    ({"1_0": 1}, "found '1_0'"),
+    ({"\u0663": 1}, "found"),  # an Arabic-Indic three
+    ({"clicks:01": 1}, "found '01'"),
 ])
 def test_invalid_topic_partitions_are_refused(raw: dict[object, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -271,6 +271,32 @@ def test_a_topic_pattern_spreads_each_topics_partitions_over_the_groups_and_may_
     assert "expected committed offsets of '(topicPattern)', found offsets of 'topic-a'" in refused
 
 
+def test_a_topic_created_after_a_pattern_matched_none_starts_at_earliest(stack, engine, world, runner, datasource):
+    """The first run is the one that pins the stream, even with no partition to pin: a topic the pattern comes
+    to match later is read from its earliest offset, whatever useEarliestOffset says.
+    """
+    sup = make_supervisor(stack, engine, world, runner, datasource, topic=None, topicPattern="m-.*",
+                          useEarliestOffset=False)
+    sup.run_once()
+    assert runner.tasks == {} and sup.status.healthy
+    world.marks = {TopicPartitionId("m-a", 0): (0, 500)}
+    sup.run_once()
+    (task,) = runner.running()
+    assert (task.start_offsets.to_json(), task.end_offsets.to_json()) == ({"m-a:0": 0}, {"m-a:0": 500})
+
+
+def test_a_partition_no_longer_read_leaves_the_lag(stack, engine, world, runner, datasource):
+    world.marks = {TopicPartitionId(topic, 0): (0, 10) for topic in ("a", "b")}
+    sup = make_supervisor(stack, engine, world, runner, datasource, topic=None, topicPattern="a|b",
+                          useEarliestOffset=True)
+    sup.run_once()
+    assert set(sup.status.lag_seconds) == set(world.marks)
+    sup.spec = load_supervisor_spec(spec_json(datasource, None, topicPattern="b"))  # a spec update
+    world.time += 60
+    sup.run_once()
+    assert set(sup.status.lag_seconds) == set(sup.status.lag) == {TopicPartitionId("b", 0)}
+
+
 def test_a_partition_that_appears_later_starts_at_earliest_whatever_the_spec_says(
         stack, engine, world, runner, datasource):
     """Druid's rule: only the first run uses useEarliestOffset=false; records produced to a new

@@ -14,7 +14,8 @@ from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
 from overlord.http.status import stats_payload, status_payload
 from overlord.http.views import history_entry, list_entry, spec_view
-from segment_store import Offsets
+from overlord.supervisor.ranges import TopicChanged, committed_for, reads_partition
+from segment_store import Offsets, committed_offsets
 from specs.errors import SpecError, key_path
 
 __all__ = ["PREFIX", "ResetOffsetsRequest", "supervisor_routes"]
@@ -127,10 +128,14 @@ def supervisor_routes(out: Replies) -> APIRouter:
             raise ApiError(400, f"partitions.partitionOffsetMap: {exc}",
                            [("partitions.partitionOffsetMap", str(exc))]) from None
         known = set(sup.status.latest)
-        unknown = [str(p) for p in offsets if known and p not in known]
+        unknown = [str(p) for p in offsets if (known and p not in known) or not reads_partition(sup.spec, p)]
         if unknown:
             raise ApiError(400, f"{topic!r} has no partitions {unknown}; it has {sorted(map(str, known))}",
                            [(f"partitions.partitionOffsetMap{key_path(p)}", "no such partition") for p in unknown])
+        try:  # offsets of another stream are forgotten by a full reset first, never mixed with these
+            committed_for(sup.spec, committed_offsets(overlord.engine, sup.spec.datasource))
+        except TopicChanged as exc:
+            raise ApiError(400, str(exc), [("partitions.stream", str(exc))]) from None
         overlord.reset(supervisor_id, offsets)
         return reply({"id": supervisor_id})
 

@@ -200,6 +200,8 @@ class Supervisor:
                                                    self.spec.spec.io_config))
         self.offsets_updated = self.ctx.now()
         now = self.ctx.clock()
+        for gone in self.arrivals.keys() - self.watermarks.keys():  # a topic deleted, or no longer matched
+            del self.arrivals[gone]
         for p, (_, high) in self.watermarks.items():
             seen = self.arrivals.setdefault(p, deque(maxlen=100_000))
             if not seen or high > seen[-1][0]:

@@ -39,7 +39,7 @@ from segment_store import (
 from specs import KafkaIOConfigSpec, SupervisorSpec
 
 __all__ = ["TopicChanged", "WatermarkSource", "committed_for", "consumer_properties", "index_once", "next_range",
-           "next_task_request", "pin_initial_offsets", "starting_offsets", "task_group"]
+           "next_task_request", "pin_initial_offsets", "reads_partition", "starting_offsets", "task_group"]
 
 WatermarkSource = Callable[[Mapping[str, Any], KafkaIOConfigSpec], Mapping[Partition, tuple[int, int]]]
 """``(consumer properties, ioConfig) -> {partition: (low, high)}``: the first and next offset of each partition read."""
@@ -67,15 +67,17 @@ def committed_for(spec: SupervisorSpec, stored: CommittedOffsets | None) -> Offs
 
 
 def starting_offsets(spec: SupervisorSpec, watermarks: Mapping[Partition, tuple[int, int]],
-                     committed: Mapping[Partition, int]) -> Offsets:
+                     stored: CommittedOffsets | None) -> Offsets:
     """Where the partitions without a committed offset start.
 
-    On the first run (nothing committed yet) at the earliest or latest offset, per the spec's
-    ``useEarliestOffset``; a partition that appears later always at its earliest offset, so
-    what was produced to it before it was seen is not skipped (Druid's rule), and so does
-    every partition of a topic a ``topicPattern`` comes to match.
+    On the first run (the offsets row names no stream yet: never pinned, or reset) at the
+    earliest or latest offset, per the spec's ``useEarliestOffset``; a partition that appears
+    later always at its earliest offset, so what was produced to it before it was seen is not
+    skipped (Druid's rule), and so does every partition of a topic a ``topicPattern`` comes to
+    match, even when it matched none on the first run.
     """
-    earliest = spec.spec.io_config.use_earliest_offset or bool(committed)
+    committed = committed_for(spec, stored)
+    earliest = spec.spec.io_config.use_earliest_offset or (stored is not None and stored.topic is not None)
     return Offsets({p: low if earliest else high for p, (low, high) in watermarks.items() if p not in committed})
 
 
@@ -87,10 +89,18 @@ def pin_initial_offsets(engine: sa.Engine, spec: SupervisorSpec, watermarks: Map
     committed offset and the row names the topic, so a publish never relies on an initial
     offset, and one of another topic is refused.
     """
-    new = starting_offsets(spec, watermarks, committed_for(spec, stored))
+    new = starting_offsets(spec, watermarks, stored)
     if not new and stored is not None and stored.topic is not None:
         return stored
     return pin_offsets(engine, spec.datasource, spec.spec.io_config.stream, new)
+
+
+def reads_partition(spec: SupervisorSpec, partition: Partition) -> bool:
+    """Whether ``partition`` is one the spec can read: a number of its topic, or one of a topic its pattern matches."""
+    io = spec.spec.io_config
+    if isinstance(partition, TopicPartitionId):
+        return io.topic_pattern is not None and io.reads(partition.topic)
+    return io.topic is not None
 
 
 def task_group(partition: Partition, task_count: int) -> int:
