@@ -76,6 +76,9 @@ class _Payload(BaseModel):
     storage_options: dict[str, Any] = {}
     max_rows_per_segment: int
     intervals: tuple[_IntervalInput, ...]
+    discovered_types: dict[str, str] = {}
+    """Typed discovery: each discovered column's widest type in the whole datasource (every interval's files
+    take it, so a query widening them reads the same values as before compaction)."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +129,10 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
     rollup_schema = payload.rollup_schema
     if rollup_schema.discover_types:  # the files' other columns were discovered: each takes its widest type
         known = set(rollup_schema.output_columns)
-        rollup_schema = rollup_schema.with_dimensions(widest_types(
-            {f.name: kind for f in t.schema if f.name not in known and (kind := value_type(f.type)) is not None}
-            for t in tables))
+        found = widest_types({f.name: kind for f in t.schema if f.name not in known
+                              and (kind := value_type(f.type)) is not None} for t in tables)
+        rollup_schema = rollup_schema.with_dimensions(widest_types([found, {
+            name: kind for name, kind in payload.discovered_types.items() if name in found}]))
         wider = {name: arrow_type(kind) for name, kind in rollup_schema.discovered_types.items()}
         tables = [pa.table({c: widened(t.column(c), wider[c]) if c in wider else t.column(c) for c in t.column_names})
                   for t in tables]
@@ -146,6 +150,14 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
         if unknown:  # a dropped column: merging would lose its values, so queries would change
             raise CompactionError(f"{path}: columns {unknown} are not in the spec (expected {expected}); "
                                   "compacting would drop their values")
+    types: dict[str, set[str]] = {}
+    for table in tables:
+        for f in table.schema:
+            types.setdefault(f.name, set()).add(str(f.type))
+    for column, kinds in types.items():  # e.g. discovered as text, then listed as a LONG
+        if len(kinds) > 1:
+            raise CompactionError(f"column {column} is {' in some files, '.join(sorted(kinds))} in others: "
+                                  "files of one interval must agree on a column's type to be merged")
     found = pa.unify_schemas([t.schema for t in tables])
     spec_types = rollup_schema.arrow_types
     schema = pa.schema([found.field(c) if c in found.names else pa.field(c, spec_types[c]) for c in expected])
@@ -211,6 +223,8 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
         job_id = uuid.uuid4().hex[:12]
         payload = _Payload(job_id=job_id, datasource=datasource, rollup_schema=schema, deep_storage=deep_storage,
                            storage_options=storage_options or {}, max_rows_per_segment=max_rows,
+                           discovered_types=widest_types(s.descriptor.get("discovered_types", {})
+                                                         for s in visible_segments(engine, datasource)),
                            intervals=tuple(_IntervalInput(start=s, end=e, paths=tuple(r.path for r in segs))
                                            for (s, e), segs in pending.items()))
         logger.info("compaction %s: datasource=%s intervals=%d segments=%d (attempt %d)", job_id, datasource,

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Literal, NamedTuple
 
 import duckdb
@@ -61,14 +59,14 @@ _SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double":
 
 MultiValueHandling = Literal["SORTED_ARRAY", "SORTED_SET", "ARRAY"]
 ValueType = Literal["string", "long", "float", "double"]
-_WIDENING = ("long", "double", "string")
+_WIDENING = ("long", "float", "double", "string")
 """Typed schema discovery's types, each able to hold the ones before it (Druid's least restrictive type)."""
 _JSON_TYPES = {"BOOLEAN": "long", "BIGINT": "long", "UBIGINT": "long", "DOUBLE": "double", "VARCHAR": "string"}
 """The discovered type of a DuckDB ``json_each`` value type (booleans are 1/0, as Druid's strict booleans)."""
 
 
 def wider_type(a: str, b: str) -> str:
-    """The least restrictive of two discovered types: long, then double, then string."""
+    """The least restrictive of two types: long, then float (only ever listed), double, string."""
     if a == b:
         return a
     return a if _WIDENING.index(a) >= _WIDENING.index(b) else b
@@ -77,23 +75,31 @@ def wider_type(a: str, b: str) -> str:
 def widened(column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
     """A discovered column cast to a wider type.
 
-    A double becomes the text Spark's cast gives it (``1.0E20``), so a column widened here
-    (within a task, by compaction) reads as one a query widens.
+    A double becomes the text Spark's cast gives it (``1.0E20``, see ``java_double``), so a
+    column widened here (within a task, by compaction) reads as one a query widens.
     """
     if to == pa.string() and column.type == pa.float64():
-        return pa.array([None if v is None else _java_double_text(v) for v in column.to_pylist()], pa.string())
+        cursor = _database().cursor()
+        try:
+            cursor.register("doubles", pa.table({"v": column}))
+            return cursor.sql("SELECT java_double(v) AS v FROM doubles").to_arrow_table().column("v")
+        finally:
+            cursor.close()
     return column.cast(to)
 
 
-def _java_double_text(value: float) -> str:
-    """``value`` as Java's ``Double.toString`` (and so Spark) writes it: shortest digits, ``E`` outside [1e-3, 1e7)."""
-    if not math.isfinite(value):
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    if value == 0 or 1e-3 <= abs(value) < 1e7:
-        return repr(value)
-    sign, digits, exponent = Decimal(repr(value)).as_tuple()
-    text = "".join(map(str, digits)).rstrip("0") or "0"
-    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{len(digits) + int(exponent) - 1}"
+_MACROS = {
+    "java_double": ("x", "CASE WHEN x = 0 OR (abs(x) >= 0.001 AND abs(x) < 10000000) THEN x::VARCHAR "
+                         "ELSE (CASE WHEN x < 0 THEN '-' ELSE '' END) || java_sci(split_part(abs(x)::VARCHAR, 'e', 1), "
+                         "coalesce(try_cast(split_part(abs(x)::VARCHAR, 'e', 2) AS INTEGER), 0)) END"),
+    "java_sci": ("m, e", "java_sci_digits(rtrim(ltrim(replace(m, '.', ''), '0'), '0'), "
+                         "length(split_part(m, '.', 1)) - 1 + e "
+                         "- (length(replace(m, '.', '')) - length(ltrim(replace(m, '.', ''), '0'))))"),
+    "java_sci_digits": ("d, e", "left(d, 1) || '.' || CASE WHEN length(d) > 1 THEN substr(d, 2) ELSE '0' END "
+                                "|| 'E' || e"),
+}
+"""``java_double(x)``: a double as Java's ``Double.toString`` (and so Spark's cast) writes it: DuckDB's
+shortest digits, in ``E`` notation outside [1e-3, 1e7) (``1.0E20``, ``1.23456789E8``, ``1.0E-4``)."""
 
 
 def widest_types(schemas: Iterable[Mapping[str, str]]) -> dict[str, str]:
@@ -229,7 +235,8 @@ class RollupSchema:
                   *([columns["key"]] if columns and fmt.key_format is not None else [])]
         always = always if dims.discovers else []
         kafka_time = columns.get("timestamp") if dims.use_schema_discovery else None  # typed: a LONG
-        dimensions += tuple(Dimension(name, "long" if name == kafka_time else "string")
+        dimensions += tuple(Dimension(name, "long" if name == kafka_time else "string",
+                                      discovered=dims.use_schema_discovery)
                             for name in sorted(set(always) - set(excluded) - set(dims.names))
                             if not name.startswith("__"))  # these fields exist in every record
         names = [ts.column, *(d.name for d in dimensions), *filter_columns(filter_spec),
@@ -573,6 +580,8 @@ def _database() -> duckdb.DuckDBPyConnection:
     if database is None:
         database = _local.database = duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
         create_macros(database)
+        for name, (params, body) in reversed(_MACROS.items()):  # each after the ones it calls
+            database.execute(f"CREATE OR REPLACE MACRO {name}({params}) AS {body}")
     return database
 
 
@@ -685,6 +694,10 @@ class Rollup:
             value = text(d.name)
             if d.discovered and d.type != "string":  # strict booleans: true is 1
                 value = f"CASE {value} WHEN 'true' THEN '1' WHEN 'false' THEN '0' ELSE {value} END"
+            elif d.discovered and d.name in paths:  # as a value of another batch would be widened to text
+                kind = f"json_type(__s, {_lit(paths[d.name])})"
+                value = (f"CASE {kind} WHEN 'BOOLEAN' THEN CASE {value} WHEN 'true' THEN '1' ELSE '0' END "
+                         f"WHEN 'DOUBLE' THEN java_double({value}::DOUBLE) ELSE {value} END")
             if d.multi_value:
                 values, check = _multi_value_sql(outputs.get(d.name) or token(d.name), value, d)
                 typed.append(f"{values} AS {_q(d.name)}")
