@@ -60,7 +60,8 @@ _SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double":
 MultiValueHandling = Literal["SORTED_ARRAY", "SORTED_SET", "ARRAY"]
 ValueType = Literal["string", "long", "float", "double"]
 _WIDENING = ("long", "float", "double", "string")
-"""Typed schema discovery's types, each able to hold the ones before it (Druid's least restrictive type)."""
+"""Column types, each able to hold the ones before it (Druid's least restrictive type; discovery never
+makes a float)."""
 _JSON_TYPES = {"BOOLEAN": "long", "BIGINT": "long", "UBIGINT": "long", "DOUBLE": "double", "VARCHAR": "string"}
 """The discovered type of a DuckDB ``json_each`` value type (booleans are 1/0, as Druid's strict booleans)."""
 
@@ -111,9 +112,9 @@ def widest_types(schemas: Iterable[Mapping[str, str]]) -> dict[str, str]:
     return widest
 
 
-def arrow_type(value_type: str) -> pa.DataType:
-    """The Arrow (and Parquet) type a column of ``value_type`` is written as."""
-    return {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}[value_type]
+def arrow_type(kind: str) -> pa.DataType:
+    """The Arrow (and Parquet) type a column of type ``kind`` (long, float, double, string) is written as."""
+    return {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}[kind]
 
 
 def value_type(arrow: pa.DataType) -> str | None:
@@ -199,6 +200,7 @@ class RollupSchema:
     """Every top-level field of a record not in ``discovery_exclusions`` is a dimension too: a string one,
     or with ``discover_types`` one typed by its values (``useSchemaDiscovery``)."""
     discover_types: bool = False
+    """Discovered dimensions are typed by their values (``useSchemaDiscovery``)."""
     nested_fields: tuple[str, ...] = ()
     """Typed discovery: fields seen holding a JSON array or object; a record holding one there is unparseable."""
     discovery_exclusions: tuple[str, ...] = ()
@@ -285,7 +287,7 @@ class RollupSchema:
         ``nested`` names fields typed discovery saw holding an array or object.
         """
         typed = isinstance(found, Mapping)
-        types = found if isinstance(found, Mapping) else dict.fromkeys(found, "string")
+        types = found if typed else dict.fromkeys(found, "string")
         columns = {name.lower(): name for name in [*(d.name for d in self.dimensions), *(m.name for m in self.metrics)]}
         discovered = {d.name: d for d in self.dimensions if d.discovered}
         excluded = set(self.discovery_exclusions)
@@ -301,9 +303,9 @@ class RollupSchema:
             if columns.get(name.lower(), name) != name:  # one column to DuckDB and Spark: its records are refused
                 clashes.append(name)
             elif name in discovered:
-                widened = wider_type(discovered[name].type, found_type)
-                if widened != discovered[name].type:
-                    new[name] = replace(discovered[name], type=widened)  # type: ignore[arg-type]
+                wider = wider_type(discovered[name].type, found_type)
+                if wider != discovered[name].type:
+                    new[name] = replace(discovered[name], type=wider)  # type: ignore[arg-type]
             elif name not in columns:  # else a listed dimension or a metric: its own type stands
                 columns[name.lower()] = name
                 new[name] = Dimension(name, found_type, discovered=typed)  # type: ignore[arg-type]
