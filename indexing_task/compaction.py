@@ -150,15 +150,11 @@ def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int,
         if unknown:  # a dropped column: merging would lose its values, so queries would change
             raise CompactionError(f"{path}: columns {unknown} are not in the spec (expected {expected}); "
                                   "compacting would drop their values")
-    types: dict[str, set[str]] = {}
-    for table in tables:
-        for f in table.schema:
-            types.setdefault(f.name, set()).add(str(f.type))
-    for column, kinds in types.items():  # e.g. discovered as text, then listed as a LONG
-        if len(kinds) > 1:
-            raise CompactionError(f"column {column} is {' in some files, '.join(sorted(kinds))} in others: "
-                                  "files of one interval must agree on a column's type to be merged")
-    found = pa.unify_schemas([t.schema for t in tables])
+    try:
+        found = pa.unify_schemas([t.schema for t in tables])
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:  # e.g. a field discovered as text, then listed as a LONG
+        raise CompactionError(f"files of one interval disagree on a column's type ({exc}): they cannot be "
+                              "merged") from None
     spec_types = rollup_schema.arrow_types
     schema = pa.schema([found.field(c) if c in found.names else pa.field(c, spec_types[c]) for c in expected])
     tables = [_with_columns(t, schema) for t in tables]  # nulls for columns an older spec did not have

@@ -112,12 +112,12 @@ def test_typed_columns_through_the_broker_widen_in_queries_and_compaction_alike(
                [{"page": "c", "n": 2.5, "price": 1e20, "ok": True, "score": "high", "v": 3}, {"page": "d", "v": 4}],
                [{"t": "2024-05-01T11:00:00Z", "page": "e", "n": "seven", "v": 5}]]
     produced = 0
-    for batch in batches:  # one task, and so one segment, per batch
+    for batch in batches:  # a task (or two, if the supervisor sees a batch half produced) per batch
         produce(stack.bootstrap_servers, topic, encoded(batch), 1)
         produced += len(batch)
         wait_until(lambda n=produced: committed_total(engine, datasource) == n, "the batch committed")
     segments = visible_segments(engine, datasource)
-    assert [s.descriptor["discovered_types"]["n"] for s in segments] == ["long", "double", "string"]
+    assert {s.descriptor["discovered_types"].get("n") for s in segments} - {None} == {"long", "double", "string"}
     sup = overlord.get(datasource)
     wait_until(lambda: sup.status.counters.processed == produced, "the finished tasks handled")
     assert {c["name"]: c["type"] for c in status_payload(sup.status)["payload"]["discoveredSchema"]} == {
@@ -139,7 +139,7 @@ def test_typed_columns_through_the_broker_widen_in_queries_and_compaction_alike(
     assert answers() == expected
     overlord.set_suspended(datasource, True)
     reports = compact(spark, engine, load_supervisor_spec(raw), deep_storage, storage_options=None)
-    assert len(reports) == 1 and reports[0].outcome.ok  # the first hour: two segments
+    assert len(reports) == 1 and reports[0].outcome.ok  # the first hour: two segments or more
     compacted = visible_segments(engine, datasource)[0]
     assert compacted.descriptor["discovered_types"] == {"n": "string", "ok": "long", "page": "string",
                                                         "price": "double", "score": "string"}
@@ -165,7 +165,7 @@ def test_files_that_disagree_on_a_listed_columns_type_fail_compaction_naming_it(
                                  "count": pa.array([1]), "v": pa.array([1])}), paths[-1])
     payload = _Payload(job_id="j", datasource="d", rollup_schema=schema, deep_storage=str(tmp_path),
                        max_rows_per_segment=100, intervals=(_IntervalInput(start=start, end=end, paths=tuple(paths)),))
-    with pytest.raises(CompactionError, match="column n"):
+    with pytest.raises(CompactionError, match="disagree on a column's type .*Field n has incompatible types"):
         _compact_interval(payload, 0, 0)
 
 
