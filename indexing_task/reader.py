@@ -9,7 +9,6 @@ records, because transaction markers and compacted topics leave gaps in the offs
 from __future__ import annotations
 
 import bisect
-import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -17,8 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from indexing_task.errors import RangeNotReadableError
-from specs import DYNAMIC_CONFIG_PROVIDER, EXACT_READ_CONSUMER_PROPERTIES, SpecError
-from specs.errors import join_path, key_path
+from specs import EXACT_READ_CONSUMER_PROPERTIES, resolve_consumer_properties
 
 __all__ = ["consumer_config", "read_range", "resolved_consumer_properties"]
 
@@ -27,21 +25,14 @@ _POLL_TIMEOUT_S = 0.5
 
 
 def resolved_consumer_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
-    """A spec's consumerProperties with Druid's dynamic config provider replaced by the values it names.
+    """A spec's consumerProperties, checked again, with Druid's dynamic config provider replaced by its values.
 
-    The provider (validated with the spec) maps properties to environment variables of the
-    overlord's process; one that is not set is a :class:`SpecError` naming its path.
+    Every property a spec gives librdkafka passes here, so a spec stored by an older version that
+    holds a key refused now never reaches it. Anything off the allow-list, a provider
+    variable that is not set, or one whose value is not valid for its property is a
+    :class:`SpecError` naming its path (:func:`specs.resolve_consumer_properties`).
     """
-    resolved = {k: v for k, v in properties.items() if k != DYNAMIC_CONFIG_PROVIDER}
-    provider = properties.get(DYNAMIC_CONFIG_PROVIDER)
-    for key, variable in (provider or {}).get("variables", {}).items():
-        value = os.environ.get(variable)
-        if value is None:
-            provider_path = join_path("spec.ioConfig.consumerProperties", key_path(DYNAMIC_CONFIG_PROVIDER))
-            path = join_path(join_path(provider_path, "variables"), key_path(key))
-            raise SpecError.at(path, f"environment variable {variable} is not set")
-        resolved[key] = value
-    return resolved
+    return resolve_consumer_properties(properties)
 
 
 def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> dict[str, Any]:

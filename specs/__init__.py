@@ -7,6 +7,13 @@ accepted and listed by :attr:`SupervisorSpec.ignored_fields`; invalid values
 raise :class:`SpecError` naming their JSON path.
 """
 
+from specs.consumer_properties import (
+    ALLOWED_CONSUMER_PROPERTIES,
+    ConsumerPropertiesPolicy,
+    consumer_property_errors,
+    environment_secret_values,
+    resolve_consumer_properties,
+)
 from specs.data_schema import (
     DataSchemaSpec,
     DimensionSpec,
@@ -35,7 +42,12 @@ from specs.supervisor import (
 )
 
 __all__ = [
+    "ALLOWED_CONSUMER_PROPERTIES",
     "check_update",
+    "consumer_property_errors",
+    "ConsumerPropertiesPolicy",
+    "environment_secret_values",
+    "resolve_consumer_properties",
     "DYNAMIC_CONFIG_PROVIDER",
     "EXACT_READ_CONSUMER_PROPERTIES",
     "SECRET_ENV_PREFIX",

@@ -10,15 +10,20 @@ from typing import Any, ClassVar, Literal
 import re2
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from specs.consumer_properties import (
+    DYNAMIC_CONFIG_PROVIDER,
+    EXACT_READ_CONSUMER_PROPERTIES,
+    SECRET_ENV_PREFIX,
+    consumer_property_errors,
+)
 from specs.data_schema import DataSchemaSpec, SpecModel
 from specs.durations import IsoDuration, UtcTimestamp
-from specs.errors import SpecError, join_path, json_type_name, key_path
+from specs.errors import SpecError, join_path, key_path
 from specs.input_format import InputFormatSpec
 
 __all__ = [
     "DYNAMIC_CONFIG_PROVIDER",
     "EXACT_READ_CONSUMER_PROPERTIES",
-    "REFUSED_CONSUMER_PROPERTIES",
     "SECRET_ENV_PREFIX",
     "SEVERAL_TOPICS",
     "check_update",
@@ -39,70 +44,6 @@ _SECTIONS = ("dataSchema", "ioConfig", "tuningConfig")
 
 def _key_in(data: dict[Any, Any], alias: str, name: str) -> str:
     return name if name in data and alias not in data else alias
-
-
-EXACT_READ_CONSUMER_PROPERTIES: dict[str, str | bool] = {
-    "enable.auto.commit": False,  # offsets are committed only by the publish transaction
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": True,  # a range ending on a transaction marker ends at the EOF watermark
-    "auto.offset.reset": "error",  # a range lost to retention fails loudly instead of being skipped
-    "isolation.level": "read_committed",  # aborted transactions are never indexed
-}
-"""Consumer settings an exact range read depends on: the reader applies them after the spec's
-``consumerProperties``, and a spec that sets one of them to another value is refused."""
-
-
-REFUSED_CONSUMER_PROPERTIES = frozenset({
-    "plugin.library.paths", "ssl.engine.location", "ssl.providers",  # load native code
-    "sasl.kerberos.kinit.cmd",  # a command line
-    "interceptor.classes",  # Java classes (the Java client's; librdkafka has none)
-    "error_cb", "throttle_cb", "stats_cb", "oauth_cb", "oauthbearer_token_refresh_cb", "on_commit", "logger",
-    "on_delivery",  # Python callbacks
-})
-"""consumerProperties that would make the overlord load code or run a command; so is every key
-ending in ``.location`` or ``.keytab`` (a file on the server: give PEM text, e.g. ``ssl.ca.pem``)."""
-
-DYNAMIC_CONFIG_PROVIDER = "druid.dynamic.config.provider"
-"""The consumerProperties key of Druid's dynamic config provider (values taken from elsewhere)."""
-
-SECRET_ENV_PREFIX = "OVERLORD_SECRET_"
-"""A dynamic config provider may read only environment variables with this prefix: a spec must not
-be able to copy the overlord's own secrets (database URL, cloud keys) into properties sent to a broker."""
-
-
-def _refusal(key: str, value: object) -> str | None:
-    """Why consumerProperties may not set ``key`` to ``value``, or None."""
-    if key in REFUSED_CONSUMER_PROPERTIES or key.endswith((".location", ".keytab")):
-        return (f"{key} is not allowed: it makes the overlord load code, run a command or read a file on "
-                "the server (give certificates and keys as PEM text, e.g. ssl.ca.pem, ssl.key.pem)")
-    required = EXACT_READ_CONSUMER_PROPERTIES.get(key)
-    if required is not None and _property_text(value) != _property_text(required):
-        return (f"the exact range read needs {key}={_property_text(required)}, got {_property_text(value)}; "
-                "remove it from consumerProperties")
-    return None
-
-
-def _provider_errors(value: object) -> list[tuple[str, str]]:
-    """Problems of a ``druid.dynamic.config.provider`` value (paths relative to it)."""
-    if not isinstance(value, dict):
-        return [("", f"expected an object such as {{\"type\": \"environment\", \"variables\": {{...}}}}, "
-                     f"got {json_type_name(value)}")]
-    if value.get("type") != "environment" or set(value) - {"type", "variables"}:
-        return [("type", "only the environment provider is supported: "
-                         '{"type": "environment", "variables": {"property": "VARIABLE"}}')]
-    variables = value.get("variables")
-    if not isinstance(variables, dict):
-        return [("variables", f"expected an object, got {json_type_name(variables)}")]
-    errors = []
-    for key, name in variables.items():
-        path = join_path("variables", key_path(str(key)))
-        problem = _refusal(str(key), "<from the environment>")
-        if problem is not None:
-            errors.append((path, problem))
-        elif not isinstance(name, str) or not name.startswith(SECRET_ENV_PREFIX):
-            errors.append((path, f"expected the name of an environment variable starting with {SECRET_ENV_PREFIX}, "
-                                 f"got {name!r}"))
-    return errors
 
 
 SEVERAL_TOPICS = "(topicPattern)"
@@ -134,8 +75,9 @@ class KafkaIOConfigSpec(SpecModel):
     topic: str | None = Field(default=None, min_length=1, validate_default=True)
     """Kafka topic to read from (this or ``topicPattern``)."""
     consumer_properties: dict[str, Any] = Field(default_factory=dict)
-    """Properties for the Kafka consumer (strings, integers, booleans; bootstrap.servers defaults to the
-    service's configuration), and Druid's ``druid.dynamic.config.provider`` for values from the environment."""
+    """Properties for the Kafka consumer, only those on the allow-list of :mod:`specs.consumer_properties`
+    (strings, integers, booleans; bootstrap.servers defaults to the service's configuration), and Druid's
+    ``druid.dynamic.config.provider`` for secrets from the environment."""
     input_format: InputFormatSpec = InputFormatSpec()
     """Format of the records: JSON values, or the kafka format (key, timestamp, topic and headers too)."""
     task_count: int = Field(default=1, ge=1)
@@ -162,19 +104,8 @@ class KafkaIOConfigSpec(SpecModel):
     @field_validator("consumer_properties", mode="before")
     @classmethod
     def _property_values(cls, value: object) -> object:
-        if not isinstance(value, dict):
-            return value
-        errors: list[tuple[str, str]] = []
-        for key, item in value.items():
-            path = key_path(str(key))
-            if key == DYNAMIC_CONFIG_PROVIDER:
-                errors += [(join_path(path, sub), message) for sub, message in _provider_errors(item)]
-            elif not isinstance(item, str | int | bool):
-                errors.append((path, f"expected a string, integer or boolean, got {json_type_name(item)}"))
-            elif (problem := _refusal(str(key), item)) is not None:
-                errors.append((path, problem))
-        if errors:
-            raise SpecError(errors)
+        if isinstance(value, dict) and (errors := consumer_property_errors(value)):
+            raise SpecError(errors)  # the allow-list of specs.consumer_properties, with the operator's additions
         return value
 
     @field_validator("topic_pattern")
@@ -375,11 +306,6 @@ def ignored_field_paths(model: SpecModel, path: str = "") -> list[str]:
                     found.extend(ignored_field_paths(item, f"{here}[{index}]"))
     found.extend(join_path(path, key_path(key)) for key in (model.model_extra or {}))
     return found
-
-
-def _property_text(value: object) -> str:
-    """Render a librdkafka property value as librdkafka reads it (``True`` and ``"true"`` alike)."""
-    return str(value).lower()
 
 
 def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> None:

@@ -1,5 +1,6 @@
 """A spec cannot weaken the exact range read (refused at submission, and forced in the reader anyway), nor
-make the reader load code or files; secrets may come from the environment instead of the spec.
+make the reader load code or files (off the allow-list); secrets may come from the environment instead of the
+spec (tests/test_consumer_properties.py has the rest of the allow-list).
 """
 
 from __future__ import annotations
@@ -63,12 +64,13 @@ def test_properties_that_load_code_or_files_are_refused_naming_them(key: str, va
     with pytest.raises(SpecError) as refused:
         load_supervisor_spec(raw)
     (path, message), = refused.value.errors
-    assert path == join_path("spec.ioConfig.consumerProperties", key_path(key)) and "not allowed" in message
+    assert path == join_path("spec.ioConfig.consumerProperties", key_path(key)) and "not on the allow-list" in message
 
 
 def test_secrets_come_from_the_environment_through_druids_dynamic_config_provider(monkeypatch) -> None:
     from indexing_task.reader import resolved_consumer_properties
 
+    monkeypatch.setenv("OVERLORD_ALLOWED_BOOTSTRAP", "b:9092")  # the only brokers the overlord's secrets go to
     provider = {"type": "environment", "variables": {"sasl.password": "OVERLORD_SECRET_KAFKA_PASSWORD"}}
     spec = load_supervisor_spec(spec_json("ds", "topic", consumerProperties={
         "bootstrap.servers": "b:9092", "sasl.username": "indexer", "druid.dynamic.config.provider": provider}))
@@ -82,14 +84,17 @@ def test_secrets_come_from_the_environment_through_druids_dynamic_config_provide
 
 
 @pytest.mark.parametrize(("provider", "fragment"), [
-    ({"type": "environment", "variables": {"client.id": "AWS_SECRET_ACCESS_KEY"}}, "OVERLORD_SECRET_"),
+    ({"type": "environment", "variables": {"sasl.password": "AWS_SECRET_ACCESS_KEY"}}, "OVERLORD_SECRET_"),
+    ({"type": "environment", "variables": {"client.id": "OVERLORD_SECRET_X"}}, "only secrets"),
     ({"type": "file", "variables": {"sasl.password": "OVERLORD_SECRET_X"}}, "environment"),
-    ({"type": "environment", "variables": {"plugin.library.paths": "OVERLORD_SECRET_X"}}, "not allowed"),
-    ({"type": "environment", "variables": {"isolation.level": "OVERLORD_SECRET_X"}}, "exact"),
+    ({"type": "environment", "variables": {"plugin.library.paths": "OVERLORD_SECRET_X"}}, "only secrets"),
+    ({"type": "environment", "variables": {"isolation.level": "OVERLORD_SECRET_X"}}, "only secrets"),
     ("KAFKA_PASSWORD", "object"),
 ])
-def test_a_provider_can_read_only_the_overlords_secret_variables(provider: Any, fragment: str) -> None:
-    raw = spec_json("ds", "topic", consumerProperties={"druid.dynamic.config.provider": provider})
+def test_a_provider_can_read_only_the_overlords_secret_variables(provider: Any, fragment: str, monkeypatch) -> None:
+    monkeypatch.setenv("OVERLORD_ALLOWED_BOOTSTRAP", "b:9092")
+    raw = spec_json("ds", "topic", consumerProperties={"bootstrap.servers": "b:9092",
+                                                       "druid.dynamic.config.provider": provider})
     with pytest.raises(SpecError) as refused:
         load_supervisor_spec(raw)
     [(path, message)] = refused.value.errors

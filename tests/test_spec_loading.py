@@ -187,7 +187,7 @@ def _rich_spec() -> dict[str, Any]:
     schema["granularitySpec"]["queryGranularity"] = {"type": "duration", "duration": 900000}
     schema["transformSpec"] = {"filter": None}
     io = doc["spec"]["ioConfig"]
-    io["consumerProperties"] = {"bootstrap.servers": "k:9092", "fetch.min.bytes": 1, "x": True}
+    io["consumerProperties"] = {"bootstrap.servers": "k:9092", "fetch.min.bytes": 1, "check.crcs": True}
     doc["spec"]["tuningConfig"] = {
         "type": "kafka",
         "reportParseExceptions": True,
