@@ -11,7 +11,8 @@ models live in :mod:`specs.supervisor`; :mod:`specs` re-exports both.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, get_args
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -25,10 +26,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from sqlglot import exp
 
+from specs import limits
 from specs.durations import UtcTimestamp
 from specs.errors import SpecError, json_type_name, key_path
 from specs.expressions import parse_expression
-from specs.filters import filter_condition
+from specs.filters import check_filter_limits, filter_condition
 from specs.granularity import Granularity
 from specs.sketches import SKETCH_AGGREGATORS, Sketch, sketch_of
 
@@ -56,6 +58,8 @@ AggregatorType = Literal[
 ]  # fmt: skip
 _AGGREGATOR_TYPES: tuple[str, ...] = get_args(AggregatorType)
 _UNSAFE_NAME_CHARACTERS = frozenset('*?[]{}`"')
+Name = Annotated[str, limits.at_most(limits.MAX_NAME_LENGTH, "characters")]
+"""A column or input field name (at most :data:`specs.limits.MAX_NAME_LENGTH` characters)."""
 """Not in a datasource name: glob characters (its files are listed by pattern) and identifier quotes."""
 
 
@@ -131,7 +135,7 @@ class SpecModel(BaseModel):
 class TimestampSpec(SpecModel):
     """Where the primary timestamp of each row comes from."""
 
-    column: str = Field(default="timestamp", min_length=1)
+    column: Name = Field(default="timestamp", min_length=1)
     """Input column holding the timestamp."""
     format: str = "auto"
     """Timestamp format: iso, posix (seconds), millis, micro, nano or auto (iso or millis); lowercase."""
@@ -153,6 +157,7 @@ class TimestampSpec(SpecModel):
 def _supported_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """Refuse a Druid filter we cannot apply exactly (:class:`SpecError` naming the unsupported part)."""
     if value is not None:
+        check_filter_limits(value)
         filter_condition(value, exp.column)
     return value
 
@@ -170,7 +175,7 @@ class DimensionSpec(SpecModel):
 
     harmless: ClassVar[frozenset[str]] = frozenset({"createBitmapIndex"})
 
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     """Name of the dimension, read from the input field of the same name."""
     type: DimensionType = "string"
     """Column type: string, long, float or double."""
@@ -203,9 +208,11 @@ class DimensionsSpec(SpecModel):
     harmless: ClassVar[frozenset[str]] = frozenset({"forceSegmentSortByTime"})
     not_implemented: ClassVar[dict[str, str]] = {"spatialDimensions": "spatial dimensions"}
 
-    dimensions: tuple[DimensionSpec, ...] = Field(default=(), strict=False)
+    dimensions: Annotated[tuple[DimensionSpec, ...], limits.at_most(limits.MAX_DIMENSIONS, "dimensions")] = Field(
+        default=(), strict=False)
     """Dimension names or objects; an empty list discovers string dimensions from the records."""
-    dimension_exclusions: tuple[str, ...] = Field(default=(), strict=False)
+    dimension_exclusions: Annotated[tuple[Name, ...], limits.at_most(limits.MAX_DIMENSION_EXCLUSIONS, "names")] = (
+        Field(default=(), strict=False))
     """Input fields to leave out when dimensions are discovered."""
     include_all_dimensions: bool = False
     """Discover string dimensions besides the listed ones."""
@@ -246,9 +253,9 @@ class MetricSpec(SpecModel):
 
     type: AggregatorType | Literal["filtered"]
     """Aggregator type: count, long/double/float Sum, Min or Max, or filtered."""
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     """Output column name of the aggregator (a filtered one's defaults to its aggregator's)."""
-    field_name: str | None = Field(default=None, min_length=1)
+    field_name: Annotated[Name, Field(min_length=1)] | None = None
     """Input field to aggregate (not used by count)."""
     filter: dict[str, Any] | None = None
     """filtered only: the Druid filter a record must match to be aggregated (see :mod:`specs.filters`)."""
@@ -262,11 +269,12 @@ class MetricSpec(SpecModel):
     """HLLSketchBuild only: bits per bucket (default HLL_4)."""
     k: int | None = None
     """quantilesDoublesSketch only: accuracy, a power of 2 from 2 to 32768 (default 128)."""
-    fields: tuple[str, ...] | None = Field(default=None, strict=False, min_length=1)
+    fields: Annotated[tuple[Name, ...], Field(strict=False, min_length=1),
+                      limits.at_most(limits.MAX_CARDINALITY_FIELDS, "fields")] | None = None
     """cardinality only: the input fields counted (instead of fieldName)."""
     time_column: Literal["__time"] | None = None
     """first/last only: the time that orders values; only the record's own timestamp, ``__time``."""
-    max_string_bytes: int | None = Field(default=None, ge=0)
+    max_string_bytes: Annotated[int, limits.at_most(limits.MAX_STRING_BYTES, "")] | None = Field(default=None, ge=0)
     """stringFirst/stringLast only: values are cut to this many characters, as Druid's ingestion cuts them
     (despite the name; default 1024)."""
     by_row: bool | None = None
@@ -374,6 +382,10 @@ class GranularitySpec(SpecModel):
     def _segment_not_none(self) -> GranularitySpec:
         if self.segment_granularity.kind == "none":
             raise SpecError.at("segmentGranularity", "segmentGranularity may not be NONE")
+        start = self.segment_granularity.truncate(datetime(2000, 1, 1, tzinfo=UTC))
+        if self.segment_granularity.bucket_end(start) - start < limits.MIN_SEGMENT_GRANULARITY:
+            raise SpecError.at("segmentGranularity", "must be at least SECOND (a limit of this service), "
+                                                     f"got {self.segment_granularity}")
         if not self.query_granularity.nests_in(self.segment_granularity):
             raise SpecError.at("queryGranularity", f"{self.query_granularity} buckets do not fit in "
                                f"{self.segment_granularity} segments: a row's __time would fall outside its "
@@ -386,9 +398,9 @@ class ExpressionTransform(SpecModel):
 
     type: Literal["expression"]
     """Transform type; only expression transforms exist."""
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     """The field it makes (or replaces) for dimensions, metrics and the filter."""
-    expression: str
+    expression: Annotated[str, limits.at_most(limits.MAX_EXPRESSION_LENGTH, "characters")]
     """The expression, over the record's input fields as they are (not other transforms' outputs)."""
 
     _reserved = field_validator("name")(_not_reserved)
@@ -405,7 +417,8 @@ class TransformSpec(SpecModel):
 
     filter: dict[str, Any] | None = None
     """A Druid filter (see :mod:`specs.filters`) over input fields, transforms' outputs and ``__time``."""
-    transforms: tuple[ExpressionTransform, ...] = Field(default=(), strict=False)
+    transforms: Annotated[tuple[ExpressionTransform, ...], limits.at_most(limits.MAX_TRANSFORMS, "transforms")] = (
+        Field(default=(), strict=False))
     """Expression transforms; each reads the record as it arrived."""
 
     _supported_filter = field_validator("filter")(_supported_filter)
@@ -430,7 +443,8 @@ class DataSchemaSpec(SpecModel):
     """Primary timestamp column and format."""
     dimensions_spec: DimensionsSpec = DimensionsSpec()
     """Dimension columns."""
-    metrics_spec: tuple[MetricSpec, ...] = Field(default=(), strict=False)
+    metrics_spec: Annotated[tuple[MetricSpec, ...], limits.at_most(limits.MAX_METRICS, "metrics")] = Field(
+        default=(), strict=False)
     """Aggregators applied at ingestion time."""
     granularity_spec: GranularitySpec = GranularitySpec()
     """Segment and query granularity, and rollup."""
@@ -447,8 +461,8 @@ class DataSchemaSpec(SpecModel):
         for bad in ("/", "\\", ".."):
             if bad in value:
                 raise SpecError.at("", f"must be usable as a path component (no {bad!r}), got {value!r}")
-        if len(value.encode()) > 255:
-            raise SpecError.at("", f"must be at most 255 bytes, got {len(value.encode())}")
+        if len(value.encode()) > limits.MAX_DATASOURCE_BYTES:
+            raise SpecError.at("", f"must be at most {limits.MAX_DATASOURCE_BYTES} bytes, got {len(value.encode())}")
         unsafe = sorted({c for c in value if c in _UNSAFE_NAME_CHARACTERS or not c.isprintable()})
         if unsafe:
             raise SpecError.at("", f"characters {', '.join(map(repr, unsafe))} are not allowed (glob patterns, "

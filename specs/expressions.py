@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specs import limits
 from specs.errors import SpecError
 from specs.filters import check_regex
 from specs.granularity import Granularity
@@ -68,8 +69,24 @@ _BINARY = [("&&", "||"), ("<", "<=", ">", ">=", "==", "!="), ("+", "-"), ("*", "
 
 
 def parse_expression(text: str) -> Expr:
-    """Parse a Druid expression; :class:`SpecError` (path ``""``) if it is invalid or unsupported."""
-    return _Parser(text).parse()
+    """Parse a Druid expression; :class:`SpecError` (path ``""``) if it is invalid or unsupported.
+
+    Nesting (parentheses, calls, unary operators, ``^``) and the depth of the parsed tree (a chain
+    ``a + b + ...`` is as deep as it is long) are limited to :data:`specs.limits.MAX_EXPRESSION_DEPTH`:
+    the parser and the SQL translation recurse per level.
+    """
+    parser = _Parser(text)
+    expr = parser.parse()
+    deepest, todo = 0, [(expr, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, Call):
+            todo.extend((arg, depth + 1) for arg in node.args)
+    if deepest > limits.MAX_EXPRESSION_DEPTH:
+        raise parser._error(f"{deepest} operations deep; at most {limits.MAX_EXPRESSION_DEPTH} are allowed (a limit "
+                            "of this service): split it into several transforms")
+    return expr
 
 
 def referenced_fields(expr: Expr) -> list[str]:
@@ -100,6 +117,7 @@ class _Parser:
             self.tokens.append((kind, match[kind]))
             position = match.end()
         self.at = 0
+        self.depth = 0
 
     def parse(self) -> Expr:
         if not self.tokens:
@@ -135,11 +153,30 @@ class _Parser:
                               "which applies first")
         return left
 
+    def _enter(self) -> None:
+        """One level deeper (left by ``self.depth -= 1``); refused past the limit, before Python's own."""
+        self.depth += 1
+        if self.depth > limits.MAX_EXPRESSION_DEPTH:
+            raise self._error(f"nested more than {limits.MAX_EXPRESSION_DEPTH} levels deep (a limit of this service)")
+
     def _power(self) -> Expr:
         base = self._unary()
-        return Call("^", (base, self._power())) if self._take("^") else base
+        if not self._take("^"):
+            return base
+        self._enter()
+        try:
+            return Call("^", (base, self._power()))
+        finally:
+            self.depth -= 1
 
     def _unary(self) -> Expr:
+        self._enter()
+        try:
+            return self._signed()
+        finally:
+            self.depth -= 1
+
+    def _signed(self) -> Expr:
         if self._take("-"):
             operand = self._unary()
             if isinstance(operand, Literal) and isinstance(operand.value, int | float):

@@ -21,10 +21,12 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from specs import limits
 from specs.durations import parse_utc_interval
-from specs.errors import SpecError, json_type_name
+from specs.errors import SpecError, join_path, json_type_name
 
-__all__ = ["Column", "check_regex", "filter_columns", "filter_condition", "parse_intervals", "time_condition"]
+__all__ = ["Column", "check_filter_limits", "check_regex", "filter_columns", "filter_condition", "parse_intervals",
+           "time_condition"]
 
 Column = Callable[[str], exp.Expression]
 """Maps a column name of the filter to the SQL expression it reads."""
@@ -101,6 +103,39 @@ def filter_condition(spec: object, column: Column) -> exp.Expression:
         return exp.RegexpLike(this=text, expression=exp.Literal.string(check_regex(_required(spec, "pattern", str),
                                                                                    "pattern")))
     return time_condition(parse_intervals(spec.get("intervals"), "intervals"), target)
+
+
+def check_filter_limits(spec: object) -> None:
+    """Refuse a filter past the limits of :mod:`specs.limits` (:class:`SpecError`, paths relative to it).
+
+    Nesting (and/or/not), the number of filter objects, of values and intervals, and the lengths of
+    names and patterns; checked without recursion, before the filter is translated (recursively).
+    """
+    clauses = 0
+    todo: list[tuple[object, str, int]] = [(spec, "", 1)]
+    while todo:
+        node, path, depth = todo.pop()
+        if not isinstance(node, Mapping):
+            continue  # not a filter: filter_condition says so
+        clauses += 1
+        if depth > limits.MAX_FILTER_DEPTH:
+            raise SpecError.at(path, f"filters may nest at most {limits.MAX_FILTER_DEPTH} levels deep (a limit of "
+                                     "this service)")
+        limits.check_at_most(clauses + len(todo), limits.MAX_FILTER_CLAUSES, "filter objects in a filter")
+        for key, limit, what in (("dimension", limits.MAX_NAME_LENGTH, "characters"),
+                                 ("column", limits.MAX_NAME_LENGTH, "characters"),
+                                 ("pattern", limits.MAX_PATTERN_LENGTH, "characters"),
+                                 ("values", limits.MAX_FILTER_VALUES, "values"),
+                                 ("intervals", limits.MAX_FILTER_VALUES, "intervals"),
+                                 ("fields", limits.MAX_FILTER_CLAUSES, "filter objects in a filter")):
+            value = node.get(key)
+            if isinstance(value, str | list):
+                limits.check_at_most(len(value), limit, what, join_path(path, key))
+        fields = node.get("fields")
+        if isinstance(fields, list):
+            todo.extend((item, join_path(path, f"fields[{index}]"), depth + 1) for index, item in enumerate(fields))
+        if "field" in node:
+            todo.append((node["field"], join_path(path, "field"), depth + 1))
 
 
 def filter_columns(spec: object) -> list[str]:

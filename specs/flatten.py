@@ -9,11 +9,12 @@ differently would ingest other data.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from specs.data_schema import SpecModel, duplicates
+from specs import limits
+from specs.data_schema import Name, SpecModel, duplicates
 from specs.errors import SpecError
 
 __all__ = ["FlattenField", "FlattenSpec", "PathStep", "parse_path"]
@@ -62,9 +63,9 @@ class FlattenField(SpecModel):
 
     type: Literal["root", "path", "jq"]
     """Where the field's value comes from."""
-    name: str = Field(min_length=1)
+    name: Name = Field(min_length=1)
     """The input field's name, as dimensions, metrics, filters and the timestampSpec use it."""
-    expr: str | None = None
+    expr: Annotated[str, limits.at_most(limits.MAX_PATH_LENGTH, "characters")] | None = None
     """The JSONPath or jq expression (path and jq only)."""
 
     @model_validator(mode="after")
@@ -89,7 +90,8 @@ class FlattenSpec(SpecModel):
 
     use_field_discovery: bool = True
     """Offer every top-level field under its own name (false: only the listed fields)."""
-    fields: tuple[FlattenField, ...] = Field(default=(), strict=False)
+    fields: Annotated[tuple[FlattenField, ...], limits.at_most(limits.MAX_FLATTEN_FIELDS, "fields")] = Field(
+        default=(), strict=False)
     """Fields read from a top-level name, a JSONPath or a jq path."""
 
     @model_validator(mode="after")

@@ -12,16 +12,20 @@ formats are given, as in Druid.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from specs import limits
 from specs.avro import AvroBytesDecoderSpec
-from specs.data_schema import SpecModel, duplicates, unsupported
+from specs.data_schema import Name, SpecModel, duplicates, unsupported
 from specs.errors import SpecError
 from specs.flatten import FlattenSpec
 
 __all__ = ["HeaderFormatSpec", "InputFormatSpec", "KeyFormatSpec"]
+
+_Columns = Annotated[tuple[Name, ...], limits.at_most(limits.MAX_INPUT_COLUMNS, "columns")]
+_ShortText = Annotated[str, limits.at_most(limits.MAX_SHORT_TEXT_LENGTH, "characters")]
 
 
 class KeyFormatSpec(SpecModel):
@@ -33,9 +37,9 @@ class KeyFormatSpec(SpecModel):
 
     type: Literal["tsv", "csv"]
     """Key format: tsv or csv (a csv key that starts with a quote is unparseable)."""
-    columns: tuple[str, ...] = Field(default=(), strict=False)
+    columns: _Columns = Field(default=(), strict=False)
     """Column names; only the first column is ingested, as the key column."""
-    delimiter: str = "\t"
+    delimiter: _ShortText = "\t"
     """tsv only: the column delimiter (one character)."""
 
     @model_validator(mode="after")
@@ -57,7 +61,7 @@ class HeaderFormatSpec(SpecModel):
 
     type: Literal["string"]
     """Header format type."""
-    encoding: str = "UTF-8"
+    encoding: _ShortText = "UTF-8"
     """Only UTF-8 is supported."""
 
     @field_validator("encoding")
@@ -83,11 +87,11 @@ class InputFormatSpec(SpecModel):
     """avro_stream: the schema of the values (inline)."""
     binary_as_string: bool = False
     """avro_stream: read ``bytes`` and ``fixed`` values as UTF-8 text (else a record holding one is unparseable)."""
-    columns: tuple[str, ...] = Field(default=(), strict=False)
+    columns: _Columns = Field(default=(), strict=False)
     """csv, tsv: the names of the values of a line, in order (extra values are dropped, missing ones null)."""
-    delimiter: str = "\t"
+    delimiter: _ShortText = "\t"
     """tsv: the one character between values (csv: a comma)."""
-    list_delimiter: str = "\u0001"
+    list_delimiter: _ShortText = "\u0001"
     """csv, tsv: what splits a value into the values of a multi-value dimension (an empty part is null)."""
     find_columns_from_header: bool = False
     """csv, tsv: must be false (in a stream, each record would be its own header)."""
@@ -101,13 +105,13 @@ class InputFormatSpec(SpecModel):
     """kafka: the format of the record key; without it the key is not read."""
     header_format: HeaderFormatSpec | None = None
     """kafka: the format of header values; without it headers are not read."""
-    key_column_name: str | None = None
+    key_column_name: Name | None = None
     """kafka: the input field holding the key's first column (default ``kafka.key``)."""
-    timestamp_column_name: str | None = None
+    timestamp_column_name: Name | None = None
     """kafka: the input field holding the record's Kafka timestamp in ms (default ``kafka.timestamp``)."""
-    topic_column_name: str | None = None
+    topic_column_name: Name | None = None
     """kafka: the input field holding the topic (default ``kafka.topic``)."""
-    header_column_prefix: str | None = None
+    header_column_prefix: Name | None = None
     """kafka: header ``h`` is the input field ``<prefix>h`` (default ``kafka.header.``)."""
 
     @property

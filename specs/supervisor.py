@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import re2
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from specs import limits
 from specs.consumer_properties import (
     DYNAMIC_CONFIG_PROVIDER,
     EXACT_READ_CONSUMER_PROPERTIES,
@@ -59,6 +60,11 @@ def _compiled(pattern: str) -> Any:
     return re2.compile(pattern, options)
 
 
+_RejectionPeriod = Annotated[IsoDuration, limits.within(None, limits.MAX_REJECTION_PERIOD)]
+_Topic = Annotated[str, Field(min_length=1), limits.at_most(limits.MAX_TOPIC_LENGTH, "characters")]
+_TopicPattern = Annotated[str, Field(min_length=1), limits.at_most(limits.MAX_PATTERN_LENGTH, "characters")]
+
+
 class KafkaIOConfigSpec(SpecModel):
     """Where to read from and how the supervisor schedules its tasks."""
 
@@ -69,10 +75,10 @@ class KafkaIOConfigSpec(SpecModel):
 
     type: Literal["kafka"] = "kafka"
     """I/O config type."""
-    topic_pattern: str | None = Field(default=None, min_length=1)
+    topic_pattern: _TopicPattern | None = None
     """A regular expression (RE2 syntax) matching whole topic names: every topic it matches, and
     any created later, is read (this or ``topic``)."""
-    topic: str | None = Field(default=None, min_length=1, validate_default=True)
+    topic: _Topic | None = Field(default=None, validate_default=True)
     """Kafka topic to read from (this or ``topicPattern``)."""
     consumer_properties: dict[str, Any] = Field(default_factory=dict)
     """Properties for the Kafka consumer, only those on the allow-list of :mod:`specs.consumer_properties`
@@ -80,23 +86,25 @@ class KafkaIOConfigSpec(SpecModel):
     ``druid.dynamic.config.provider`` for secrets from the environment."""
     input_format: InputFormatSpec = InputFormatSpec()
     """Format of the records: JSON values, or the kafka format (key, timestamp, topic and headers too)."""
-    task_count: int = Field(default=1, ge=1)
+    task_count: Annotated[int, limits.at_most(limits.MAX_TASK_COUNT, "")] = Field(default=1, ge=1)
     """Maximum number of reading tasks in a replica set."""
-    replicas: int = Field(default=1, ge=1)
+    replicas: Annotated[int, limits.at_most(limits.MAX_REPLICAS, "")] = Field(default=1, ge=1)
     """Number of replica sets; replicas of a task read the same partitions."""
-    task_duration: IsoDuration = timedelta(hours=1)
+    task_duration: Annotated[IsoDuration, limits.within(limits.MIN_TASK_DURATION, limits.MAX_TASK_DURATION)] = (
+        timedelta(hours=1))
     """How long a task reads before it stops reading and publishes its segments."""
-    period: IsoDuration = timedelta(seconds=30)
+    period: Annotated[IsoDuration, limits.within(limits.MIN_PERIOD, limits.MAX_PERIOD)] = timedelta(seconds=30)
     """How often the supervisor runs its management logic."""
-    start_delay: IsoDuration = timedelta(seconds=5)
+    start_delay: Annotated[IsoDuration, limits.within(None, limits.MAX_START_DELAY)] = timedelta(seconds=5)
     """Wait before the supervisor starts managing tasks."""
     use_earliest_offset: bool = False
     """With no stored offsets, start from the earliest (true) or latest (false) offset."""
-    completion_timeout: IsoDuration = timedelta(minutes=30)
+    completion_timeout: Annotated[IsoDuration, limits.within(limits.MIN_COMPLETION_TIMEOUT,
+                                                             limits.MAX_COMPLETION_TIMEOUT)] = timedelta(minutes=30)
     """How long to wait for a task to publish before it is considered failed."""
-    late_message_rejection_period: IsoDuration | None = None
+    late_message_rejection_period: _RejectionPeriod | None = None
     """Reject messages with timestamps this much earlier than the task's start."""
-    early_message_rejection_period: IsoDuration | None = None
+    early_message_rejection_period: _RejectionPeriod | None = None
     """Reject messages with timestamps this much later than the task's end."""
     late_message_rejection_start_date_time: UtcTimestamp | None = None
     """Reject messages with timestamps before this instant."""
@@ -151,6 +159,15 @@ class KafkaIOConfigSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
+    def _bounded_task_total(self) -> KafkaIOConfigSpec:
+        total = self.task_count * self.replicas
+        if total > limits.MAX_TASKS:
+            message = (f"taskCount * replicas must be <= {limits.MAX_TASKS} (a limit of this service), got "
+                       f"{self.task_count} * {self.replicas} = {total}")
+            raise SpecError([("taskCount", message), ("replicas", message)])
+        return self
+
+    @model_validator(mode="after")
     def _one_late_rejection_rule(self) -> KafkaIOConfigSpec:
         if self.late_message_rejection_period is not None and self.late_message_rejection_start_date_time is not None:
             raise SpecError.at("lateMessageRejectionStartDateTime", "cannot be combined with "
@@ -187,13 +204,15 @@ class KafkaTuningConfigSpec(SpecModel):
 
     type: Literal["kafka"] = "kafka"
     """Tuning config type."""
-    max_rows_per_segment: int = Field(default=5_000_000, ge=1)
+    max_rows_per_segment: Annotated[int, limits.at_most(limits.JAVA_INT_MAX, "")] = Field(default=5_000_000, ge=1)
     """Rows in a segment before it is handed off."""
-    max_rows_in_memory: int = Field(default=150_000, ge=1)
+    max_rows_in_memory: Annotated[int, limits.at_most(limits.JAVA_INT_MAX, "")] = Field(default=150_000, ge=1)
     """Rows aggregated in memory before they are persisted."""
-    max_parse_exceptions: int = Field(default=UNLIMITED_PARSE_EXCEPTIONS, ge=0)
+    max_parse_exceptions: Annotated[int, limits.at_most(limits.JAVA_INT_MAX, "")] = Field(
+        default=UNLIMITED_PARSE_EXCEPTIONS, ge=0)
     """Unparseable rows tolerated before a task fails (null or absent: unlimited)."""
-    max_saved_parse_exceptions: int = Field(default=0, ge=0)
+    max_saved_parse_exceptions: Annotated[int, limits.at_most(limits.MAX_SAVED_PARSE_EXCEPTIONS, "")] = Field(
+        default=0, ge=0)
     """How many parse exception messages a task keeps for its report."""
     log_parse_exceptions: bool = False
     """Log a message for each unparseable row."""
