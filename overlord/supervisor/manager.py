@@ -72,6 +72,10 @@ class Overlord:
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()
+        self._wake_lock = threading.Lock()
+        """Guards only ``_pending_wake``; never held while waiting for anything else. Not ``_lock``: an
+        operation holds that while it waits for a busy supervisor's run, and every other supervisor's run
+        and every finishing task (``wake``) would wait with it."""
         self._lock = threading.RLock()
         self._stopped = False
         self.elector = LeaderElector(settings.database_url, name or f"{socket.gethostname()}:{os.getpid()}",
@@ -181,10 +185,10 @@ class Overlord:
         sup = self.supervisors.get(supervisor_id)
         if sup is None:
             return
-        with self._lock:
+        with self._wake_lock:
             self._pending_wake.discard(supervisor_id)
         sup.run_once()
-        with self._lock:
+        with self._wake_lock:
             again = supervisor_id in self._pending_wake
         if again:
             self.wake(supervisor_id)
@@ -193,7 +197,7 @@ class Overlord:
 
     def wake(self, supervisor_id: str) -> None:
         """Run a supervisor as soon as possible (now, or right after its current run)."""
-        with self._lock:
+        with self._wake_lock:
             self._pending_wake.add(supervisor_id)
         self._run_at(supervisor_id, datetime.now(UTC))
 
