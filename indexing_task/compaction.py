@@ -36,16 +36,14 @@ from indexing_task.rollup import (
     SEGMENT_START,
     Rollup,
     RollupSchema,
-    arrow_type,
     as_multi_value,
-    value_type,
     widened,
-    widest_types,
 )
 from indexing_task.worker import write_segment_file
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
 from segment_store.timeline import Interval, visible_by_interval, visible_segments
+from segment_store.value_types import arrow_type, value_type, widest_types
 from specs import SupervisorSpec
 
 __all__ = ["CompactionError", "CompactionReport", "compact"]

@@ -34,6 +34,7 @@ from indexing_task.sketches import build_sketches, merge_sketches
 from indexing_task.sql_text import quote_identifier as _q
 from indexing_task.sql_text import quote_string as _lit
 from indexing_task.transforms import compile_expression, create_macros
+from segment_store.value_types import ValueType, arrow_type, wider_type
 from specs import DataSchemaSpec
 from specs.expressions import parse_expression, referenced_fields
 from specs.filters import filter_columns, filter_condition
@@ -42,8 +43,8 @@ from specs.granularity import ALL_END, ALL_START, Granularity
 from specs.input_format import InputFormatSpec
 from specs.sketches import Sketch
 
-__all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "arrow_type",
-           "bucket_end_sql", "bucket_start_sql", "value_type", "wider_type", "widened", "widest_types"]
+__all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "bucket_end_sql",
+           "bucket_start_sql", "widened"]
 
 SEGMENT_START = "__segment_start"
 TIME = "__time"
@@ -58,19 +59,8 @@ _SQL_TYPES = {"string": "VARCHAR", "long": "BIGINT", "float": "FLOAT", "double":
 
 
 MultiValueHandling = Literal["SORTED_ARRAY", "SORTED_SET", "ARRAY"]
-ValueType = Literal["string", "long", "float", "double"]
-_WIDENING = ("long", "float", "double", "string")
-"""Column types, each able to hold the ones before it (Druid's least restrictive type; discovery never
-makes a float)."""
 _JSON_TYPES = {"BOOLEAN": "long", "BIGINT": "long", "UBIGINT": "long", "DOUBLE": "double", "VARCHAR": "string"}
 """The discovered type of a DuckDB ``json_each`` value type (booleans are 1/0, as Druid's strict booleans)."""
-
-
-def wider_type(a: str, b: str) -> str:
-    """The least restrictive of two types: long, then float (only ever listed), double, string."""
-    if a == b:
-        return a
-    return a if _WIDENING.index(a) >= _WIDENING.index(b) else b
 
 
 def widened(column: pa.Array | pa.ChunkedArray, to: pa.DataType) -> pa.Array | pa.ChunkedArray:
@@ -102,24 +92,6 @@ _MACROS = {
 """``java_double(x)``: a double as Java's ``Double.toString`` (and so Spark's cast) writes it: DuckDB's
 shortest digits, in ``E`` notation outside [1e-3, 1e7) (``1.0E20``, ``1.23456789E8``, ``1.0E-4``)."""
 
-
-def widest_types(schemas: Iterable[Mapping[str, str]]) -> dict[str, str]:
-    """Column name -> the least restrictive of its types in ``schemas``, in order of first appearance."""
-    widest: dict[str, str] = {}
-    for schema in schemas:
-        for name, found in schema.items():
-            widest[name] = wider_type(widest.get(name, found), found)
-    return widest
-
-
-def arrow_type(kind: str) -> pa.DataType:
-    """The Arrow (and Parquet) type a column of type ``kind`` (long, float, double, string) is written as."""
-    return {"string": pa.string(), "long": pa.int64(), "float": pa.float32(), "double": pa.float64()}[kind]
-
-
-def value_type(arrow: pa.DataType) -> str | None:
-    """The discovered type of a column written as ``arrow`` (None: not a discovered type)."""
-    return {pa.string(): "string", pa.int64(): "long", pa.float64(): "double"}.get(arrow)
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,10 @@ from indexing_task.errors import TaskStopped, TooManyParseErrors
 from indexing_task.ranges import plan_splits
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.results import RESULT_DDL, WorkerResult, read_results
-from indexing_task.rollup import RollupSchema, widest_types
+from indexing_task.rollup import RollupSchema
 from indexing_task.worker import TaskPayload, run_splits
 from segment_store import DeepStorage, Offsets, Partition, PublishOutcome, PublishRequest, SegmentDescriptor, publish
+from segment_store.value_types import widest_types
 from specs import SupervisorSpec
 
 __all__ = ["IndexTaskRequest", "TaskReport", "run_index_task"]

@@ -12,11 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from indexing_task.compaction import compact
-from indexing_task.rollup import Rollup, RollupSchema, widest_types
+from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.http.status import status_payload
 from overlord.query.engine import execute_sql
 from segment_store.timeline import visible_segments
+from segment_store.value_types import widest_types
 from specs import load_supervisor_spec
 from tests.helpers import committed_total, wait_until
 

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from indexing_task.rollup import widest_types
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import stream_watermarks
 from overlord.config import Settings
@@ -51,6 +50,7 @@ from overlord.supervisor.status import (
 )
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import CommittedOffsets, OffsetRange, Offsets, Partition, committed_offsets, reset_offsets
+from segment_store.value_types import widest_types
 from specs import SupervisorSpec
 
 if TYPE_CHECKING:
