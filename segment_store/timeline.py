@@ -15,7 +15,8 @@ coarser one must mark the finer segments unused in its own swap.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 
@@ -24,7 +25,8 @@ import sqlalchemy as sa
 from segment_store.records import SegmentRecord, segment_record
 from segment_store.schema import segments as segments_t
 
-__all__ = ["Interval", "datasources", "read_segments", "visible", "visible_by_interval", "visible_segments"]
+__all__ = ["Interval", "VisibleSet", "datasources", "read_segments", "visible", "visible_by_interval",
+           "visible_segments", "visible_set"]
 
 Interval = tuple[datetime, datetime]
 """``[start, end)``, UTC-aware."""
@@ -95,15 +97,42 @@ def datasources(engine: sa.Engine) -> list[str]:
         return list(conn.execute(sa.select(s.datasource).where(s.used).distinct().order_by(s.datasource)).scalars())
 
 
-def complex_columns(engine: sa.Engine, names: Iterable[str]) -> dict[str, str]:
-    """The sketch and first/last columns of the datasources ``names`` (matched case-insensitively): column -> kind.
+@dataclass(frozen=True)
+class VisibleSet:
+    """One consistent read of the timeline: all a query needs of it.
 
-    Read from the used segments' descriptors; a column name keeps one kind per datasource
-    (``specs.check_update``).
+    Every datasource with used segments, and the visible segments of the datasources it reads.
     """
+
+    datasources: tuple[str, ...]
+    segments: Mapping[str, list[SegmentRecord]]
+    """Visible segments by datasource, for the datasources read."""
+
+    def resolve(self, reference: str) -> str | None:
+        """The datasource a query's table name refers to: the same name, else the same in any case."""
+        if reference in self.datasources:
+            return reference
+        return next((ds for ds in self.datasources if ds.lower() == reference.lower()), None)
+
+    def complex_columns(self, names: Iterable[str]) -> dict[str, str]:
+        """The sketch, first/last and multi-value columns of the datasources ``names``: column -> kind.
+
+        ``names`` match case-insensitively. From the visible segments' descriptors; a column name
+        keeps one kind per datasource (``specs.check_update``).
+        """
+        wanted = {name.lower() for name in names}
+        return {column: kind for datasource, records in self.segments.items() if datasource.lower() in wanted
+                for record in records for column, kind in record.descriptor.get("complex_columns", {}).items()}
+
+
+def visible_set(engine: sa.Engine, names: Iterable[str] | None = None) -> VisibleSet:
+    """The timeline as of one moment (one REPEATABLE READ transaction).
+
+    Segments of the datasources ``names`` (matched case-insensitively; all when None).
+    """
+    wanted = None if names is None else {name.lower() for name in names}
     s = segments_t.c
-    kinds = s.descriptor["complex_columns"]
-    query = (sa.select(kinds).distinct()
-             .where(s.used, sa.func.lower(s.datasource).in_([name.lower() for name in names]), kinds.isnot(None)))
-    with engine.connect() as conn:
-        return {column: kind for found in conn.execute(query).scalars() for column, kind in found.items()}
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+        every = tuple(conn.execute(sa.select(s.datasource).where(s.used).distinct().order_by(s.datasource)).scalars())
+        read = [ds for ds in every if wanted is None or ds.lower() in wanted]
+        return VisibleSet(every, {ds: visible(read_segments(conn, ds)) for ds in read})

@@ -288,3 +288,24 @@ def test_the_fsspec_segment_source_reads_every_file_and_fills_missing_columns(sp
     assert sorted((r["count"], r["country"], r["city"]) for r in rows) == sorted(
         (i, c, None if i == 3 else f"c{i}") for i in range(5) for c in ("DE", "FR", "US"))
     assert {r["__time"] for r in rows} == {T0}
+
+
+def test_a_query_reads_the_timeline_once_in_one_transaction(spark, engine, published):
+    """Every fact a query takes from the metadata store (datasources, visible files, column kinds) comes from
+    one read: answers cannot mix two states of the timeline, and a query costs one trip to PostgreSQL.
+    """
+    import sqlalchemy as sa
+
+    datasource, table = published
+    checkouts: list[object] = []
+
+    def count(*_args: object) -> None:
+        checkouts.append(_args)
+
+    sa.event.listen(engine, "checkout", count)
+    try:
+        rows = run_sql(spark, engine, f'SELECT SUM("count") AS n FROM "{datasource}"')
+    finally:
+        sa.event.remove(engine, "checkout", count)
+    assert rows == [{"n": sum(table.column("count").to_pylist())}]
+    assert len(checkouts) == 1, f"{len(checkouts)} connections for one query"

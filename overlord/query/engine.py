@@ -41,7 +41,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
 
-from indexing_task.rollup import widest_types
 from overlord.config import Settings
 from overlord.query.druid_sql import UTC_NAMES, Translation, metadata_view, translate
 from overlord.query.errors import QueryError
@@ -52,7 +51,8 @@ from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
-from segment_store.timeline import complex_columns, datasources, visible_segments
+from segment_store.timeline import VisibleSet, visible_set
+from segment_store.value_types import widest_types
 
 __all__ = ["QueryLimits", "SqlQuery", "execute_sql", "run_sql"]
 
@@ -113,18 +113,23 @@ class SqlQuery(BaseModel):
             raise QueryError(f"context.sqlTimeZone: {zone!r} is not supported; queries run in UTC",
                              "INVALID_CONTEXT")
         outer = self._context_int("sqlOuterLimit", 0)
-        timeout = self._context_int("timeout", 1)
-        if timeout is not None:
-            if timeout > limits.timeout_ms:
-                raise QueryError(f"context.timeout: at most {limits.timeout_ms} ms (OVERLORD_QUERY_TIMEOUT_MS), "
-                                 f"got {timeout}", "INVALID_CONTEXT")
-            limits = replace(limits, timeout_ms=timeout)
+        limits = self.limits(limits)
         for field, given in (("typesHeader", self.types_header), ("sqlTypesHeader", self.sql_types_header)):
             if given and not self.header:
                 raise QueryError(f"{field}: requires header to be true", "INVALID_INPUT")
         return run_sql(spark, engine, self.query, self.result_format, self.header,
                        [p.value for p in self.parameters], limits, outer, query_id=query_id or self.query_id(),
                        local=local, types_header=self.types_header, sql_types_header=self.sql_types_header)
+
+    def limits(self, limits: QueryLimits) -> QueryLimits:
+        """``limits`` with the context's ``timeout``, which may lower the time limit but not raise it."""
+        timeout = self._context_int("timeout", 1)
+        if timeout is None:
+            return limits
+        if timeout > limits.timeout_ms:
+            raise QueryError(f"context.timeout: at most {limits.timeout_ms} ms (OVERLORD_QUERY_TIMEOUT_MS), "
+                             f"got {timeout}", "INVALID_CONTEXT")
+        return replace(limits, timeout_ms=timeout)
 
     def _context_int(self, key: str, minimum: int) -> int | None:
         """An integer context value; a text of digits counts too (Druid reads ``"60000"``, Grafana sends it)."""
@@ -262,7 +267,7 @@ def _view(datasource: str) -> str:
     return "`" + datasource.replace("`", "``") + "`"
 
 
-def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
+def _register_views(qs: _QuerySession, timeline: VisibleSet, names: set[str],
                     storage_options: Mapping[str, Any] | None, ranges: Mapping[str, TimeRange] | None = None) -> None:
     """Point a view per referenced datasource at exactly its visible files (caller holds the lock).
 
@@ -271,15 +276,17 @@ def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
     columns of the view, and so any result, do not depend on which files were left out.
     ``qs.frames`` keeps the views over all the files.
     """
-    known = {ds.lower(): ds for ds in datasources(engine)}
-    for gone in [ds for ds in qs.frames if ds not in known.values()]:  # no used segments any more
+    for gone in [ds for ds in qs.frames if ds not in timeline.datasources]:  # no used segments any more
         qs.session.catalog.dropTempView(gone)
         del qs.frames[gone]
     for name in sorted(names):
-        datasource = name if name in known.values() else known.get(name.lower())
+        datasource = timeline.resolve(name)
         if datasource is None:
             continue  # a CTE name, or unknown: Spark reports TABLE_OR_VIEW_NOT_FOUND with the name
-        segments = visible_segments(engine, datasource)
+        if datasource not in timeline.segments:
+            raise QueryError(f"datasource {datasource!r} is named in a way the overlord does not follow; name it "
+                             "in a FROM clause", "UNSUPPORTED_DRUID_SQL")
+        segments = timeline.segments[datasource]
         paths = tuple(s.path for s in segments)
         if not paths:
             raise QueryError(f"datasource {datasource!r} has no published segments", "TABLE_OR_VIEW_NOT_FOUND")
@@ -298,14 +305,14 @@ def _register_views(qs: _QuerySession, engine: sa.Engine, names: set[str],
         frame.createOrReplaceTempView(_view(datasource))
 
 
-def _register_metadata(qs: _QuerySession, engine: sa.Engine, tables: frozenset[str],
+def _register_metadata(qs: _QuerySession, engine: sa.Engine, timeline: VisibleSet, tables: frozenset[str],
                        storage_options: Mapping[str, Any] | None) -> set[str]:
-    """Views of the metadata tables a query reads, as of now; their names (caller holds the lock)."""
+    """Views of the metadata tables a query reads, as of ``timeline``; their names (caller holds the lock)."""
     def datasource_schemas() -> dict[str, Any]:
         schemas = {}
-        for name in datasources(engine):
+        for name in timeline.datasources:
             try:
-                _register_views(qs, engine, {name}, storage_options)
+                _register_views(qs, timeline, {name}, storage_options)
             except (PySparkException, Py4JJavaError, QueryError) as exc:  # one unreadable file: skip that one
                 logger.warning("INFORMATION_SCHEMA.COLUMNS leaves out %s: its files cannot be read: %s", name,
                                str(exc).splitlines()[0])
@@ -343,12 +350,13 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     if len(query) > limits.max_length:
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
-    translation = _translate(engine, query)
+    translation, timeline = _translate(engine, query)
     cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
-        table = None if local is None else _run_local(local, engine, translation, parameters, cut, running, limits)
+        table = None if local is None else _run_local(local, timeline, translation, parameters, cut, running,
+                                                      limits)
         result = QueryResult(table, "duckdb") if table is not None else QueryResult(
-            _run_spark(spark, engine, translation, parameters, cut, storage_options, running, limits))
+            _run_spark(spark, engine, timeline, translation, parameters, cut, storage_options, running, limits))
     if result.table.num_rows > limits.max_rows:
         raise QueryError(f"the result has more than {limits.max_rows:,} rows (the overlord's limit, "
                          "OVERLORD_QUERY_MAX_ROWS): aggregate further, add a LIMIT or set context.sqlOuterLimit",
@@ -361,20 +369,24 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     return result
 
 
-def _translate(engine: sa.Engine, query: str) -> Translation:
-    """The query in Spark SQL, knowing which of the columns it reads hold sketches, first/last pairs or lists."""
+def _translate(engine: sa.Engine, query: str) -> tuple[Translation, VisibleSet]:
+    """The query in Spark SQL and the one read of the timeline everything about the query comes from.
+
+    The translation knows which of the columns it reads hold sketches, first/last pairs or lists.
+    """
     translation = translate(query)
+    timeline = visible_set(engine, None if translation.metadata_tables else translation.table_names)
     if not translation.columns or not translation.table_names:
-        return translation
-    found = {name.lower(): kind for name, kind in complex_columns(engine, translation.table_names).items()}
+        return translation, timeline
+    found = {name.lower(): kind for name, kind in timeline.complex_columns(translation.table_names).items()}
     kinds = tuple(sorted((name, kind) for name, kind in found.items() if name in translation.complex_arguments
                          or (name in translation.columns and kind == "multi_value")))
-    return translate(query, kinds) if kinds else translation
+    return (translate(query, kinds) if kinds else translation), timeline
 
 
-def _run_spark(spark: SparkSession, engine: sa.Engine, translation: Translation, parameters: Sequence[Any],
-               cut: int, storage_options: Mapping[str, Any] | None, running: RunningQuery,
-               limits: QueryLimits) -> pa.Table:
+def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
+               parameters: Sequence[Any], cut: int, storage_options: Mapping[str, Any] | None,
+               running: RunningQuery, limits: QueryLimits) -> pa.Table:
     qs = _query_session(spark)
     nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
     names = relations(nodes)
@@ -382,8 +394,8 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, translation: Translation,
     try:
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
             try:
-                _register_views(qs, engine, set(names), storage_options, ranges)
-                metadata = _register_metadata(qs, engine, translation.metadata_tables, storage_options)
+                _register_views(qs, timeline, set(names), storage_options, ranges)
+                metadata = _register_metadata(qs, engine, timeline, translation.metadata_tables, storage_options)
                 frame = qs.session.sql(translation.sql, args=list(parameters) or None)
                 views = {name.lower() for name in qs.frames} | metadata
             finally:  # a view reached by a name no query registers (session.x) must not stay pruned
@@ -397,13 +409,13 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, translation: Translation,
         raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
 
 
-def _run_local(local: LocalEngine, engine: sa.Engine, translation: Translation, parameters: Sequence[Any],
+def _run_local(local: LocalEngine, timeline: VisibleSet, translation: Translation, parameters: Sequence[Any],
                cut: int, running: RunningQuery, limits: QueryLimits) -> pa.Table | None:
     """The query's answer from DuckDB, or None when it is for Spark to answer."""
     references = None if translation.metadata_tables else local.references(translation.sql)
     if not references:
         return None
-    known = {ds.lower(): ds for ds in datasources(engine)}
+    known = {name.lower(): ds for name in references if (ds := timeline.resolve(name)) in timeline.segments}
     counts = Counter[str]()
     for name, n in references.items():
         counts[name.lower()] += n
@@ -413,7 +425,7 @@ def _run_local(local: LocalEngine, engine: sa.Engine, translation: Translation, 
     views: dict[str, tuple[list[str], list[str]]] = {}
     size = 0
     for name in counts:
-        segments = visible_segments(engine, known[name])
+        segments = timeline.segments[known[name]]
         time_range = ranges.get(name)
         kept = [s for s in segments if time_range is None or time_range.reads(s)]
         views[known[name]] = ([s.path for s in segments], [s.path for s in kept])
