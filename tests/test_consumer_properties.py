@@ -279,3 +279,13 @@ def test_the_reader_refuses_properties_off_the_list_of_a_spec_stored_before(monk
                                       PROVIDER: provider(**{"client.id": "OVERLORD_SECRET_KAFKA_PASSWORD"})})
     assert resolved_consumer_properties({"bootstrap.servers": "b:9092", "fetch.min.bytes": 1}) == {
         "bootstrap.servers": "b:9092", "fetch.min.bytes": 1}
+
+
+def test_values_the_environment_provider_reads_are_scrubbed_like_inline_secrets(monkeypatch):
+    from overlord.http.redact import SecretRegistry
+
+    monkeypatch.setenv("OVERLORD_SECRET_KAFKA_PASSWORD", "s3cr3t-from-env")
+    spec = {"spec": {"ioConfig": {"consumerProperties": {"druid.dynamic.config.provider": {
+        "type": "environment", "variables": {"sasl.password": "OVERLORD_SECRET_KAFKA_PASSWORD"}}}}}}
+    scrubbed = SecretRegistry.of([spec]).scrub("auth failed for password s3cr3t-from-env")
+    assert "s3cr3t-from-env" not in scrubbed

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from overlord.http.status import MASK, mask_secrets
+from specs import DYNAMIC_CONFIG_PROVIDER, environment_secret_values
 
 __all__ = ["SecretLogFilter", "SecretRegistry", "secret_values"]
 
@@ -28,7 +29,9 @@ def secret_values(value: Any) -> set[str]:
     def walk(original: Any, masked: Any) -> None:
         if isinstance(original, Mapping) and isinstance(masked, Mapping):
             for key, item in original.items():
-                if masked.get(key) == MASK and item != MASK and not isinstance(item, Mapping | list):
+                if key == DYNAMIC_CONFIG_PROVIDER:
+                    found.update(environment_secret_values(item))  # values read from the overlord's environment
+                elif masked.get(key) == MASK and item != MASK and not isinstance(item, Mapping | list):
                     found.add(str(item))
                 else:
                     walk(item, masked.get(key))
