@@ -13,6 +13,8 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from overlord.http.origins import parse_public_url
+
 __all__ = ["Settings", "settings_table"]
 
 ENV_PREFIX = "OVERLORD_"
@@ -64,6 +66,24 @@ class Settings(BaseSettings):
         "without it unless given `--insecure-open`")
     http_max_body_bytes: int = Field(
         default=1_048_576, ge=1, description="the largest HTTP request body accepted; a bigger one gets a 413")
+    # --- HTTP hardening: the overlord's public URLs (Host allow-list, same-origin writes) ---
+    public_urls: Annotated[tuple[str, ...] | None, NoDecode] = Field(
+        default=None, description="comma-separated `http(s)://host[:port]` URLs browsers and clients reach the "
+        "overlord at, e.g. `https://druid.example.com` behind a proxy: a request whose `Host` names none of them "
+        "gets a 421 (but `/health`), a change whose `Origin` is none of them (scheme, host and port) a 403. "
+        "The address a connection arrives at always counts (`http://127.0.0.1:8090`; when it is a loopback "
+        "address also `localhost` and `[::1]` at that port)")
+
+    @field_validator("public_urls", mode="before")
+    @classmethod
+    def _url_list(cls, value: Any) -> Any:
+        """Comma-separated URLs from the environment (a sequence when given directly), each checked."""
+        if value is None:
+            return None
+        urls = [u.strip() for u in value.split(",") if u.strip()] if isinstance(value, str) else list(value)
+        for url in urls:
+            parse_public_url(url)
+        return tuple(urls) or None
     task_slots: int = Field(
         default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
         "session; more wait for a slot (their `completionTimeout` starts when they run)")

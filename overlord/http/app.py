@@ -4,9 +4,10 @@ Routes live by concern: :mod:`overlord.http.supervisors` and :mod:`overlord.http
 (Druid's calls under ``/druid/indexer/v1``), :mod:`overlord.http.query_routes` (SQL and
 compaction), :mod:`overlord.http.service` (``/metrics``, ``/health``, ``/status``), :mod:`overlord.http.console`
 (the console at ``/``). Every answer leaves through :class:`overlord.http.replies.Replies`.
-Before any route, three ASGI middlewares: :mod:`overlord.http.auth` (credentials and roles),
-:mod:`overlord.http.same_origin` (no changes from other sites' pages) and
-:mod:`overlord.http.body_limit` (the request body cap).
+Before any route, ASGI middlewares, outermost first: the ``Host`` allow-list
+(:mod:`overlord.http.same_origin`), :mod:`overlord.http.auth` (credentials and roles), no changes
+from other sites' pages (:mod:`overlord.http.same_origin`), :mod:`overlord.http.body_limit` (the
+request body cap) and :mod:`overlord.http.json_bodies` (bodies declared JSON, nesting bounded).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from overlord.http.auth import Authenticator, AuthMiddleware
 from overlord.http.body_limit import BodySizeLimit
 from overlord.http.console import console_routes
 from overlord.http.coordinator import coordinator_routes
+from overlord.http.json_bodies import JsonBodies
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
-from overlord.http.same_origin import SameOriginWrites
+from overlord.http.same_origin import HostAllowList, SameOriginWrites, Site
 from overlord.http.service import service_routes
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
@@ -125,8 +127,11 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
                    coordinator_routes(out), query_routes(overlord, out.secrets)):
         app.include_router(router)
+    site = Site.of(overlord.settings.public_urls or ())  # innermost first: a request meets them bottom to top
+    app.add_middleware(JsonBodies)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
-    app.add_middleware(SameOriginWrites)
+    app.add_middleware(SameOriginWrites, site=site)
     if authenticator is not None:
-        app.add_middleware(AuthMiddleware, authenticator=authenticator)  # outermost: before any body is read
+        app.add_middleware(AuthMiddleware, authenticator=authenticator)  # before any body is read
+    app.add_middleware(HostAllowList, site=site)  # outermost: no work for another site's name
     return app

@@ -12,32 +12,37 @@ hash-password``) and SHA-256 digests of tokens (``overlord auth new-token``), ne
     {"users": {"admin": {"role": "write", "passwordHash": "$argon2id$..."}},
      "tokens": {"ci": {"role": "read", "tokenSha256": "9f86d0..."}}}
 
-An argon2 check costs tens of milliseconds, so a successful one is remembered (by a SHA-256 of
-the credentials) for :data:`REMEMBER_S`; a rotated password takes effect at the next restart.
+An argon2 check costs tens of milliseconds and 64 MiB, so its outcome, success or failure, is
+remembered (by an HMAC of the credentials) for :data:`REMEMBER_S`, and checks run on a few threads
+of their own, a bounded number waiting (:class:`Authenticator`); a rotated password takes effect at
+the next restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import binascii
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import threading
 import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from overlord.errors import druid_error
 from overlord.http.replies import send_error
 
-__all__ = ["LIVENESS_PATHS", "AuthFile", "AuthMiddleware", "Authenticator", "hash_password", "new_token",
+__all__ = ["BUSY", "LIVENESS_PATHS", "AuthFile", "AuthMiddleware", "Authenticator", "hash_password", "new_token",
            "required_role"]
 
 Role = Literal["read", "write"]
@@ -49,7 +54,19 @@ READ_POSTS = frozenset({"/druid/v2/sql", "/druid/v2"})
 """POST routes that only read (queries)."""
 
 REMEMBER_S = 300.0
-"""How long a verified password is remembered."""
+"""How long verified (and refused) credentials are remembered."""
+
+MAX_REMEMBERED = 10_000
+"""The most verified, and the most refused, credentials remembered; the oldest are forgotten first."""
+
+HASH_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
+"""Threads that run argon2 checks: half the cores, 1 to 4 (each check holds 64 MiB while it runs)."""
+
+MAX_WAITING = 8
+"""Password checks that may wait for a hashing thread; more get a 429 at once."""
+
+BUSY: Literal["busy"] = "busy"
+"""What :meth:`Authenticator.check` answers when too many password checks wait."""
 
 _hasher = PasswordHasher()
 
@@ -110,52 +127,123 @@ def required_role(method: str, path: str) -> Role | None:
 
 
 class Authenticator:
-    """Checks an ``Authorization`` header against the auth file; thread-safe."""
+    """Checks an ``Authorization`` header against the auth file, with argon2 work bounded; thread-safe.
 
-    def __init__(self, config: AuthFile) -> None:
+    An argon2 check costs ~50 ms of CPU and 64 MiB of memory, and anyone who reaches the port can ask
+    for one, so before the first one:
+
+    - credentials verified in the last :data:`REMEMBER_S` are answered from memory, and so are
+      credentials refused in that time (the same user and wrong password again);
+    - bearer tokens and malformed headers cost a SHA-256 or nothing;
+    - the rest wait for one of :data:`HASH_WORKERS` threads of their own (not the shared pool the
+      routes run in), at most :data:`MAX_WAITING` of them; past that the answer is :data:`BUSY` (a
+      429) at once. Those threads run at the lowest CPU priority. A flood of wrong passwords thus
+      costs idle CPU and ~100 MiB, and never delays credentials already verified.
+
+    An unknown user is checked against a decoy hash, through the same queue: the answer takes as long
+    as for a known user, so timing does not tell which users exist.
+    Remembered credentials are keyed by an HMAC with a per-process key, never by the secret itself.
+    """
+
+    def __init__(self, config: AuthFile, *, hash_workers: int = HASH_WORKERS, max_waiting: int = MAX_WAITING) -> None:
         self._users = config.users
         self._tokens = {entry.token_sha256: entry.role for entry in config.tokens.values()}
-        self._verified: dict[str, tuple[Role, float]] = {}
+        self._verified: OrderedDict[bytes, tuple[Role, float]] = OrderedDict()
+        self._refused: OrderedDict[bytes, float] = OrderedDict()
         self._decoy = _hasher.hash(secrets.token_hex(16))
+        self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
+        self._hashing = ThreadPoolExecutor(max_workers=hash_workers, thread_name_prefix="argon2",
+                                           initializer=_yield_the_cpu)
+        self._max_in_line = hash_workers + max_waiting
+        self._in_line = 0  # checks queued or running; changed only on the event loop
+
+    def _digest(self, authorization: str) -> bytes:
+        return hmac.digest(self._key, authorization.encode("utf-8", "surrogateescape"), "sha256")
 
     def remembered(self, authorization: str) -> Role | None:
         """The role of credentials verified recently, without hashing a password."""
-        key = hashlib.sha256(authorization.encode()).hexdigest()
+        key = self._digest(authorization)
         with self._lock:
             found = self._verified.get(key)
         return found[0] if found and found[1] > time.monotonic() else None
 
-    def role(self, authorization: str | None) -> Role | None:
-        """The role the header's credentials grant, None for missing or wrong ones (may take ~50 ms)."""
+    def recently_refused(self, authorization: str) -> bool:
+        """Whether these exact credentials were refused within :data:`REMEMBER_S`."""
+        key = self._digest(authorization)
+        with self._lock:
+            until = self._refused.get(key)
+        return until is not None and until > time.monotonic()
+
+    async def check(self, authorization: str) -> Role | None | Literal["busy"]:
+        """The role the header grants, None for wrong credentials, :data:`BUSY` if too many checks wait.
+
+        Call on the event loop: it may wait for a hashing thread, never blocks the loop.
+        """
         if not authorization:
             return None
+        if (role := self.remembered(authorization)) is not None:
+            return role
+        if self.recently_refused(authorization):
+            return None
         scheme, _, value = authorization.partition(" ")
-        role: Role | None = None
         if scheme.lower() == "bearer":
-            digest = hashlib.sha256(value.strip().encode()).hexdigest()
-            role = next((r for known, r in self._tokens.items() if hmac.compare_digest(known, digest)), None)
-        elif scheme.lower() == "basic":
-            role = self._basic(value.strip())
-        if role is not None and scheme.lower() == "basic":
-            with self._lock:
-                if len(self._verified) > 10_000:
-                    self._verified.clear()
-                key = hashlib.sha256(authorization.encode()).hexdigest()
-                self._verified[key] = (role, time.monotonic() + REMEMBER_S)
+            digest = hashlib.sha256(value.strip().encode("utf-8", "surrogateescape")).hexdigest()
+            return next((r for known, r in self._tokens.items() if hmac.compare_digest(known, digest)), None)
+        if scheme.lower() != "basic" or (credentials := _basic_credentials(value.strip())) is None:
+            return None
+        if self._in_line >= self._max_in_line:
+            return BUSY
+        self._in_line += 1
+        try:
+            role = await asyncio.wrap_future(self._hashing.submit(self._verify, *credentials))
+        finally:
+            self._in_line -= 1
+        self._remember(authorization, role)
         return role
 
-    def _basic(self, value: str) -> Role | None:
-        try:
-            user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
+    def _verify(self, user: str, password: str) -> Role | None:
         entry = self._users.get(user)
         try:  # an unknown user costs a hash check too: the time taken does not tell which users exist
             _hasher.verify(entry.password_hash if entry else self._decoy, password)
         except (VerificationError, InvalidHashError):
             return None
         return entry.role if entry else None
+
+    def _remember(self, authorization: str, role: Role | None) -> None:
+        key, until = self._digest(authorization), time.monotonic() + REMEMBER_S
+        with self._lock:
+            if role is None:
+                self._refused[key] = until
+                self._refused.move_to_end(key)
+                while len(self._refused) > MAX_REMEMBERED:
+                    self._refused.popitem(last=False)
+            else:
+                self._verified[key] = (role, until)
+                self._verified.move_to_end(key)
+                while len(self._verified) > MAX_REMEMBERED:
+                    self._verified.popitem(last=False)
+
+
+def _yield_the_cpu() -> None:
+    """Run this thread, and the threads argon2 starts from it for its lanes, at nice 19 (Linux: per thread).
+
+    Password checks then take the CPU only when nothing else wants it: a flood of them cannot slow the
+    event loop or the routes, whatever the number of cores.
+    """
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: checks run at normal priority
+        pass
+
+
+def _basic_credentials(value: str) -> tuple[str, str] | None:
+    """(user, password) of an HTTP Basic value; None if it is not base64 of UTF-8 ``user:password``."""
+    try:
+        user, colon, password = base64.b64decode(value, validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError; so is a non-ASCII value
+        return None
+    return (user, password) if colon else None
 
 
 class AuthMiddleware:
@@ -169,9 +257,10 @@ class AuthMiddleware:
             needed = required_role(scope["method"], scope["path"])
             if needed is not None:
                 header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-                granted = self.authenticator.remembered(header) if header else None
-                if granted is None and header:
-                    granted = await run_in_threadpool(self.authenticator.role, header)
+                granted = await self.authenticator.check(header)
+                if granted == BUSY:
+                    await _send_busy(send)
+                    return
                 if granted is None:
                     await send_error(send, 401, "authentication required: HTTP Basic (user and password) or a bearer "
                                             "token", [(b"www-authenticate", b'Basic realm="overlord"')])
@@ -181,3 +270,13 @@ class AuthMiddleware:
                                             "credentials have the read role")
                     return
         await self.app(scope, receive, send)
+
+
+async def _send_busy(send: Send) -> None:
+    """A 429 for a password check that found the queue full (Druid's capacity shape; retry in a second)."""
+    content = json.dumps(druid_error(429, "too many password checks are waiting; retry in a second (credentials "
+                                          "verified recently are not affected)", category="CAPACITY_EXCEEDED"))
+    await send({"type": "http.response.start", "status": 429, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()),
+        (b"retry-after", b"1")]})
+    await send({"type": "http.response.body", "body": content.encode()})

@@ -78,6 +78,9 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
                                 timeout_graceful_shutdown=drain_s, ssl_certfile=certfile, ssl_keyfile=keyfile)
         logger.info("overlord API on %s://%s:%d (console at /, API under /druid/indexer/v1)",
                     "https" if ssl else "http", host, port)
+        logger.info("Host and Origin accepted: %s the address a connection arrives at (and the localhost names on "
+                    "loopback)", f"OVERLORD_PUBLIC_URLS {', '.join(settings.public_urls)} and" if settings.public_urls
+                    else "only")
         try:
             uvicorn.Server(config).run()
         except KeyboardInterrupt:
