@@ -60,6 +60,16 @@ class Settings(BaseSettings):
         "runs on Spark")
     query_max_length: int = Field(
         default=100_000, ge=1, description="the longest SQL text accepted (characters)")
+    query_max_concurrent: int = Field(
+        default=8, ge=1, description="how many queries (SQL and native) run at once in the query engine's "
+        "process; the next gets a 429 at once")
+    query_spark_master: str | None = Field(
+        default=None, description="the Spark master of the query engine's own Spark application (queries never "
+        "run in ingestion's); `OVERLORD_SPARK_MASTER` if unset")
+    query_spark_conf: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=lambda: {"spark.driver.memory": "1g"}, description="Spark properties of the query "
+        "engine's application, as a JSON object, over `OVERLORD_SPARK_CONF`: its heap (`spark.driver.memory`) "
+        "bounds what queries may use together")
     auth_file: str | None = Field(
         default=None, description="JSON file of users (argon2 password hashes) and bearer tokens (SHA-256 "
         "digests) with their roles, `read` or `write` (`overlord auth --help`); `overlord serve` refuses to start "
@@ -94,7 +104,7 @@ class Settings(BaseSettings):
         default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
         "by a sequence of tasks, each well inside `completionTimeout`")
 
-    @field_validator("spark_conf", mode="before")
+    @field_validator("spark_conf", "query_spark_conf", mode="before")
     @classmethod
     def _json_object(cls, value: Any) -> Any:
         """A JSON text from the environment (a dict when given directly)."""

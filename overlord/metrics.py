@@ -53,6 +53,9 @@ class Metrics:
                                          "supervisor")
         self.compactions = counter("overlord_compaction_runs", "Compaction tasks by outcome (ok, failed)",
                                    "datasource", "outcome")
+        self.query_engine_restarts = counter("overlord_query_engine_restarts", "Times the query engine's process "
+                                             "was replaced: it exited (a query exhausted it) or was killed (a "
+                                             "query ran past its timeout)", "reason")
         self.query_seconds = histogram("overlord_query_duration_seconds", "SQL query duration by outcome (ok, error)",
                                        "outcome")
 

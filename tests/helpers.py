@@ -218,3 +218,5 @@ def served(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+        if hasattr(app.state, "queries"):
+            app.state.queries.stop()

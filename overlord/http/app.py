@@ -36,6 +36,7 @@ from overlord.http.service import service_routes
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
 from overlord.query.errors import QueryError
+from overlord.query.process import QueryProcess
 from overlord.supervisor.manager import Overlord
 from specs import SpecError, SupervisorSpec
 from specs.loader import loc_path
@@ -64,6 +65,8 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
     """The ASGI app over ``overlord`` (already started). ``secrets`` is shared with the log filter.
 
     ``authenticator`` None runs the API open to anyone who can reach it (the dev stack and tests).
+    ``app.state.queries`` is the query engine's process (:mod:`overlord.query.process`), starting
+    in the background; whoever serves the app stops it.
     """
     secrets = secrets or SecretRegistry()
     secrets.learn(sup.spec.to_druid_json() for sup in list(overlord.supervisors.values()))
@@ -99,7 +102,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     @app.exception_handler(QueryError)
     async def _bad_query(_request: Request, exc: QueryError) -> Response:
-        return JSONResponse(exc.to_druid(), status_code=400)
+        return JSONResponse(exc.to_druid(), status_code=exc.status)
 
     @app.exception_handler(ApiError)
     async def _refused(_request: Request, exc: ApiError) -> Response:
@@ -115,6 +118,10 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
             logger.exception("%s %s failed", request.method, request.url.path)
             return error_reply(500, "internal error; the overlord's log has the traceback")
 
+    queries = app.state.queries = QueryProcess(
+        overlord.settings, lambda reason: overlord.metrics.query_engine_restarts.labels(reason).inc())
+    queries.start()  # its own Spark application, starting now so that it is ready for the first query
+
     base_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -125,7 +132,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     app.openapi = openapi  # type: ignore[method-assign]
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
-                   coordinator_routes(out), query_routes(overlord, out.secrets)):
+                   coordinator_routes(out), query_routes(overlord, out.secrets, queries)):
         app.include_router(router)
     site = Site.of(overlord.settings.public_urls or ())  # innermost first: a request meets them bottom to top
     app.add_middleware(JsonBodies)

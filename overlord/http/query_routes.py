@@ -19,9 +19,7 @@ from overlord.http.redact import SecretRegistry
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
-from overlord.query.local_engine import LocalEngine
-from overlord.query.native import run_native
-from overlord.query.running import cancel_query
+from overlord.query.process import QueryProcess
 from overlord.supervisor.manager import Overlord
 from segment_store.timeline import datasources
 from specs import load_supervisor_spec
@@ -56,21 +54,22 @@ def _report(r: CompactionReport) -> dict[str, Any]:
             "carriedOver": len(outcome.carried_over), "seconds": round(r.seconds, 3)}
 
 
-def query_routes(overlord: Overlord, secrets: SecretRegistry) -> APIRouter:
+def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProcess) -> APIRouter:
     """``POST /druid/v2/sql``, ``/druid/v2/datasources`` and ``POST /druid/indexer/v1/compact/{datasource}``.
 
-    SQL results are scrubbed of known secret values (a task's error in ``sys.tasks`` may quote one).
+    Queries run in ``queries``, the query engine's own process. SQL results are scrubbed of known
+    secret values (a task's error in ``sys.tasks`` may quote one).
     """
-    spark, engine = overlord.runner.spark, overlord.engine
+    engine = overlord.engine
     limits = QueryLimits.from_settings(overlord.settings)
-    local = LocalEngine.from_settings(overlord.settings)
     router = APIRouter()
 
     @router.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
     @router.post("/druid/v2/sql/", tags=["query"], include_in_schema=False)  # pydruid's path: no redirect
     def sql(body: SqlQuery) -> Response:
         query_id = body.query_id()
-        result = timed(lambda: body.run(spark, engine, limits, query_id, local))
+        timeout_ms = body.limits(limits).timeout_ms
+        result = timed(lambda: queries.run("sql", body.model_dump(by_alias=True), query_id, timeout_ms))
         content = secrets.scrub(result) if isinstance(result, str) else json.dumps(secrets.scrub_strings(result))
         headers = {"X-Druid-SQL-Query-Id": query_id} | ({"X-Druid-SQL-Header-Included": "yes"} if body.header else {})
         return Response(content, media_type=CONTENT_TYPES[body.result_format], headers=headers)
@@ -80,7 +79,7 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry) -> APIRouter:
     @router.post("/druid/v2/", tags=["query"], include_in_schema=False)
     def native(body: Annotated[dict[str, Any], Body()]) -> Response:
         query_id = str((body.get("context") or {}).get("queryId") or uuid.uuid4().hex)
-        return JSONResponse(timed(lambda: run_native(spark, engine, body, limits, query_id, local)))
+        return JSONResponse(timed(lambda: queries.run("native", body, query_id, limits.timeout_ms)))
 
     def timed(run: Callable[[], T]) -> T:
         """Run a query, observing its duration and outcome in the query latency histogram."""
@@ -108,7 +107,7 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry) -> APIRouter:
 
     @router.delete("/druid/v2/sql/{query_id}", tags=["query"], summary="Cancel a running query (202, or 404)")
     def cancel(query_id: str) -> Response:
-        if not cancel_query(query_id):
+        if not queries.cancel(query_id):
             raise NotFound(f"no running query with sqlQueryId {query_id!r}")
         return Response(status_code=202)
 

@@ -67,7 +67,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
     engine = metadata_engine(settings.database_url)
     spark = get_spark(settings.spark_master, settings.spark_conf)
     overlord = Overlord(settings, engine, spark, before_publish=before_publish)
-    started = False
+    started, app = False, None
     try:
         overlord.start()
         started = True
@@ -87,6 +87,8 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
             pass  # uvicorn re-raises the signal that stopped it once it has stopped; we are shutting down anyway
         logger.info("HTTP server stopped; running tasks get %.0f s to publish", shutdown_grace)
     finally:
+        if app is not None:
+            app.state.queries.stop()
         if started:
             overlord.stop(shutdown_grace)
         spark.stop()

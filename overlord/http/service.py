@@ -18,9 +18,10 @@ def service_routes(out: Replies) -> APIRouter:
     overlord, reply = out.overlord, out.reply
     router = APIRouter()
 
-    @router.get("/health", tags=["service"], summary="Liveness")
+    @router.get("/health", tags=["service"], summary="Liveness: 200 while ingestion's Spark runs, else 503")
     def health() -> Response:
-        return reply({"healthy": True, "leader": overlord.leading, "supervisors": len(overlord.supervisors)})
+        healthy = overlord.runner.spark_alive()  # nothing more: anyone may ask this, without credentials
+        return reply({"healthy": healthy}, 200 if healthy else 503)
 
     @router.get("/status/health", tags=["service"], summary="Liveness, as Druid answers it: true")
     def status_health() -> Response:

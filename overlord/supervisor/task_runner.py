@@ -41,6 +41,13 @@ class TaskRunner:
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
+    def spark_alive(self) -> bool:
+        """Whether ingestion's Spark application still runs (its JVM answers and its context is not stopped)."""
+        try:
+            return not self.spark.sparkContext._jsc.sc().isStopped()  # type: ignore[union-attr]
+        except Exception:  # the JVM is gone: py4j cannot reach it
+            return False
+
     def submit(self, request: IndexTaskRequest, on_done: Callable[[str], None],
                on_start: Callable[[str], None] = _nothing) -> Future[TaskReport]:
         """Run an indexing task when a slot is free.

@@ -1,0 +1,226 @@
+"""The query engine in a process of its own: no user query shares a process with ingestion.
+
+Druid keeps queries (brokers, historicals) apart from ingestion (overlord, middle managers);
+so does the overlord. SQL and native queries run in a child process
+(:mod:`overlord.query.worker`) with its own Spark application, its own JVM heap
+(``OVERLORD_QUERY_SPARK_CONF``, ``spark.driver.memory`` 1g by default) and its own DuckDB under
+its memory cap. A query that exhausts that process takes only that process down: the overlord
+restarts it, counts the restart (``overlord_query_engine_restarts_total``) and answers the
+queries it was running with a 503. Ingestion's JVM, the supervisors and the API never run user
+SQL.
+
+Every query has a deadline: its timeout (``context.timeout``, at most
+``OVERLORD_QUERY_TIMEOUT_MS``) plus :data:`GRACE_S`. The child cancels the query's jobs at the
+timeout; a query that still has not returned at the deadline (work Spark cannot cancel, such as
+constant folding in the driver) is stopped by killing the child, so the thread waiting for it
+is freed at the deadline whatever the query does. At most ``OVERLORD_QUERY_MAX_CONCURRENT``
+queries run at once; the next gets a 429 in Druid's error shape at once.
+
+The child listens on a Unix socket in a directory only this user can open, and answers only
+callers that know a random key (``multiprocessing.connection``'s HMAC handshake); messages are
+JSON. It exits when the overlord's end of its stdin closes, so it never outlives the overlord.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from multiprocessing.connection import Client
+from pathlib import Path
+from typing import Any
+
+from overlord.config import Settings
+from overlord.query.errors import QueryError
+
+__all__ = ["GRACE_S", "QueryProcess"]
+
+logger = logging.getLogger(__name__)
+
+GRACE_S = 5.0
+"""How long past its timeout a query may take to return before its engine is killed."""
+
+START_TIMEOUT_S = 180.0
+"""How long the child may take to start its Spark application and answer."""
+
+
+class QueryProcess:
+    """A handle on the query engine's child process: started on first use, restarted when it dies.
+
+    Thread-safe: every HTTP request thread calls :meth:`run`. ``on_restart(reason)`` is called
+    each time a running child is replaced (a metric).
+    """
+
+    def __init__(self, settings: Settings, on_restart: Callable[[str], None] = lambda _reason: None) -> None:
+        self._settings = settings
+        self._on_restart = on_restart
+        self._slots = threading.BoundedSemaphore(settings.query_max_concurrent)
+        self._lock = threading.Lock()
+        self._child: _Child | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start the child now (in the background) rather than at the first query."""
+        threading.Thread(target=self._current, name="query-engine-start", daemon=True).start()
+
+    @property
+    def in_flight(self) -> int:
+        """How many queries are running (or waiting for the child to start)."""
+        return self._settings.query_max_concurrent - self._slots._value  # type: ignore[attr-defined]
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id, if one runs."""
+        child = self._child
+        return child.process.pid if child is not None and child.process.poll() is None else None
+
+    def run(self, kind: str, body: Mapping[str, Any], query_id: str, timeout_ms: int) -> Any:
+        """Run a ``sql`` or ``native`` query (``body`` as sent) in the child; its result, or :class:`QueryError`.
+
+        ``timeout_ms``: the query's own timeout (the child enforces it); the child is killed if
+        the answer has not come :data:`GRACE_S` after it.
+        """
+        if not self._slots.acquire(blocking=False):
+            raise QueryError(f"{self._settings.query_max_concurrent} queries are running, the most this overlord "
+                             "runs at once (OVERLORD_QUERY_MAX_CONCURRENT); retry later",
+                             "QUERY_CAPACITY_EXCEEDED", status=429)
+        try:
+            child = self._current()
+            deadline = timeout_ms / 1000 + GRACE_S
+            exchange = child.ask({"kind": kind, "body": body, "queryId": query_id})
+            try:
+                reply = exchange.result(deadline)
+            except TimeoutError:
+                self._replace(child, f"query {query_id} ran {deadline:.0f} s, past its timeout, and did not stop")
+                raise QueryError(f"the query ran longer than its timeout of {timeout_ms:,} ms (context.timeout, at "
+                                 "most OVERLORD_QUERY_TIMEOUT_MS) and could not be cancelled: the query engine was "
+                                 "restarted to stop it", "QUERY_TIMEOUT") from None
+            except (OSError, EOFError) as exc:
+                self._replace(child, f"it stopped answering ({type(exc).__name__}: {exc})")
+                raise _engine_lost(query_id) from None
+        finally:
+            self._slots.release()
+        if "error" in reply:
+            error = reply["error"]
+            raise QueryError(error["message"], error.get("errorClass"), status=error.get("status", 400))
+        return reply["result"]
+
+    def cancel(self, query_id: str) -> bool:
+        """Cancel the running query ``query_id``; False if the engine runs no such query."""
+        child = self._child
+        if child is None or child.process.poll() is not None:
+            return False
+        try:
+            return bool(child.ask({"kind": "cancel", "queryId": query_id}).result(10)["result"])
+        except (OSError, EOFError, TimeoutError):
+            return False
+
+    def stop(self) -> None:
+        """Stop the child (and start no other)."""
+        with self._lock:
+            self._stopped = True
+            child, self._child = self._child, None
+        if child is not None:
+            child.stop()
+
+    def _current(self) -> _Child:
+        """The running child, started (and waited for) if there is none."""
+        with self._lock:
+            if self._stopped:
+                raise QueryError("the overlord is stopping", "QUERY_ENGINE_UNAVAILABLE", status=503)
+            if self._child is not None and self._child.process.poll() is not None:
+                code = self._child.process.returncode
+                self._child.stop()
+                self._child = None
+                logger.error("the query engine exited (code %s); starting a new one", code)
+                self._on_restart("exited")
+            if self._child is None:
+                self._child = _Child.start(self._settings)
+            return self._child
+
+    def _replace(self, child: _Child, why: str) -> None:
+        """Kill ``child`` (if still current) so the next query starts a new one."""
+        with self._lock:
+            if self._child is not child:
+                return  # another thread replaced it already
+            self._child = None
+        logger.error("query engine (pid %d) killed: %s; the queries it ran fail, the next start a new one",
+                     child.process.pid, why)
+        child.stop()
+        self._on_restart("killed")
+
+
+def _engine_lost(query_id: str) -> QueryError:
+    return QueryError(f"the query engine stopped while running query {query_id} (a query exhausted it, or it "
+                      "was killed); it has been restarted: retry", "QUERY_ENGINE_RESTARTED", status=503)
+
+
+class _Child:
+    """One started child process and how to reach it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], address: str, authkey: bytes, directory: str) -> None:
+        self.process, self.address, self._authkey, self._directory = process, address, authkey, directory
+
+    @classmethod
+    def start(cls, settings: Settings) -> _Child:
+        directory = tempfile.mkdtemp(prefix="overlord-query-")  # mode 0700: only this user reaches the socket
+        address, authkey = os.path.join(directory, "engine.sock"), secrets.token_bytes(32)
+        process = subprocess.Popen([sys.executable, "-m", "overlord.query.worker"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, start_new_session=True)
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(json.dumps({"settings": settings.model_dump(mode="json"), "address": address,
+                                        "authkey": authkey.hex()}).encode() + b"\n")
+        process.stdin.flush()  # stdin stays open: the child exits when it closes
+        child = cls(process, address, authkey, directory)
+        started = time.monotonic()
+        ready = threading.Event()
+        threading.Thread(target=lambda: process.stdout.readline() and ready.set(),  # type: ignore[union-attr]
+                         name="query-engine-ready", daemon=True).start()
+        while not ready.wait(0.5):
+            if process.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
+                child.stop()
+                raise QueryError(f"the query engine did not start (exit code {process.returncode}); the overlord's "
+                                 "log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
+        logger.info("query engine started (pid %d) in %.1f s", process.pid, time.monotonic() - started)
+        return child
+
+    def ask(self, request: Mapping[str, Any]) -> Future[dict[str, Any]]:
+        """Send ``request`` and read the reply on a thread of its own, so the caller waits with a deadline.
+
+        The handshake too may block (a stopped child accepts connections and answers nothing);
+        killing the child ends the exchange with EOFError.
+        """
+        future: Future[dict[str, Any]] = Future()
+
+        def exchange() -> None:
+            try:
+                with Client(self.address, family="AF_UNIX", authkey=self._authkey) as conn:
+                    conn.send_bytes(json.dumps(request).encode())
+                    future.set_result(json.loads(conn.recv_bytes()))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=exchange, name="query-exchange", daemon=True).start()
+        return future
+
+    def stop(self) -> None:
+        """Kill the child and its Spark JVM (its process group), and remove its socket."""
+        try:
+            os.killpg(self.process.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+        for leftover in Path(self._directory).glob("*"):
+            leftover.unlink(missing_ok=True)
+        os.rmdir(self._directory)

@@ -1,0 +1,113 @@
+"""The query engine's process (``python -m overlord.query.worker``), started by :mod:`overlord.query.process`.
+
+It reads one line of JSON on stdin (the overlord's settings, the socket address, the key),
+starts its own Spark application, prints ``ready`` and then answers each connection on its
+own thread: ``sql`` and ``native`` queries, ``cancel``. It exits when stdin closes (the
+overlord is gone) or when its Spark JVM has died (a query exhausted it): the overlord starts a
+new one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from multiprocessing.connection import Connection, Listener
+from typing import Any
+
+from overlord.config import Settings
+from overlord.query.errors import QueryError
+
+logger = logging.getLogger("overlord.query.worker")
+
+QUERY_APP_NAME = "overlord-query"
+
+
+def main() -> None:
+    """Serve queries until stdin closes."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s query-engine %(name)s: %(message)s")
+    config = json.loads(sys.stdin.readline())
+    settings = Settings.model_validate(config["settings"])
+    engine = _Engine(settings)
+    listener = Listener(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
+    threading.Thread(target=_exit_when_stdin_closes, name="parent-watch", daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        try:
+            conn = listener.accept()
+        except Exception:  # a caller without the key: refused by the handshake
+            logger.warning("refused a connection to the query engine", exc_info=True)
+            continue
+        threading.Thread(target=engine.answer, args=(conn,), name="query", daemon=True).start()
+
+
+def _exit_when_stdin_closes() -> None:
+    sys.stdin.read()
+    os._exit(0)
+
+
+class _Engine:
+    """The Spark session, metadata engine, DuckDB and limits every query of this process uses."""
+
+    def __init__(self, settings: Settings) -> None:
+        from indexing_task.spark import get_spark
+        from overlord.query.engine import QueryLimits
+        from overlord.query.local_engine import LocalEngine
+        from segment_store.database import metadata_engine
+
+        conf = dict(settings.query_spark_conf)
+        java_options = conf.get("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=WARN")
+        conf["spark.driver.extraJavaOptions"] = f"{java_options} -XX:+ExitOnOutOfMemoryError"
+        self.spark = get_spark(settings.query_spark_master or settings.spark_master,
+                               settings.spark_conf | conf, app_name=QUERY_APP_NAME)
+        self.engine = metadata_engine(settings.database_url)
+        self.local = LocalEngine.from_settings(settings)
+        self.limits = QueryLimits.from_settings(settings)
+
+    def answer(self, conn: Connection) -> None:
+        """Answer one request on ``conn``; exit the process if its Spark JVM has died meanwhile."""
+        with conn:
+            try:
+                request = json.loads(conn.recv_bytes())
+                reply: dict[str, Any] = {"result": self._run(request)}
+            except QueryError as exc:
+                reply = {"error": {"message": exc.message, "errorClass": exc.error_class, "status": exc.status}}
+            except Exception as exc:
+                if not self._spark_alive():
+                    logger.error("the query engine's Spark JVM died (%s); exiting so the overlord starts another",
+                                 type(exc).__name__)
+                    os._exit(3)
+                logger.exception("query failed")
+                reply = {"error": {"message": "internal error in the query engine; the overlord's log has the "
+                                              "traceback", "errorClass": "INTERNAL", "status": 500}}
+            try:
+                conn.send_bytes(json.dumps(reply).encode())
+            except OSError:
+                pass  # the overlord gave up waiting
+
+    def _run(self, request: dict[str, Any]) -> Any:
+        from overlord.query.engine import SqlQuery
+        from overlord.query.native import run_native
+        from overlord.query.running import cancel_query
+
+        kind, query_id = request["kind"], request["queryId"]
+        if kind == "sql":
+            return SqlQuery.model_validate(request["body"]).run(self.spark, self.engine, self.limits, query_id,
+                                                                self.local)
+        if kind == "native":
+            return run_native(self.spark, self.engine, request["body"], self.limits, query_id, self.local)
+        if kind == "cancel":
+            return cancel_query(query_id)
+        raise ValueError(f"unknown request kind {kind!r}")
+
+    def _spark_alive(self) -> bool:
+        try:
+            return not self.spark.sparkContext._jsc.sc().isStopped()  # type: ignore[union-attr]
+        except Exception:
+            return False
+
+
+if __name__ == "__main__":
+    main()

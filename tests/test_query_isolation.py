@@ -1,0 +1,195 @@
+"""No user query shares a process with ingestion: the query engine's own process, its deadline and its bounds.
+
+An overlord served over real HTTP, a supervisor ingesting from the real broker, and the query
+engine as the child process it is in production. Faults are real signals to that child: SIGKILL
+stands for a query that exhausted it, SIGSTOP for work that no cancel reaches.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
+
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.dev.stack import DevStack, free_port
+from overlord.http.app import create_app
+from overlord.query.process import GRACE_S, QueryProcess
+from overlord.supervisor.manager import Overlord
+from tests.helpers import committed_total, fresh_database, served, spec_json, start_overlord, wait_until
+
+HEAP_ATTACK = ("SELECT max(length(format_string(concat('%0', CAST(900000000 + id AS STRING), 'd'), id))) "
+               "FROM range(2)")
+"""The issue's query that ran the shared JVM out of heap (and so killed ingestion)."""
+
+
+@dataclass
+class Served:
+    http: httpx.Client
+    overlord: Overlord
+    queries: QueryProcess
+
+
+@pytest.fixture(scope="module")
+def served_overlord(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[Served]:
+    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")), query_max_concurrent=2)
+    app = create_app(overlord, authenticator=None)
+    try:
+        with served(app) as url, httpx.Client(base_url=url, timeout=120) as http:
+            yield Served(http, overlord, app.state.queries)
+    finally:
+        overlord.stop(grace_s=10)
+        overlord.engine.dispose()
+
+
+def sql(http: httpx.Client, query: str, **context: Any) -> httpx.Response:
+    return http.post("/druid/v2/sql", json={"query": query, "context": context})
+
+
+def count(http: httpx.Client, datasource: str) -> int:
+    answer = sql(http, f'SELECT SUM("count") AS n FROM "{datasource}"')
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()[0]["n"])
+
+
+def restarts(http: httpx.Client) -> float:
+    families = text_string_to_metric_families(http.get("/metrics").text)
+    return sum(s.value for f in families if f.name == "overlord_query_engine_restarts" for s in f.samples
+               if s.name.endswith("_total"))
+
+
+def engine_pid(queries: QueryProcess) -> int:
+    wait_until(lambda: queries.pid is not None, "the query engine to start", 180)
+    pid = queries.pid
+    assert pid is not None and pid != os.getpid()
+    return pid
+
+
+def test_a_query_that_exhausts_its_engine_leaves_ingestion_and_the_api_running(
+        served_overlord: Served, stack: DevStack, make_topic, datasource):
+    """The issue's heap attack: before, it killed the one JVM that ingestion and queries shared."""
+    http = served_overlord.http
+    topic = make_topic(2)
+    assert http.post("/druid/indexer/v1/supervisor", json=spec_json(datasource, topic)).status_code == 200
+    first, second = make_sample_events(2_000, bad_every=0), make_sample_events(3_000, bad_every=0)
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    wait_until(lambda: committed_total(served_overlord.overlord.engine, datasource) == 2_000, "ingestion", 120)
+
+    answer = sql(http, HEAP_ATTACK)
+    assert answer.status_code in (400, 503), answer.text  # refused, or its engine died and was restarted
+    assert answer.json()["error"] == "druidException"
+
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    wait_until(lambda: committed_total(served_overlord.overlord.engine, datasource) == 5_000,
+               "ingestion after the attack", 120)
+    assert served_overlord.overlord.runner.spark_alive()
+    assert http.get("/health").json() == {"healthy": True}
+    assert count(http, datasource) == 5_000
+
+
+def test_a_dead_query_engine_is_restarted_and_reported(served_overlord: Served, make_topic, datasource):
+    http, queries = served_overlord.http, served_overlord.queries
+    assert sql(http, "SELECT 1 AS one").json() == [{"one": 1}]
+    before = restarts(http)
+    os.killpg(engine_pid(queries), signal.SIGKILL)  # the process and its Spark JVM, as an exhausted heap does
+    wait_until(lambda: queries.pid is None, "the query engine to be gone", 30)
+
+    assert sql(http, "SELECT 2 AS two").json() == [{"two": 2}]  # a new engine answers
+    assert restarts(http) == before + 1
+    assert served_overlord.overlord.runner.spark_alive()
+
+
+def test_a_query_that_ignores_its_timeout_is_stopped_at_its_deadline(served_overlord: Served):
+    """Work no cancel reaches (here: a stopped engine) is ended by replacing the engine, and the caller
+    is answered at the query's timeout plus the grace, not whenever the work would end.
+    """
+    http, queries = served_overlord.http, served_overlord.queries
+    stuck = engine_pid(queries)
+    before = restarts(http)
+    os.killpg(stuck, signal.SIGSTOP)
+    started = time.monotonic()
+    answer = sql(http, "SELECT 1 AS one", timeout=1_000)
+    took = time.monotonic() - started
+    assert answer.status_code == 400 and answer.json()["context"]["errorClass"] == "QUERY_TIMEOUT", answer.text
+    assert "restarted" in answer.json()["errorMessage"]
+    assert took < 1 + GRACE_S + 5, took
+    assert restarts(http) == before + 1
+    assert sql(http, "SELECT 3 AS three").json() == [{"three": 3}]
+    assert queries.pid != stuck
+
+
+def test_queries_past_the_concurrency_limit_get_a_429_at_once(served_overlord: Served):
+    http, queries = served_overlord.http, served_overlord.queries
+    os.killpg(engine_pid(queries), signal.SIGSTOP)  # the two allowed queries hang until their deadline
+    answers: list[httpx.Response] = []
+    waiting = [threading.Thread(target=lambda: answers.append(sql(http, "SELECT 1 AS one", timeout=3_000)))
+               for _ in range(2)]
+    for thread in waiting:
+        thread.start()
+    wait_until(lambda: queries.in_flight == 2, "two queries in flight", 10)
+    started = time.monotonic()
+    refused = sql(http, "SELECT 1 AS one")
+    assert time.monotonic() - started < 2
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["category"] == "CAPACITY_EXCEEDED"
+    assert "OVERLORD_QUERY_MAX_CONCURRENT" in refused.json()["errorMessage"]
+    for thread in waiting:
+        thread.join(60)
+    assert sorted(a.status_code for a in answers) in ([400, 400], [400, 503]), [a.text for a in answers]
+    assert queries.in_flight == 0
+    assert sql(http, "SELECT 4 AS four").json() == [{"four": 4}]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_health_says_no_when_ingestions_spark_is_gone_and_reveals_nothing_else(
+        stack: DevStack, engine: sa.Engine, tmp_path: Path):
+    port = free_port()
+    env = {**os.environ, **stack.as_env(), "OVERLORD_DATABASE_URL": fresh_database(engine),
+           "OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"), "OVERLORD_SPARK_MASTER": "local[1]"}
+    with (tmp_path / "serve.log").open("w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "overlord.cli", "serve", "--port", str(port),
+                                    "--insecure-open"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/health"
+    try:
+        def answers() -> bool:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                return httpx.get(url, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(answers, "overlord serve to answer /health", 90)
+        assert httpx.get(url).json() == {"healthy": True}
+        jvms = [pid for pid in _children(process.pid) if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(jvms) == 1, jvms  # ingestion's own; the query engine's JVM is its process's child
+        os.kill(jvms[0], signal.SIGKILL)
+        wait_until(lambda: httpx.get(url, timeout=5).status_code == 503, "/health to say unhealthy", 30)
+        assert httpx.get(url).json() == {"healthy": False}
+    finally:
+        process.kill()
+        process.wait()
