@@ -7,11 +7,15 @@ views and hints are all seen. It runs twice:
 
 1. on the **parsed** plan, before Spark analyses or runs anything: operators must be query
    operators (no command, ``SET``, insert, ``TRANSFORM ... USING``, ``EXECUTE IMMEDIATE``),
-   functions and table functions built-ins minus the denied ones, and functions that build
-   large values (``repeat``, ``sequence``, ...) bounded by integer literals;
+   functions on the allow-list of :mod:`overlord.query.function_bounds` (fail closed), table
+   functions on :data:`TABLE_FUNCTIONS`, and functions that build large values (``repeat``,
+   ``sequence``, ``format_string`` widths, ...) bounded by integer literals;
 2. on the **analyzed** plan, before anything executes: operators on the analyzed allow-list,
    relations only the overlord's own datasource views, and expressions Catalyst built-ins
-   (no user-defined function, no call into the JVM however the function was named).
+   (no user-defined function, no call into the JVM however the function was named), and every
+   value's size, intermediate ones included, within a bound computed over the plan
+   (:func:`overlord.query.function_bounds` explains how): ``concat(x, x)`` once per CTE level
+   cannot build a value past :data:`~overlord.query.function_bounds.MAX_VALUE_SIZE`.
 
 Class names are matched by their simple names, so the check does not depend on one Spark
 version's plan serialisation; a node an allow-list does not know is refused (fail closed).
@@ -26,6 +30,20 @@ from typing import Any
 from py4j.java_gateway import JavaObject
 
 from overlord.query.errors import QueryError
+from overlord.query.function_bounds import (
+    COLUMN_SIZE,
+    FILTER_CLASSES,
+    FIXED_SIZE,
+    LAMBDA_CLASSES,
+    LARGEST_INPUT,
+    MAX_BUILT_SIZE,
+    MAX_VALUE_SIZE,
+    MULTIPLIERS,
+    SIZE_ARGUMENTS,
+    format_widths,
+    size_class,
+    sized,
+)
 
 __all__ = ["DENIED_FUNCTIONS", "MAX_BUILT_SIZE", "PlanWalker", "check_analyzed", "check_parsed", "relations"]
 
@@ -41,13 +59,6 @@ TABLE_FUNCTIONS = frozenset({
     "stack", "variant_explode", "variant_explode_outer",
 })
 """Table-valued functions a query may use (``read_files`` and the like are not among them)."""
-
-MAX_BUILT_SIZE = 10_000
-"""The largest count or length a value-building function may be given (characters or elements)."""
-
-SIZE_ARGUMENTS = {"repeat": (1,), "space": (0,), "lpad": (1,), "rpad": (1,), "array_repeat": (1,),
-                  "randstr": (0,), "sequence": ()}
-"""Value-building functions and the positions of their size arguments (``sequence``: its span)."""
 
 PARSED_OPERATORS = frozenset({
     "Aggregate", "Distinct", "Except", "Filter", "Generate", "GlobalLimit", "Intersect", "Join", "LateralJoin",
@@ -99,6 +110,10 @@ class PlanWalker:
             ("seq", "scala.collection.Seq"), ("iterable", "scala.collection.Iterable"),
             ("product", "scala.Product"))]
         self._kinds: dict[str, tuple[str, bool]] = {}
+
+    def simple_name(self, obj: Any) -> str:
+        """The simple name of a JVM object's class (``LongType`` for ``LongType$``)."""
+        return str(self._name(obj)).rsplit(".", 1)[-1].rstrip("$").rsplit("$", 1)[-1]
 
     def _kind(self, obj: Any, name: str) -> tuple[str, bool]:
         """(kind, user-defined) of a class: plan, expression, seq, iterable, product or leaf."""
@@ -192,6 +207,8 @@ def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> l
             _check_function(name, functions)
             if name in SIZE_ARGUMENTS:
                 _check_size(walker, node, name)
+            elif name in ("format_string", "printf"):
+                _check_format(walker, node, name)
         elif node.name == "UnresolvedGenerator":  # LATERAL VIEW f(...)
             _check_function(str(node.obj.name().funcName()).lower(), functions)
         elif node.name == "UnresolvedTableValuedFunction":
@@ -201,8 +218,19 @@ def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> l
     return nodes
 
 
+def _check_format(walker: PlanWalker, node: Node, name: str) -> None:
+    """``format_string``'s format is a string literal whose widths and precisions are within the limit."""
+    args = node.obj.arguments()
+    nodes = list(walker.nodes(args.apply(0))) if args.length() else []
+    value = nodes[0].obj.value() if [n.name for n in nodes] == ["Literal"] else None
+    if value is None or not isinstance(str(value), str) or any(
+            width > MAX_BUILT_SIZE for width in format_widths(str(value))):
+        raise QueryError(f"{name}() needs a string literal format whose widths and precisions are at most "
+                         f"{MAX_BUILT_SIZE:,} (the query's value-size limit)", "VALUE_TOO_LARGE")
+
+
 def _check_function(name: str, functions: Collection[str]) -> None:
-    if name in DENIED_FUNCTIONS:
+    if name in DENIED_FUNCTIONS or (name in functions and size_class(name) is None):
         raise QueryError(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
     if name not in functions:
         raise QueryError(f"function {name}() does not exist (neither a Spark SQL function nor a Druid function "
@@ -218,16 +246,182 @@ def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> Non
     def ours(node: Node) -> bool:
         return node.name == "View" and str(node.obj.desc().identifier().table()).lower() in views
 
+    bounds = _Bounds(walker)
     for node in walker.nodes(plan, stop=ours):
         if node.kind == "plan":
             if node.name not in ANALYZED_OPERATORS or (node.name == "View" and not ours(node)):
                 raise QueryError(f"only read-only queries over datasources are allowed; found {node.name}",
                               "NOT_READ_ONLY")
+            bounds.collect(node)
         elif node.kind == "udf" or node.name in DENIED_EXPRESSIONS or not node.full_name.startswith(
                 _EXPRESSIONS_PACKAGE):
             raise QueryError(f"expression {node.name} is not allowed in queries", "FUNCTION_NOT_ALLOWED")
         elif node.full_name.startswith(_AGGREGATES_PACKAGE):
             _check_aggregate(node)
+        elif node.name == "Alias":
+            bounds.define(node.obj, node.obj.child())
+    bounds.link()
+    bounds.check(plan, ours)
+
+
+_SUBQUERIES = frozenset({"ScalarSubquery", "ListQuery", "Exists", "LateralSubquery"})
+_FIXED_TYPES = frozenset({
+    "ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "DecimalType", "BooleanType",
+    "DateType", "TimestampType", "TimestampNTZType", "NullType", "CalendarIntervalType", "DayTimeIntervalType",
+    "YearMonthIntervalType", "TimeType"})
+"""Data types of fixed width: their values (and texts) are at most :data:`FIXED_SIZE`."""
+
+
+class _Bounds:
+    """Upper bounds of the sizes of an analyzed plan's values (see :mod:`overlord.query.function_bounds`).
+
+    :meth:`collect` learns from each plan node what defines its attributes (aliases, CTE references,
+    unions, generators, grouping sets); :meth:`check` then bounds every expression of every node
+    and raises :class:`QueryError` at the first whose bound is past :data:`MAX_VALUE_SIZE`.
+    """
+
+    def __init__(self, walker: PlanWalker) -> None:
+        self._walker = walker
+        self._defs: dict[int, list[Any]] = {}  # expression id -> expressions its value is one of
+        self._extra: dict[int, list[Any]] = {}  # a union's attribute -> its other inputs' attributes
+        self._ctes: dict[int, Any] = {}  # CTE id -> its definition's output
+        self._refs: list[tuple[int, Any]] = []  # (CTE id, a reference's output)
+        self._attributes: dict[int, int] = {}
+        self._active: set[int] = set()
+        self._lambdas: dict[int, int] = {}
+        self._ours: Callable[[Node], bool] = lambda _node: False
+
+    def define(self, attribute: Any, source: Any, extra: bool = False) -> None:
+        key = attribute.exprId().id()
+        if self._walker.simple_name(source) == "AttributeReference" and source.exprId().id() == key:
+            return
+        (self._extra if extra else self._defs).setdefault(key, []).append(source)
+
+    def collect(self, node: Node) -> None:
+        obj = node.obj
+        if node.name == "CTERelationDef":
+            self._ctes[obj.id()] = obj.child().output()
+        elif node.name == "CTERelationRef":
+            self._refs.append((obj.cteId(), obj.output()))
+        elif node.name == "Union":
+            output = obj.output()
+            children = obj.children()
+            for k in range(1, children.length()):
+                theirs = children.apply(k).output()
+                for i in range(min(output.length(), theirs.length())):
+                    self.define(output.apply(i), theirs.apply(i), extra=True)
+        elif node.name == "Expand":
+            output, projections = obj.output(), obj.projections()
+            for k in range(projections.length()):
+                projection = projections.apply(k)
+                for i in range(min(output.length(), projection.length())):
+                    self.define(output.apply(i), projection.apply(i))
+        elif node.name == "Generate":
+            output = obj.generatorOutput()
+            for i in range(output.length()):
+                self.define(output.apply(i), obj.generator())
+
+    def link(self) -> None:
+        for cte, output in self._refs:
+            defined = self._ctes.get(cte)
+            for i in range(output.length() if defined is not None else 0):
+                self.define(output.apply(i), defined.apply(i))
+
+    def check(self, plan: Any, ours: Callable[[Node], bool]) -> None:
+        self._ours = ours
+        for node in self._walker.nodes(plan, stop=lambda n: n.kind != "plan" or ours(n)):
+            if node.kind != "plan":
+                self.bound(node.obj)
+
+    def _default(self, expr: Any) -> int:
+        return FIXED_SIZE if self._fixed(expr) else COLUMN_SIZE
+
+    def _fixed(self, expr: Any) -> bool:
+        try:
+            return self._walker.simple_name(expr.dataType()) in _FIXED_TYPES
+        except Exception:  # noqa: BLE001 - an expression without a data type is not a fixed-width one
+            return False
+
+    def _attribute(self, expr: Any) -> int:
+        key = expr.exprId().id()
+        if key in self._attributes:
+            return self._attributes[key]
+        if key in self._active:
+            return self._default(expr)
+        self._active.add(key)
+        try:
+            defs = self._defs.get(key)
+            value = max(self.bound(d) for d in defs) if defs else self._default(expr)
+            value = max([value] + [self.bound(e) for e in self._extra.get(key, [])])
+        finally:
+            self._active.discard(key)
+        self._attributes[key] = value
+        return value
+
+    def bound(self, expr: Any) -> int:
+        """The bound of ``expr``'s values; :class:`QueryError` if it is past :data:`MAX_VALUE_SIZE`."""
+        name = self._walker.simple_name(expr)
+        if name == "AttributeReference":
+            return self._attribute(expr)
+        if name == "OuterReference":
+            return self.bound(expr.e())
+        if name == "NamedLambdaVariable":
+            return self._lambdas.get(expr.exprId().id(), self._default(expr))
+        if name == "Literal":
+            return FIXED_SIZE if self._fixed(expr) else len(str(expr.toString()))
+        if name in _SUBQUERIES:
+            self.check(expr.plan(), self._ours)
+            output = expr.plan().output()
+            value = FIXED_SIZE if self._fixed(expr) or not output.length() else self.bound(output.apply(0))
+            return self._limit(expr, value)
+        if name in LAMBDA_CLASSES or name in FILTER_CLASSES:
+            return self._limit(expr, self._higher_order(expr, name))
+        children = expr.children()
+        kids = [children.apply(i) for i in range(children.length())]
+        bounds = [self.bound(kid) for kid in kids]
+        value = sized(name, kids, [self._walker.simple_name(kid) for kid in kids], bounds)
+        if value is None:
+            if name == "Cast":
+                value = bounds[0] * (1 if self._fixed(kids[0]) or self._walker.simple_name(
+                    kids[0].dataType()) in ("StringType", "BinaryType") else 4) + FIXED_SIZE
+            elif name in LARGEST_INPUT:
+                value = max(bounds, default=FIXED_SIZE)
+            elif name in MULTIPLIERS:
+                value = MULTIPLIERS[name] * sum(bounds) + FIXED_SIZE
+            elif name in ("AggregateExpression", "WindowExpression"):
+                value = bounds[0]
+            else:
+                value = sum(bounds) + 8 * len(bounds)
+        if self._fixed(expr):
+            return FIXED_SIZE
+        return self._limit(expr, value)
+
+    def _higher_order(self, expr: Any, name: str) -> int:
+        """A lambda's result per element: ``count * (f(0) + 8) + f(E)`` over inputs of total bound ``E``."""
+        arguments, functions = expr.arguments(), expr.functions()
+        total = sum(self.bound(arguments.apply(i)) for i in range(arguments.length()))
+        value = 0
+        for i in range(functions.length()):
+            function = functions.apply(i)
+            variables = function.arguments()
+            keys = [variables.apply(j).exprId().id() for j in range(variables.length())]
+            results = []
+            for size in (0, total):
+                self._lambdas.update((key, size) for key in keys)
+                results.append(self.bound(function.function()))
+            value += (total // 8 + 1) * (results[0] + 8) + results[1]
+        return total if name in FILTER_CLASSES else value
+
+    def _limit(self, expr: Any, value: int) -> int:
+        if value > MAX_VALUE_SIZE:
+            try:
+                what = f"{expr.prettyName()}()"
+            except Exception:  # noqa: BLE001 - not every expression has a pretty name
+                what = self._walker.simple_name(expr)
+            raise QueryError(f"{what} may build a value of up to {value:,} characters, more than the query limit "
+                             f"of {MAX_VALUE_SIZE:,} (datasource columns count as {COLUMN_SIZE:,} each): build "
+                             "smaller values", "VALUE_TOO_LARGE")
+        return value
 
 
 def _check_aggregate(node: Node) -> None:
