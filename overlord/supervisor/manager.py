@@ -313,7 +313,7 @@ class Overlord:
         future = self.runner.submit_work(
             task_id, f"compaction of {datasource}",
             lambda _stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
-                                  max_rows_per_segment=max_rows_per_segment))
+                                  max_rows_per_segment=max_rows_per_segment), owner=datasource)
         future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all")
         return task_id, future

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.task import BeforePublish, IndexTaskRequest, TaskReport, run_index_task
+from overlord.supervisor.fair_executor import FairExecutor
 
 __all__ = ["TaskRunner"]
 
@@ -29,7 +30,8 @@ class TaskRunner:
     """Submits tasks as Spark jobs (one job group per task id) and stops them on request.
 
     A stopped task's Spark job is cancelled and the task never publishes (or swaps): its stop
-    event is checked between writing its files and its metadata transaction.
+    event is checked between writing its files and its metadata transaction. Slots go to the
+    datasources with waiting tasks in turn (:class:`FairExecutor`).
     """
 
     def __init__(self, spark: SparkSession, engine: sa.Engine, slots: int = 8,
@@ -37,7 +39,7 @@ class TaskRunner:
         self.spark = spark
         self.engine = engine
         self.before_publish = before_publish
-        self._pool = ThreadPoolExecutor(slots, thread_name_prefix="task")
+        self._pool = FairExecutor(slots, thread_name_prefix="task")
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -58,12 +60,16 @@ class TaskRunner:
         def work(stop: threading.Event) -> TaskReport:
             return run_index_task(self.spark, self.engine, request, stop, self.before_publish)
 
-        return self.submit_work(request.task_id, f"indexing task {request.task_id}", work, on_done, on_start)
+        return self.submit_work(request.task_id, f"indexing task {request.task_id}", work, on_done, on_start,
+                                owner=request.spec.datasource)
 
     def submit_work(self, task_id: str, description: str, work: Callable[[threading.Event], T],
-                    on_done: Callable[[str], None] = _nothing, on_start: Callable[[str], None] = _nothing
-                    ) -> Future[T]:
-        """Run ``work(stop_event)`` as task ``task_id``: its Spark jobs form the task's job group."""
+                    on_done: Callable[[str], None] = _nothing, on_start: Callable[[str], None] = _nothing,
+                    owner: str | None = None) -> Future[T]:
+        """Run ``work(stop_event)`` as task ``task_id``: its Spark jobs form the task's job group.
+
+        ``owner`` (a datasource; the task itself if None) takes its turn for a slot with the others.
+        """
         stop = threading.Event()
         with self._lock:
             self._stops[task_id] = stop
@@ -74,7 +80,7 @@ class TaskRunner:
             use_pool(self.spark, INGEST_POOL)
             return work(stop)
 
-        future = self._pool.submit(run)
+        future = self._pool.submit(owner or task_id, run)
         future.add_done_callback(lambda _f: self._finished(task_id, on_done))
         return future
 
@@ -103,4 +109,4 @@ class TaskRunner:
             running = list(self._stops)
         for task_id in running:
             self.stop(task_id)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown()

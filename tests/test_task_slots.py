@@ -1,0 +1,49 @@
+"""Task slots are shared fairly: one datasource's many tasks never hold another's back.
+
+A supervisor may plan up to ``taskCount`` x ``replicas`` tasks at once; first come, first served
+would make every other datasource wait until all of them had run.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from overlord.supervisor.fair_executor import FairExecutor
+from overlord.supervisor.task_runner import TaskRunner
+from tests.helpers import wait_until
+
+
+def test_a_slot_goes_to_each_datasource_with_waiting_tasks_in_turn(spark, engine):
+    runner = TaskRunner(spark, engine, slots=1)
+    release, ran = threading.Event(), []
+
+    def work(name: str, block: bool = False):
+        def run(_stop: threading.Event) -> str:
+            if block:
+                release.wait(30)
+            ran.append(name)
+            return name
+        return run
+
+    futures = [runner.submit_work("busy-0", "busy", work("busy-0", block=True), owner="busy")]
+    futures += [runner.submit_work(f"busy-{i}", "busy", work(f"busy-{i}"), owner="busy") for i in range(1, 4)]
+    futures.append(runner.submit_work("quiet-0", "quiet", work("quiet-0"), owner="quiet"))
+    release.set()
+    assert [f.result(30) for f in futures] == ["busy-0", "busy-1", "busy-2", "busy-3", "quiet-0"]
+    assert ran == ["busy-0", "quiet-0", "busy-1", "busy-2", "busy-3"]
+    runner.shutdown()
+
+
+def test_shutdown_cancels_waiting_work_and_waits_for_running_work():
+    executor = FairExecutor(1)
+    started, release = threading.Event(), threading.Event()
+    running = executor.submit("a", lambda: (started.set(), release.wait(30), "done")[-1])
+    waiting = executor.submit("b", lambda: "never")
+    started.wait(10)
+    stopping = threading.Thread(target=executor.shutdown)
+    stopping.start()
+    wait_until(waiting.cancelled, "the waiting work to be cancelled", 10)
+    assert stopping.is_alive()  # still waiting for the running work
+    release.set()
+    stopping.join(30)
+    assert running.result() == "done" and not stopping.is_alive()
