@@ -30,6 +30,7 @@ __all__ = [
     "MAX_FILTER_VALUES",
     "MAX_FLATTEN_FIELDS",
     "MAX_INPUT_COLUMNS",
+    "MAX_JSON_DEPTH",
     "MAX_METRICS",
     "MAX_NAME_LENGTH",
     "MAX_PATH_LENGTH",
@@ -76,6 +77,7 @@ MAX_PATTERN_LENGTH = 1_000  # topicPattern, regex and like patterns: compiled pe
 MAX_PATH_LENGTH = 1_000  # a flattenSpec JSONPath or jq expression
 MAX_EXPRESSION_LENGTH = 10_000  # a transform's expression (parsed at submit, compiled into every task)
 MAX_EXPRESSION_DEPTH = 64  # nested parentheses, calls and unary operators: the parser recurses per level
+MAX_JSON_DEPTH = 64  # nested objects and arrays of a spec or request body: validation and serialisation recurse
 MAX_SHORT_TEXT_LENGTH = 100  # delimiters, encodings and the like
 
 # --- schema size (dataSchema, inputFormat) -----------------------------------------------------

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from specs.errors import SpecError, join_path, json_type_name, key_path
+from specs.limits import MAX_JSON_DEPTH
 from specs.supervisor import SupervisorSpec
 
 __all__ = ["EXAMPLES_DIR", "load_example", "load_supervisor_spec"]
@@ -34,6 +35,11 @@ def load_supervisor_spec(data: Mapping[str, Any] | str | bytes) -> SupervisorSpe
             decoded = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SpecError.at("$", f"not valid JSON: {exc}") from None
+        except RecursionError:
+            decoded = None  # nested past what the decoder can hold: refused below for its depth
+    if decoded is None or _deeper_than(decoded, MAX_JSON_DEPTH):
+        raise SpecError.at("$", f"nests objects and arrays more than {MAX_JSON_DEPTH} levels deep "
+                                "(a limit of this service)")
     if not isinstance(decoded, Mapping):
         raise SpecError.at("$", f"expected a JSON object, got {json_type_name(decoded)}")
     nul = _nul_paths(decoded)
@@ -44,6 +50,18 @@ def load_supervisor_spec(data: Mapping[str, Any] | str | bytes) -> SupervisorSpe
         return SupervisorSpec.model_validate(dict(decoded))
     except ValidationError as exc:
         raise spec_error_from_validation(exc, strip_prefix="spec" if flat else "") from None
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether ``value`` nests mappings and lists more than ``limit`` levels (iteratively: any depth is safe)."""
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, Mapping | list):
+            if depth > limit:
+                return True
+            todo.extend((child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item))
+    return False
 
 
 def _nul_paths(value: object, path: str = "") -> list[str]:

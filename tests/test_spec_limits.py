@@ -6,6 +6,7 @@ All but the last test need no infrastructure.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -249,3 +250,16 @@ def test_a_busy_supervisor_does_not_hold_up_another_supervisors_publish(stack, m
                    "the other supervisor to publish while the busy one runs", timeout_s=60)
     update.join(timeout=30)
     assert not update.is_alive()
+
+
+@pytest.mark.parametrize("levels", [300, 100_000])
+def test_a_spec_nested_past_the_json_depth_limit_is_refused_not_a_crash(levels: int) -> None:
+    """300 levels passed validation and broke serialisation (a 500); 100,000 broke the JSON decoder itself."""
+    doc = example_json("events")
+    text = json.dumps(doc)[:-1] + ', "context": ' + "[" * levels + "]" * levels + "}"
+    with pytest.raises(SpecError) as refused:
+        load_supervisor_spec(text)
+    assert refused.value.errors == [("$", f"nests objects and arrays more than {limits.MAX_JSON_DEPTH} levels deep "
+                                          "(a limit of this service)")]
+    doc["context"] = {"a": [{"b": 1}]}  # a little nesting is fine
+    load_supervisor_spec(doc)

@@ -19,11 +19,10 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from overlord.http.replies import send_error
+from specs.limits import MAX_JSON_DEPTH
 
 __all__ = ["MAX_JSON_DEPTH", "JsonBodies", "json_depth_exceeds"]
 
-MAX_JSON_DEPTH = 64
-"""The deepest nesting of objects and arrays a request body may have."""
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _STRUCTURE = re.compile(rb'[\[\]{}"\\]')
