@@ -283,9 +283,6 @@ def _register_views(qs: _QuerySession, timeline: VisibleSet, names: set[str],
         datasource = timeline.resolve(name)
         if datasource is None:
             continue  # a CTE name, or unknown: Spark reports TABLE_OR_VIEW_NOT_FOUND with the name
-        if datasource not in timeline.segments:
-            raise QueryError(f"datasource {datasource!r} is named in a way the overlord does not follow; name it "
-                             "in a FROM clause", "UNSUPPORTED_DRUID_SQL")
         segments = timeline.segments[datasource]
         paths = tuple(s.path for s in segments)
         if not paths:
@@ -353,8 +350,8 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     translation, timeline = _translate(engine, query)
     cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
-        table = None if local is None else _run_local(local, timeline, translation, parameters, cut, running,
-                                                      limits)
+        table = None if local is None else _run_local(local, engine, timeline, translation, parameters, cut,
+                                                      running, limits)
         result = QueryResult(table, "duckdb") if table is not None else QueryResult(
             _run_spark(spark, engine, timeline, translation, parameters, cut, storage_options, running, limits))
     if result.table.num_rows > limits.max_rows:
@@ -390,6 +387,7 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
     qs = _query_session(spark)
     nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
     names = relations(nodes)
+    timeline = _covering(engine, timeline, names)
     ranges = time_ranges(translation.sql, Counter(name.lower() for name in names))
     try:
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
@@ -409,12 +407,22 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
         raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
 
 
-def _run_local(local: LocalEngine, timeline: VisibleSet, translation: Translation, parameters: Sequence[Any],
-               cut: int, running: RunningQuery, limits: QueryLimits) -> pa.Table | None:
+def _covering(engine: sa.Engine, timeline: VisibleSet, names: Iterable[str]) -> VisibleSet:
+    """``timeline``, or a new read of it when a parser saw a datasource the translation did not.
+
+    (A ```quoted-name```.) Every datasource of the query then comes from that one read.
+    """
+    unread = {ds for name in names if (ds := timeline.resolve(name)) is not None and ds not in timeline.segments}
+    return visible_set(engine, set(timeline.segments) | unread) if unread else timeline
+
+
+def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
+               parameters: Sequence[Any], cut: int, running: RunningQuery, limits: QueryLimits) -> pa.Table | None:
     """The query's answer from DuckDB, or None when it is for Spark to answer."""
     references = None if translation.metadata_tables else local.references(translation.sql)
     if not references:
         return None
+    timeline = _covering(engine, timeline, references)
     known = {name.lower(): ds for name in references if (ds := timeline.resolve(name)) in timeline.segments}
     counts = Counter[str]()
     for name, n in references.items():

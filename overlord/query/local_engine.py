@@ -320,8 +320,8 @@ def _truncation_units_are_sparks(spark_sql: str) -> bool:
 def _parse(spark_sql: str) -> exp.Expression | None:
     try:
         return sqlglot.parse_one(spark_sql, read=QuerySessionSpark)
-    except SqlglotError:
-        return None
+    except (SqlglotError, IndexError):  # sqlglot's parser raises IndexError on some calls (``map(1, 2, 3)``)
+        return None  # Spark answers, or explains what is wrong
 
 
 def _bind(spark_sql: str, parameters: Sequence[Any]) -> str | None:

@@ -116,8 +116,8 @@ def _table_ranges(sql: str) -> tuple[tuple[str, tuple[TimeRange, ...]], ...]:
     """Each table's name (lower case) and the range of each of its references in ``sql``."""
     try:
         trees = sqlglot.parse(sql, read=QuerySessionSpark)
-    except SqlglotError:
-        return ()
+    except (SqlglotError, IndexError):  # sqlglot's parser raises IndexError on some calls (``map(1, 2, 3)``)
+        return ()  # no pruning: every visible file is read
     if len(trees) != 1 or trees[0] is None:
         return ()
     ctes = {cte.alias_or_name.lower() for cte in trees[0].find_all(exp.CTE)}
