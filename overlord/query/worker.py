@@ -24,11 +24,16 @@ logger = logging.getLogger("overlord.query.worker")
 
 QUERY_APP_NAME = "overlord-query"
 
+QUERY_NICENESS = 10
+"""The engine runs at a lower CPU priority than ingestion and the API: where they share cores, a
+busy query slows down before ingestion or a status request does."""
+
 
 def main() -> None:
     """Serve queries until stdin closes."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s query-engine %(name)s: %(message)s")
     config = json.loads(sys.stdin.readline())
+    os.nice(QUERY_NICENESS)  # before Spark starts: its JVM inherits it
     settings = Settings.model_validate(config["settings"])
     engine = _Engine(settings)
     listener = Listener(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
