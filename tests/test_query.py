@@ -137,6 +137,8 @@ def test_only_visible_files_are_read(spark, engine, published, request):
     ("SELECT array_repeat(1, count(*)) FROM {ds}", "value-size limit"),
     ("SELECT explode(sequence(1, value_sum)) FROM {ds}", "value-size limit"),
     ("SELECT 1 / 0", "DIVIDE_BY_ZERO"),
+    ("SELECT map('k', 1, 'k', 2)", "DUPLICATED_MAP_KEY"),  # SQLSTATE 23505: was a 500
+    ("SELECT (SELECT id FROM range(2))", "SCALAR_SUBQUERY_TOO_MANY_ROWS"),  # SQLSTATE 21000
 ])
 def test_bad_queries_are_user_errors(spark, engine, published, sql, expected):
     with pytest.raises(QueryError) as caught:

@@ -323,14 +323,39 @@ def _register_metadata(qs: _QuerySession, engine: sa.Engine, timeline: VisibleSe
     return {metadata_view(table).lower() for table in tables}
 
 
+_USER_STATES = frozenset({"0A", "21", "22", "23", "42", "54"})
+"""SQLSTATE classes of a query's own mistakes: feature not supported, cardinality (a scalar subquery's
+rows), data (a bad cast, an overflow), integrity (a duplicate map key), syntax and access, program limits."""
+
+
 def _user_error(exc: PySparkException) -> QueryError | None:
-    """The QueryError for a user's mistake (SQLSTATE classes 22 and 42), None for anything else."""
+    """The QueryError for a user's mistake (:data:`_USER_STATES`), None for anything else."""
     state = exc.getSqlState() or ""
-    if not isinstance(exc, AnalysisException) and state[:2] not in ("22", "42"):
+    if not isinstance(exc, AnalysisException) and state[:2] not in _USER_STATES:
         return None
     message = str(exc).strip()
     cut = message.find(";\n")  # Spark appends the plan to analysis errors
-    return QueryError(message[:cut + 1] if cut >= 0 else message, exc.getCondition())
+    return QueryError(message[:cut + 1] if cut >= 0 else message[:2_000], exc.getCondition())
+
+
+def _java_user_error(exc: Py4JJavaError) -> QueryError | None:
+    """The QueryError for a user's mistake that reached us wrapped in a job's failure.
+
+    (A scalar subquery's rows are counted in a job of its own.) The first Spark error among its causes.
+    """
+    cause = exc.java_exception
+    for _ in range(10):
+        if cause is None:
+            return None
+        try:
+            state, condition = cause.getSqlState(), cause.getCondition()
+        except Exception:  # not a SparkThrowable
+            state = condition = None
+        if state is not None:
+            return QueryError(str(cause.getMessage())[:2_000], str(condition)) if str(state)[:2] in _USER_STATES \
+                else None
+        cause = cause.getCause()  # a wrapper (awaitResult's, a job's): look at its cause
+    return None
 
 
 def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: Sequence[Any] = (),
@@ -404,7 +429,7 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
         return frame.limit(cut).toArrow()
     except (PySparkException, Py4JJavaError) as exc:
         _raise_if_stopped(running, limits)
-        raise (_user_error(exc) if isinstance(exc, PySparkException) else None) or exc from None
+        raise (_user_error(exc) if isinstance(exc, PySparkException) else _java_user_error(exc)) or exc from None
 
 
 def _covering(engine: sa.Engine, timeline: VisibleSet, names: Iterable[str]) -> VisibleSet:
