@@ -52,8 +52,8 @@ class Settings(BaseSettings):
         "one is refused with a 400")
     query_local_max_bytes: int = Field(
         default=2**30, ge=0, description="queries whose segment files (after time pruning) total at most this many "
-        "bytes run on DuckDB in the query engine's process, when DuckDB answers them exactly as Spark would (see the README's "
-        "query section); the others on Spark. 0 sends every query to Spark")
+        "bytes run on DuckDB in the query engine's process, when DuckDB answers them exactly as Spark would (see the "
+        "README's query section); the others on Spark. 0 sends every query to Spark")
     query_local_memory_limit: str = Field(
         default="2GB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
         description="the most memory DuckDB's queries may use together, e.g. `2GB`; a query that needs more "

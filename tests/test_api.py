@@ -207,6 +207,22 @@ def test_secrets_in_consumer_properties_appear_in_no_response(api: Api, make_top
                       "sasl.mechanism": "PLAIN"}
 
 
+def test_a_spec_read_and_sent_back_keeps_its_secret_not_the_mask(api: Api, make_topic, datasource):
+    """The console's editor POSTs what GET showed: ``<masked>`` was stored as the password."""
+    properties = {"sasl.username": "u", "sasl.password": SECRET, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "PLAIN"}
+    assert api.post("/supervisor", json=spec_json(datasource, make_topic(1),
+                                                  consumerProperties=properties)).status_code == 200
+    shown = api.get(f"/supervisor/{datasource}")
+    assert shown["spec"]["ioConfig"]["consumerProperties"]["sasl.password"] == "<masked>"
+    shown["spec"]["ioConfig"]["taskCount"] = 2  # an edit
+    assert api.post("/supervisor", json=shown).status_code == 200
+    [latest, *_] = api.overlord.store.history(datasource)
+    assert latest.spec["spec"]["ioConfig"]["consumerProperties"]["sasl.password"] == SECRET
+    assert latest.spec["spec"]["ioConfig"]["taskCount"] == 2
+    api.post(f"/supervisor/{datasource}/terminate")
+
+
 def test_secrets_are_learned_only_from_accepted_specs(api: Api, make_topic, monkeypatch):
     refused = spec_json("never_accepted", make_topic(1), consumerProperties={"sasl.password": "unseen-4711"},
                         taskCount=0)

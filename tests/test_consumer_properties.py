@@ -6,6 +6,7 @@ brokers. Needs no infrastructure.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from specs import (
     load_supervisor_spec,
 )
 from specs.errors import join_path, key_path
-from tests.helpers import spec_json
+from tests.helpers import example_json, spec_json
 
 OPERATOR_VARIABLES = ("OVERLORD_CONSUMER_PROPERTIES_ALLOWED", "OVERLORD_ALLOWED_TOKEN_ENDPOINTS",
                       "OVERLORD_ALLOWED_BOOTSTRAP", "OVERLORD_KAFKA_BOOTSTRAP_SERVERS")
@@ -289,3 +290,20 @@ def test_values_the_environment_provider_reads_are_scrubbed_like_inline_secrets(
         "type": "environment", "variables": {"sasl.password": "OVERLORD_SECRET_KAFKA_PASSWORD"}}}}}}
     scrubbed = SecretRegistry.of([spec]).scrub("auth failed for password s3cr3t-from-env")
     assert "s3cr3t-from-env" not in scrubbed
+
+
+def test_a_masked_secret_sent_back_keeps_the_stored_one_and_is_refused_without_one():
+    """GET shows ``<masked>``; POSTing that spec back stored the literal ``<masked>`` as the password."""
+    from specs.masked import MASK, keep_masked_secrets
+
+    stored = example_json("events")
+    stored["spec"]["ioConfig"]["consumerProperties"] = {"sasl.username": "u", "sasl.password": "hunter2"}
+    edited = json.loads(json.dumps(stored))
+    edited["spec"]["ioConfig"]["consumerProperties"]["sasl.password"] = MASK
+    kept = keep_masked_secrets(edited, stored)
+    assert kept["spec"]["ioConfig"]["consumerProperties"] == {"sasl.username": "u", "sasl.password": "hunter2"}
+    with pytest.raises(SpecError) as refused:
+        keep_masked_secrets(edited, None)
+    assert [path for path, _ in refused.value.errors] == ['spec.ioConfig.consumerProperties["sasl.password"]']
+    flat = {"type": "kafka", **edited["spec"]}
+    assert keep_masked_secrets(flat, stored)["ioConfig"]["consumerProperties"]["sasl.password"] == "hunter2"

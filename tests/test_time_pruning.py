@@ -300,7 +300,7 @@ def test_accepted_timestamp_texts_mean_what_spark_reads(spark, engine):
 
 
 def test_sql_sqlglot_cannot_parse_is_read_unpruned_not_a_server_error():
-    """sqlglot's parser raises IndexError (not its own error) on ``map`` with an odd number of arguments."""
+    """The parser of sqlglot raises IndexError (not its own error) on ``map`` with an odd number of arguments."""
     from overlord.query.local_engine import _parse
 
     assert time_ranges("SELECT map(1, 2, 3) AS m FROM events WHERE __time >= TIMESTAMP '2026-01-01'",

@@ -7,11 +7,11 @@ from typing import Any
 
 from overlord.supervisor.status import SupervisorStatus
 from specs import DYNAMIC_CONFIG_PROVIDER
+from specs.masked import MASK
 
 __all__ = ["MASK", "mask_secrets", "stats_payload", "status_payload"]
 
 _SECRET_KEY = re.compile(r"password|secret|jaas|credential|token|ssl\.key|sasl\.oauthbearer", re.IGNORECASE)
-MASK = "<masked>"
 
 
 def mask_secrets(value: Any) -> Any:

@@ -8,6 +8,7 @@ Wake-ups that arrive while a run is in progress are coalesced into one more run 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -41,6 +42,7 @@ from overlord.supervisor.task_runner import TaskRunner
 from segment_store import Partition, create_schema, reset_offsets
 from segment_store.timeline import Interval, visible_segments
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
+from specs.masked import MASK, keep_masked_secrets
 
 __all__ = ["Overlord"]
 
@@ -212,8 +214,11 @@ class Overlord:
     # --- operations ------------------------------------------------------------------------
 
     def submit(self, raw: Mapping[str, Any] | str | bytes) -> SupervisorSpec:
-        """Create or update a supervisor, returning its spec. Tasks of a previous spec finish and publish under it."""
-        spec = load_supervisor_spec(raw)
+        """Create or update a supervisor, returning its spec. Tasks of a previous spec finish and publish under it.
+
+        A consumer property sent as the mask answers show keeps the supervisor's stored secret.
+        """
+        spec = load_supervisor_spec(self._keep_masked_secrets(raw))
         resolved_consumer_properties(spec.spec.io_config.consumer_properties)  # every secret it names is set
         self._require_leader()
         with self._lock:
@@ -236,6 +241,15 @@ class Overlord:
                 logger.info("supervisor %s: fields accepted without effect (they cannot change what is ingested): %s",
                             spec.id, ", ".join(spec.ignored_fields))
         return spec
+
+    def _keep_masked_secrets(self, raw: Mapping[str, Any] | str | bytes) -> Mapping[str, Any] | str | bytes:
+        """``raw`` with masked consumer properties set to the stored spec's values (see :mod:`specs.masked`)."""
+        if not isinstance(raw, Mapping) or MASK not in json.dumps(raw, default=str):
+            return raw
+        schema = (raw.get("spec") if isinstance(raw.get("spec"), Mapping) else raw).get("dataSchema")
+        datasource = schema.get("dataSource") if isinstance(schema, Mapping) else None
+        history = self.store.history(datasource) if isinstance(datasource, str) else []
+        return keep_masked_secrets(raw, history[0].spec if history else None)
 
     def get(self, supervisor_id: str) -> Supervisor:
         sup = self.supervisors.get(supervisor_id)
