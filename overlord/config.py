@@ -65,11 +65,13 @@ class Settings(BaseSettings):
         "process; the next gets a 429 at once")
     query_spark_master: str | None = Field(
         default=None, description="the Spark master of the query engine's own Spark application (queries never "
-        "run in ingestion's); `OVERLORD_SPARK_MASTER` if unset")
+        "run in ingestion's): a local Spark in the query engine's process if unset; a cluster's master runs "
+        "queries there as a second application (give it `spark.cores.max` in `OVERLORD_QUERY_SPARK_CONF`, or it "
+        "takes the cores ingestion needs)")
     query_spark_conf: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=lambda: {"spark.driver.memory": "1g"}, description="Spark properties of the query "
-        "engine's application, as a JSON object, over `OVERLORD_SPARK_CONF`: its heap (`spark.driver.memory`) "
-        "bounds what queries may use together")
+        "engine's application, as a JSON object (over `OVERLORD_SPARK_CONF` when `OVERLORD_QUERY_SPARK_MASTER` "
+        "is set): its heap (`spark.driver.memory`) bounds what queries may use together")
     auth_file: str | None = Field(
         default=None, description="JSON file of users (argon2 password hashes) and bearer tokens (SHA-256 "
         "digests) with their roles, `read` or `write` (`overlord auth --help`); `overlord serve` refuses to start "

@@ -426,7 +426,9 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
                     if datasource.lower() in ranges:
                         full.createOrReplaceTempView(_view(datasource))
         check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
-        return frame.limit(cut).toArrow()
+        table = frame.limit(cut).toArrow()
+        _raise_if_stopped(running, limits)  # an answer that came after the timeout is not given either
+        return table
     except (PySparkException, Py4JJavaError) as exc:
         _raise_if_stopped(running, limits)
         raise (_user_error(exc) if isinstance(exc, PySparkException) else _java_user_error(exc)) or exc from None

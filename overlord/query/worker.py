@@ -62,11 +62,13 @@ class _Engine:
         from overlord.query.local_engine import LocalEngine
         from segment_store.database import metadata_engine
 
-        conf = dict(settings.query_spark_conf)
+        # A local Spark by default: a second application on ingestion's cluster would compete with it for
+        # cores (a standalone master gives an application every free core unless spark.cores.max says less).
+        conf = (settings.spark_conf if settings.query_spark_master else {}) | settings.query_spark_conf
         java_options = conf.get("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=WARN")
         conf["spark.driver.extraJavaOptions"] = f"{java_options} -XX:+ExitOnOutOfMemoryError"
-        self.spark = get_spark(settings.query_spark_master or settings.spark_master,
-                               settings.spark_conf | conf, app_name=QUERY_APP_NAME)
+        self.spark = get_spark(settings.query_spark_master or "local[*]", conf, app_name=QUERY_APP_NAME)
+        self.spark.range(1).collect()  # the first job of a new JVM is slow: not a user's query
         self.engine = metadata_engine(settings.database_url)
         self.local = LocalEngine.from_settings(settings)
         self.limits = QueryLimits.from_settings(settings)
