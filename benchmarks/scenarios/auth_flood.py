@@ -89,7 +89,8 @@ def flood_in_background(url: str, *, clients: int = 60, seconds: float = 25.0, u
     command = [sys.executable, "-m", "benchmarks.scenarios.auth_flood", "--flood-only", url,
                "--clients", str(clients), "--seconds", str(seconds), "--user", user]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).parents[2])
+                               cwd=Path(__file__).parents[2],
+                               preexec_fn=lambda: os.nice(19) if os.environ.get("HOSTILE_REMOTE_ATTACKERS") else None)
     flood = Flood(process)
     try:
         yield flood

@@ -111,7 +111,14 @@ def _hostile_in_background(url: str, clients: int, seconds: float) -> subprocess
     """The hostile clients in a child process: their CPU and GIL are not the measuring thread's."""
     return subprocess.Popen([sys.executable, "-m", "benchmarks.scenarios.hostile_load", "--hostile-only", url,
                              "--queries", str(clients), "--seconds", str(seconds)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
+                            preexec_fn=_attacker_priority)
+
+
+def _attacker_priority() -> None:
+    """With ``--remote-attackers``, the attacking processes yield the CPU: attackers on other machines."""
+    if os.environ.get("HOSTILE_REMOTE_ATTACKERS") == "1":
+        os.nice(19)
 
 
 def run(clients: int, queries: int, seconds: float, baseline_s: float, rate: int) -> dict[str, Any]:
@@ -190,15 +197,21 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--baseline-s", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=500, help="events/s produced to the supervisor's topic")
-    parser.add_argument("--out", type=Path, default=RESULTS / "hostile_load.json")
+    parser.add_argument("--remote-attackers", action="store_true",
+                        help="run the attacking processes at the lowest CPU priority, as if they ran elsewhere")
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--hostile-only", metavar="URL", help=argparse.SUPPRESS)  # the child sending hostile SQL
     args = parser.parse_args()
     if args.hostile_only:
         print(json.dumps(asyncio.run(_hostile(args.hostile_only, args.queries, args.seconds))))
         return 0
+    if args.remote_attackers:
+        os.environ["HOSTILE_REMOTE_ATTACKERS"] = "1"  # read by both attacking child processes
     result = run(args.clients, args.queries, args.seconds, args.baseline_s, args.rate)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    result["remote_attackers"] = args.remote_attackers
+    out = args.out or RESULTS / ("hostile_load_remote_attackers.json" if args.remote_attackers else "hostile_load.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for phase in ("before", "during_attack", "after"):
         figures = result[phase]
         latency = figures["status_latency"]
