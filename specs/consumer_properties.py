@@ -169,23 +169,26 @@ def _choice(*choices: str, case_sensitive: bool = False) -> Check:
 def _text(max_length: int, pattern: str | None = None, what: str = "") -> Check:
     """A string of at most ``max_length`` characters, no control characters, matching ``pattern``."""
     def check(value: PropertyValue, _: ConsumerPropertiesPolicy) -> str | None:
-        if not isinstance(value, str):
-            return f"expected a string, got {json_type_name(value)}"
-        if not value or len(value) > max_length:
-            return f"expected 1 to {max_length} characters, got {len(value)}"
+        if not isinstance(value, str) or not value or len(value) > max_length:
+            return _not_a_string(value, max_length)
         if _CONTROL.search(value) or (pattern is not None and not re.fullmatch(pattern, value)):
             return f"expected {what or 'text without control characters'}, got {_show(value)}"
         return None
     return check
 
 
+def _not_a_string(value: PropertyValue, max_length: int) -> str:
+    """Why ``value`` is not a string of 1 to ``max_length`` characters (it never repeats the value)."""
+    if not isinstance(value, str):
+        return f"expected a string, got {json_type_name(value)}"
+    return f"expected 1 to {max_length} characters, got {len(value)}"
+
+
 def _secret(max_length: int) -> Check:
     """A credential: a string, bounded, no control characters; the message never repeats it."""
     def check(value: PropertyValue, _: ConsumerPropertiesPolicy) -> str | None:
-        if not isinstance(value, str):
-            return f"expected a string, got {json_type_name(value)}"
-        if not value or len(value) > max_length:
-            return f"expected 1 to {max_length} characters, got {len(value)}"
+        if not isinstance(value, str) or not value or len(value) > max_length:
+            return _not_a_string(value, max_length)
         if _CONTROL.search(value):
             return "expected no control characters (the value is not shown)"
         return None

@@ -63,6 +63,8 @@ class QueryProcess:
         self._settings = settings
         self._on_restart = on_restart
         self._slots = threading.BoundedSemaphore(settings.query_max_concurrent)
+        self._in_flight = 0  # changed under self._counting (self._lock may be held while a child starts)
+        self._counting = threading.Lock()
         self._lock = threading.Lock()
         self._child: _Child | None = None
         self._stopped = False
@@ -74,7 +76,7 @@ class QueryProcess:
     @property
     def in_flight(self) -> int:
         """How many queries are running (or waiting for the child to start)."""
-        return self._settings.query_max_concurrent - self._slots._value  # type: ignore[attr-defined]
+        return self._in_flight
 
     @property
     def pid(self) -> int | None:
@@ -92,6 +94,8 @@ class QueryProcess:
             raise QueryError(f"{self._settings.query_max_concurrent} queries are running, the most this overlord "
                              "runs at once (OVERLORD_QUERY_MAX_CONCURRENT); retry later",
                              "QUERY_CAPACITY_EXCEEDED", status=429)
+        with self._counting:
+            self._in_flight += 1
         try:
             child = self._current()
             deadline = timeout_ms / 1000 + GRACE_S
@@ -107,6 +111,8 @@ class QueryProcess:
                 self._replace(child, f"it stopped answering ({type(exc).__name__}: {exc})")
                 raise _engine_lost(query_id) from None
         finally:
+            with self._counting:
+                self._in_flight -= 1
             self._slots.release()
         if "error" in reply:
             error = reply["error"]
