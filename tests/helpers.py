@@ -213,6 +213,8 @@ def served(app: Any) -> Iterator[str]:
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
     thread.start()
     wait_until(lambda: server.started, "the API server to start", 10)
+    if hasattr(app.state, "queries"):
+        app.state.queries.wait_started()  # a cold query engine takes longer than a test client waits
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

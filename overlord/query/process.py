@@ -73,6 +73,10 @@ class QueryProcess:
         """Start the child now (in the background) rather than at the first query."""
         threading.Thread(target=self._current, name="query-engine-start", daemon=True).start()
 
+    def wait_started(self) -> None:
+        """Return once the child runs (starting it if it does not); :class:`QueryError` if it cannot start."""
+        self._current()
+
     @property
     def in_flight(self) -> int:
         """How many queries are running (or waiting for the child to start)."""
