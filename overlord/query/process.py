@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,6 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from multiprocessing.connection import Client
-from pathlib import Path
 from typing import Any
 
 from overlord.config import Settings
@@ -71,7 +71,13 @@ class QueryProcess:
 
     def start(self) -> None:
         """Start the child now (in the background) rather than at the first query."""
-        threading.Thread(target=self._current, name="query-engine-start", daemon=True).start()
+        def start() -> None:
+            try:
+                self._current()
+            except QueryError as exc:  # stopping, or it could not start: the next query tries again
+                logger.warning("query engine not started: %s", exc.message)
+
+        threading.Thread(target=start, name="query-engine-start", daemon=True).start()
 
     def wait_started(self) -> None:
         """Return once the child runs (starting it if it does not); :class:`QueryError` if it cannot start."""
@@ -153,8 +159,17 @@ class QueryProcess:
                 logger.error("the query engine exited (code %s); starting a new one", code)
                 self._on_restart("exited")
             if self._child is None:
-                self._child = _Child.start(self._settings)
-            return self._child
+                self._child = _Child.spawn(self._settings)
+            child = self._child
+        try:  # waited for without the lock: stop() must not wait for a start
+            child.wait_ready()
+        except QueryError:
+            with self._lock:
+                if self._child is child:
+                    self._child = None
+            child.stop()
+            raise
+        return child
 
     def _replace(self, child: _Child, why: str) -> None:
         """Kill ``child`` (if still current) so the next query starts a new one."""
@@ -178,9 +193,11 @@ class _Child:
 
     def __init__(self, process: subprocess.Popen[bytes], address: str, authkey: bytes, directory: str) -> None:
         self.process, self.address, self._authkey, self._directory = process, address, authkey, directory
+        self.ready = threading.Event()
 
     @classmethod
-    def start(cls, settings: Settings) -> _Child:
+    def spawn(cls, settings: Settings) -> _Child:
+        """Start the child process; :meth:`wait_ready` waits until it answers."""
         directory = tempfile.mkdtemp(prefix="overlord-query-")  # mode 0700: only this user reaches the socket
         address, authkey = os.path.join(directory, "engine.sock"), secrets.token_bytes(32)
         process = subprocess.Popen([sys.executable, "-m", "overlord.query.worker"], stdin=subprocess.PIPE,
@@ -191,16 +208,22 @@ class _Child:
         process.stdin.flush()  # stdin stays open: the child exits when it closes
         child = cls(process, address, authkey, directory)
         started = time.monotonic()
-        ready = threading.Event()
-        threading.Thread(target=lambda: process.stdout.readline() and ready.set(),  # type: ignore[union-attr]
-                         name="query-engine-ready", daemon=True).start()
-        while not ready.wait(0.5):
-            if process.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
-                child.stop()
-                raise QueryError(f"the query engine did not start (exit code {process.returncode}); the overlord's "
-                                 "log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
-        logger.info("query engine started (pid %d) in %.1f s", process.pid, time.monotonic() - started)
+
+        def read_ready() -> None:
+            if process.stdout is not None and process.stdout.readline():
+                logger.info("query engine started (pid %d) in %.1f s", process.pid, time.monotonic() - started)
+                child.ready.set()
+
+        threading.Thread(target=read_ready, name="query-engine-ready", daemon=True).start()
         return child
+
+    def wait_ready(self) -> None:
+        """Wait until the child answers; :class:`QueryError` if it exited or took too long."""
+        started = time.monotonic()
+        while not self.ready.wait(0.5):
+            if self.process.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
+                raise QueryError(f"the query engine did not start (exit code {self.process.returncode}); the "
+                                 "overlord's log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
 
     def ask(self, request: Mapping[str, Any]) -> Future[dict[str, Any]]:
         """Send ``request`` and read the reply on a thread of its own, so the caller waits with a deadline.
@@ -231,6 +254,4 @@ class _Child:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
-        for leftover in Path(self._directory).glob("*"):
-            leftover.unlink(missing_ok=True)
-        os.rmdir(self._directory)
+        shutil.rmtree(self._directory, ignore_errors=True)  # stop() may come twice (a failed start, then stop)
