@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 import uvicorn
+from fastapi import FastAPI
 from rich.console import Console
 
 from indexing_task.spark import get_spark
@@ -52,7 +53,7 @@ def _published(engine: sa.Engine, datasource: str) -> bool:
 
 
 @contextmanager
-def _serving(app: object, port: int) -> Iterator[None]:
+def _serving(app: FastAPI, port: int) -> Iterator[None]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, name="console", daemon=True)
     thread.start()
@@ -63,6 +64,7 @@ def _serving(app: object, port: int) -> Iterator[None]:
     finally:
         server.should_exit = True
         thread.join(10)
+        app.state.queries.stop()  # the console's query engine, a process of its own
 
 
 def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10.0) -> int:
