@@ -39,7 +39,7 @@ from indexing_task.rollup import (
     as_multi_value,
     widened,
 )
-from indexing_task.worker import write_segment_file
+from indexing_task.worker import freeze_survivors, write_segment_file
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
 from segment_store.timeline import Interval, visible_by_interval, visible_segments
@@ -114,6 +114,7 @@ def _run_intervals(payload: _Payload, batches: Iterator[pa.RecordBatch]) -> Iter
             except FileNotFoundError as exc:  # an input was replaced and cleaned up meanwhile: plan again
                 result = WorkerResult(index=index, error=f"input file gone: {exc}", retryable=True)
             yield result_batch(result)
+    freeze_survivors()
 
 
 def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int, list[WrittenSegment]]:

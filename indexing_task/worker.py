@@ -25,7 +25,7 @@ from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store import Partition
 from segment_store.deep_storage import DeepStorage
 
-__all__ = ["TaskPayload", "cyclic_gc_paused", "index_split", "record_metadata", "run_splits",
+__all__ = ["TaskPayload", "cyclic_gc_paused", "freeze_survivors", "index_split", "record_metadata", "run_splits",
            "write_segment_file"]
 
 CHUNK_RECORDS = 200_000
@@ -62,6 +62,21 @@ def run_splits(payload: TaskPayload, batches: Iterator[pa.RecordBatch]) -> Itera
     for batch in batches:
         for split_index in batch.column(0).to_pylist():
             yield result_batch(index_split(payload, payload.splits[split_index], attempt))
+    freeze_survivors()
+
+
+def freeze_survivors() -> None:
+    """Collect this task's garbage, then exempt every object still alive from later collections.
+
+    A reused Spark Python worker runs a full ``gc.collect()`` after every task. Its heap holds
+    the modules of pyarrow, DuckDB, pydantic and the indexer (~120k objects): that collection
+    took 0.15-0.3 s, 72% of the workers' CPU at a steady 500 events/s. What survives a task
+    (modules, caches) lives as long as the worker, so frozen (:func:`gc.freeze`) the next
+    collections walk only what the next task leaves. Objects frozen are still freed by
+    reference counting.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @contextmanager

@@ -1,0 +1,222 @@
+"""Cost at a steady trickle: CPU of the whole overlord per minute, and freshness, at a given rate.
+
+Runs ``--supervisors`` supervisors (the example ``events`` spec, 2 partitions each), each fed
+``--rate`` events/s by a load process of its own (a producer and a watcher of the committed
+offsets, kept out of the measured tree). After ``--warmup-s`` it samples, every 0.5 s, the CPU
+time of every process of the overlord's tree: this process (the overlord and the Spark driver),
+the Spark JVM and the Python workers; the broker and PostgreSQL are reported apart. Freshness is
+the time from a record's acknowledgement to the commit that makes it visible.
+
+    python -m benchmarks.scenarios.cost --rate 500 --seconds 300
+    python -m benchmarks.scenarios.cost --supervisors 20 --rate 500 --seconds 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import psutil
+import sqlalchemy as sa
+from confluent_kafka import Producer
+
+from benchmarks.scenarios.freshness import RESULTS
+from indexing_task.spark import get_spark
+from overlord.dev.sample_data import create_topic
+from overlord.dev.stack import dev_stack
+from overlord.supervisor.manager import Overlord
+from segment_store import committed_offsets
+from specs import load_example
+
+PARTITIONS = 2
+
+
+def _kind(process: psutil.Process) -> str:
+    """What a process of the measured tree is, by its name and command line."""
+    try:
+        name, line = process.name(), " ".join(process.cmdline())
+    except psutil.Error:
+        return "other"
+    if name == "postgres":
+        return "postgres"
+    if "--listener-url" in line:  # the Tansu broker
+        return "broker"
+    if name == "java":
+        return "spark_jvm"
+    return "python_workers" if "pyspark" in line else "other"
+
+
+class TreeCpu:
+    """CPU seconds by kind of process, sampled: the overlord's tree plus the broker and PostgreSQL."""
+
+    def __init__(self, exclude: set[int], postgres_port: int) -> None:
+        self.exclude, self.postgres_port = exclude, postgres_port
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.kinds: dict[int, str] = {}
+
+    def _processes(self) -> list[psutil.Process]:
+        me = psutil.Process()
+        tree = [me, *me.children(recursive=True)]
+        for p in psutil.process_iter():
+            try:
+                if p.name() == "postgres" and f"-p {self.postgres_port}" in " ".join(p.cmdline()):
+                    tree += [p, *p.children(recursive=True)]
+            except psutil.Error:
+                pass
+        return [p for p in tree if p.pid not in self.exclude]
+
+    def sample(self) -> None:
+        for process in self._processes():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            pid = process.pid
+            if pid not in self.kinds:
+                self.kinds[pid] = "overlord" if pid == os.getpid() else _kind(process)
+            self.first.setdefault(pid, times.user + times.system)
+            self.last[pid] = times.user + times.system
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds used between a process's first and last sample, by kind."""
+        out: dict[str, float] = defaultdict(float)
+        for pid, last in self.last.items():
+            out[self.kinds[pid]] += last - self.first[pid]
+        return dict(out)
+
+
+def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, warmup_s: float,
+          seconds: float, results: Any) -> None:
+    """The load process: ``rate`` events/s to each topic; returns the freshness of the measured records."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    acked: dict[tuple[str, int, int], float] = {}
+    measured_from = time.monotonic() + warmup_s
+
+    def on_delivery(error: Any, message: Any) -> None:
+        if error is None and time.monotonic() >= measured_from:
+            acked[(message.topic(), message.partition(), message.offset())] = time.monotonic()
+
+    visible: dict[tuple[str, int], list[tuple[float, int]]] = defaultdict(list)
+    stop = threading.Event()
+    engine = sa.create_engine(database_url)
+
+    def watch() -> None:
+        last: dict[tuple[str, int], int] = {}
+        while not stop.is_set():
+            for datasource, topic in topics.items():
+                stored = committed_offsets(engine, datasource)
+                now = time.monotonic()
+                for p, offset in (stored.offsets.items() if stored else []):
+                    if offset != last.get((topic, p)):
+                        visible[(topic, p)].append((now, offset))
+                        last[(topic, p)] = offset
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started, sent = time.monotonic(), 0
+    end = started + warmup_s + seconds
+    while (now := time.monotonic()) < end:
+        due = int((now - started) * rate)
+        for _ in range(due - sent):
+            ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            for topic in topics.values():
+                producer.produce(topic, json.dumps({"ts": ts, "country": "DE", "device": "mobile", "value": sent % 100,
+                                                    "price": 1.0}).encode(), partition=sent % PARTITIONS,
+                                 on_delivery=on_delivery)
+            sent += 1
+        producer.poll(0.01)
+    producer.flush(30)
+    for topic in topics.values():  # the broker's latest offset is the last batch's base + 1: end with a record
+        for partition in range(PARTITIONS):
+            producer.produce(topic, b'{"ts": "2026-01-01T00:00:00Z"}', partition=partition)
+    producer.flush(10)
+    wanted = {k: max(o for t, p, o in acked if (t, p) == k) for k in {(t, p) for t, p, _ in acked}}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and any(
+            not visible[k] or visible[k][-1][1] <= offset for k, offset in wanted.items()):
+        time.sleep(0.2)
+    stop.set()
+    watcher.join()
+    latencies = sorted(next((t for t, c in visible[(topic, p)] if c > offset), float("inf")) - at
+                       for (topic, p, offset), at in acked.items())
+    results.put({"records_measured": len(latencies), "sent_per_topic": sent,
+                 "freshness_p50_s": round(latencies[len(latencies) // 2], 3),
+                 "freshness_p95_s": round(latencies[int(len(latencies) * 0.95)], 3),
+                 "freshness_max_s": round(latencies[-1], 3)})
+
+
+def run(supervisors: int, rate: int, seconds: float, warmup_s: float) -> dict[str, Any]:
+    with dev_stack() as stack:
+        engine = sa.create_engine(stack.database_url)
+        spark = get_spark("local[*]")
+        overlord = Overlord(stack.settings(), engine, spark)
+        overlord.start()
+        topics = {}
+        for i in range(supervisors):
+            topic = topics[f"cost_{i}"] = f"cost-{i}-{uuid.uuid4().hex[:6]}"
+            create_topic(stack.bootstrap_servers, topic, PARTITIONS)
+            spec = load_example("events").to_druid_json()
+            spec["spec"]["dataSchema"]["dataSource"] = f"cost_{i}"
+            spec["spec"]["ioConfig"]["topic"] = topic
+            overlord.submit(spec)
+        time.sleep(3)  # the supervisors pin their initial offsets before the first record
+        results: Any = multiprocessing.get_context("spawn").Queue()
+        load = multiprocessing.get_context("spawn").Process(
+            target=_load, args=(stack.bootstrap_servers, stack.database_url, topics, rate, warmup_s, seconds, results))
+        load.start()
+        print(f"{supervisors} supervisor(s) at {rate} events/s each: {warmup_s:.0f} s warm-up, "
+              f"{seconds:.0f} s measured")
+        cpu = TreeCpu({load.pid or 0}, int(stack.database_url.rsplit(":", 1)[1].split("/")[0]))
+        time.sleep(warmup_s)
+        measured_at = time.monotonic()
+        while time.monotonic() - measured_at < seconds:
+            cpu.sample()
+            time.sleep(0.5)
+        cpu.sample()
+        wall_s = time.monotonic() - measured_at
+        freshness = results.get(timeout=300)
+        load.join(30)
+        tasks = overlord.store.tasks(limit=100_000)
+        overlord.stop()
+        spark.stop()
+    used = cpu.seconds()
+    overlord_kinds = ("overlord", "spark_jvm", "python_workers", "other")
+    cores = {kind: round(used.get(kind, 0.0) / wall_s, 3) for kind in (*overlord_kinds, "broker", "postgres")}
+    return {
+        "benchmark": "cost", "started": datetime.now(UTC).isoformat(), "supervisors": supervisors,
+        "rate_per_s_each": rate, "partitions_each": PARTITIONS, "measured_s": round(wall_s, 1),
+        "cores_overlord_tree": round(sum(cores[k] for k in overlord_kinds), 3),
+        "cores_by_kind": cores,
+        "cpu_seconds_per_minute_overlord_tree": round(60 * sum(cores[k] for k in overlord_kinds), 1),
+        "tasks_per_s": round(sum(1 for t in tasks if t.finished_at) / (warmup_s + wall_s), 2),
+        **freshness,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--supervisors", type=int, default=1)
+    parser.add_argument("--rate", type=int, default=500, help="events/s per supervisor")
+    parser.add_argument("--seconds", type=float, default=300, help="the measured window")
+    parser.add_argument("--warmup-s", type=float, default=30)
+    parser.add_argument("--out", help="results file name under benchmarks/results (default cost.json)")
+    args = parser.parse_args()
+    results = run(args.supervisors, args.rate, args.seconds, args.warmup_s)
+    out = RESULTS / (args.out or "cost.json")
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
