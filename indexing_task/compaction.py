@@ -1,7 +1,7 @@
 """The compaction job: rewrite an interval's visible segments into fewer, larger ones, then swap.
 
 The driver reads each interval's visible set from the timeline and runs one Spark job with one
-task per interval (``mapInArrow``, like ingestion): the worker reads the interval's files, rolls
+task per interval (an RDD job, like ingestion): the worker reads the interval's files, rolls
 them up again with the ingestion's own combining rules (``Rollup.merge``: count and sums add,
 min/max combine; rows are kept as they are without rollup), sorts them and writes files of at
 most ``maxRowsPerSegment`` rows under ``{root}/{datasource}/{interval}/compact-{job}-...``. Only
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError
-from indexing_task.results import RESULT_DDL, WorkerResult, WrittenSegment, read_results, result_batch
+from indexing_task.results import WorkerResult, WrittenSegment, run_on_workers
 from indexing_task.rollup import (
     SEGMENT_START,
     Rollup,
@@ -98,22 +98,20 @@ class CompactionReport:
         return sum(s.num_rows for s in self.output_segments)
 
 
-def _run_intervals(payload: _Payload, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: each input row is the index of one interval to compact."""
+def _run_intervals(payload: _Payload, indexes: Iterator[int]) -> Iterator[WorkerResult]:
+    """A Spark task's body (:func:`indexing_task.results.run_on_workers`): compact the intervals it is given."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context else 0
-    for batch in batches:
-        for index in batch.column(0).to_pylist():
-            try:
-                rows_in, segments = _compact_interval(payload, index, attempt)
-                result = WorkerResult(index=index, records=rows_in, segments=tuple(segments))
-            except CompactionError as exc:
-                result = WorkerResult(index=index, error=str(exc))
-            except FileNotFoundError as exc:  # an input was replaced and cleaned up meanwhile: plan again
-                result = WorkerResult(index=index, error=f"input file gone: {exc}", retryable=True)
-            yield result_batch(result)
+    for index in indexes:
+        try:
+            rows_in, segments = _compact_interval(payload, index, attempt)
+            yield WorkerResult(index=index, records=rows_in, segments=tuple(segments))
+        except CompactionError as exc:
+            yield WorkerResult(index=index, error=str(exc))
+        except FileNotFoundError as exc:  # an input was replaced and cleaned up meanwhile: plan again
+            yield WorkerResult(index=index, error=f"input file gone: {exc}", retryable=True)
     freeze_survivors()
 
 
@@ -188,7 +186,7 @@ def _plan(engine: sa.Engine, datasource: str, within: Interval | None,
 def _run_job(spark: SparkSession, payload: _Payload) -> list[WorkerResult]:
     n = len(payload.intervals)
     spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")
-    results = read_results(spark.range(0, n, 1, n).mapInArrow(partial(_run_intervals, payload), RESULT_DDL).collect())
+    results = run_on_workers(spark, n, partial(_run_intervals, payload))
     errors = [r.error for r in results if r.error and not r.retryable]
     if errors:
         raise CompactionError(f"compaction {payload.job_id} of {payload.datasource!r}: {errors[0]}")

@@ -1,6 +1,6 @@
 """One indexing task: fixed per-partition ranges in, published segments (or nothing) out.
 
-The driver plans splits, runs them as one Spark job (``mapInArrow``; workers write the
+The driver plans splits, runs them as one Spark job (an RDD of split indexes; workers write the
 files), checks the parse-error budget, and then publishes segments and end offsets in one
 transaction. A task that fails or loses the start-offset check publishes nothing; its
 files are orphans for the cleanup job.
@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from indexing_task.errors import TaskStopped, TooManyParseErrors
 from indexing_task.ranges import plan_splits
 from indexing_task.reader import consumer_config, resolved_consumer_properties
-from indexing_task.results import RESULT_DDL, WorkerResult, read_results
+from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup import RollupSchema
 from indexing_task.worker import TaskPayload, run_splits
 from segment_store import DeepStorage, Offsets, Partition, PublishOutcome, PublishRequest, SegmentDescriptor, publish
@@ -121,8 +121,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     results: list[WorkerResult] = []
     if splits:
         spark.sparkContext.setJobDescription(f"index {spec.datasource} task {request.task_id}")
-        job = spark.range(0, len(splits), 1, len(splits)).mapInArrow(partial(run_splits, payload), RESULT_DDL)
-        results = read_results(job.collect())
+        results = run_on_workers(spark, len(splits), partial(run_splits, payload))
     index_seconds = time.monotonic() - started
 
     records = sum(r.records for r in results)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from indexing_task.ranges import Split
 from indexing_task.reader import read_range
-from indexing_task.results import WorkerResult, WrittenSegment, result_batch
+from indexing_task.results import WorkerResult, WrittenSegment
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store import Partition
 from segment_store.deep_storage import DeepStorage
@@ -53,15 +53,14 @@ class TaskPayload(BaseModel):
     splits: tuple[Split, ...] = ()
 
 
-def run_splits(payload: TaskPayload, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: each input row holds the index of one split to process."""
+def run_splits(payload: TaskPayload, split_indexes: Iterator[int]) -> Iterator[WorkerResult]:
+    """A Spark task's body (:func:`indexing_task.results.run_on_workers`): index the splits it is given."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context else 0
-    for batch in batches:
-        for split_index in batch.column(0).to_pylist():
-            yield result_batch(index_split(payload, payload.splits[split_index], attempt))
+    for split_index in split_indexes:
+        yield index_split(payload, payload.splits[split_index], attempt)
     freeze_survivors()
 
 

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     task_max_records: int = Field(
         default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
         "by a sequence of tasks, each well inside `completionTimeout`")
+    task_min_interval_s: float = Field(
+        default=1.5, ge=0, description="the least time between two launches of a task group's tasks while its "
+        "topic trickles: a steady stream is indexed in tasks of this many seconds' records (each task costs a "
+        "Spark job), not one per fraction of a second; a task that can fill up to `OVERLORD_TASK_MAX_RECORDS` "
+        "starts at once. 0 launches as soon as records wait")
 
     @field_validator("spark_conf", "query_spark_conf", mode="before")
     @classmethod

@@ -159,6 +159,31 @@ def test_a_published_task_frees_its_group_and_the_next_range_starts_at_its_end(
     assert sup.status.counters.processed == 10
 
 
+def test_a_trickle_waits_for_the_groups_interval_and_a_full_task_does_not(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, max_records_per_task=100,
+                                              idle_poll_s=10.0))
+    sup.run_once()
+    (first,) = runner.running()  # the group's first task starts at once
+    world.marks = {0: (0, 25)}
+    finish(runner, first, really_publish=True, engine=engine)
+    world.time += 1
+    sup.run_once()
+    assert runner.running() == [] and sup.next_run_in_s() == pytest.approx(4.0)  # held back, due in 4 s
+    world.time += 4
+    sup.run_once()
+    (second,) = runner.running()
+    assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
+    world.marks = {0: (0, 500)}  # a backlog: the next task is full and starts as soon as the group is free
+    finish(runner, second, really_publish=True, engine=engine)
+    world.time += 0.5
+    sup.run_once()
+    (third,) = runner.running()
+    assert (dict(third.start_offsets), dict(third.end_offsets)) == ({0: 25}, {0: 125})
+    assert sup.next_run_in_s() is None  # its end wakes the supervisor
+
+
 def test_a_replica_that_finds_its_range_published_is_a_success_not_a_failure(
         stack, engine, world, runner, datasource):
     world.marks = {0: (0, 10)}

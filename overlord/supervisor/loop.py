@@ -104,6 +104,8 @@ class ActiveTask:
 class GroupState:
     failures: int = 0
     retry_after: float = 0.0
+    launched: float = float("-inf")
+    """When its last task was launched (monotonic)."""
 
 
 RATE_HORIZON_S = 900
@@ -164,6 +166,8 @@ class Supervisor:
         """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
         self.stored: CommittedOffsets | None = None
         self.offsets_updated: datetime | None = None
+        self.next_due: float | None = None
+        """When a group held back by ``min_task_interval_s`` may launch (monotonic); None if none is."""
         self.failed_runs = 0
         self.runs = 0
         self.detailed_state = "PENDING"
@@ -274,17 +278,29 @@ class Supervisor:
             logger.info("supervisor %s: new partitions %s start at offsets %s (committed)", self.id, sorted(new), new)
 
     def create_new_tasks(self) -> None:
-        """Launch a task for every free group with records to read."""
-        io = self.spec.spec.io_config
+        """Launch a task for every free group with records to read, unless it trickles and launched lately.
+
+        A group launches at most once per ``policy.min_task_interval_s`` unless its next task is
+        full (``max_records_per_task``): a slow topic is indexed in fewer, larger tasks. A group
+        held back sets :attr:`next_due`.
+        """
+        io, policy, now = self.spec.spec.io_config, self.ctx.policy, self.ctx.clock()
         busy = {p for task in self.active.values() for p in task.request.start_offsets}
+        self.next_due = None
         for group in range(io.task_count):
             partitions = [p for p in self.latest if task_group(p, io.task_count) == group]
             state = self.groups.setdefault(group, GroupState())
-            if not partitions or busy.intersection(partitions) or self.ctx.clock() < state.retry_after:
+            if not partitions or busy.intersection(partitions) or now < state.retry_after:
                 continue
-            todo = next_range(self.committed, self.latest, partitions, self.ctx.policy.max_records_per_task)
-            if not todo.empty:
-                self._launch(group, todo)
+            todo = next_range(self.committed, self.latest, partitions, policy.max_records_per_task)
+            due = state.launched + policy.min_task_interval_s
+            if todo.empty:
+                continue
+            if now < due and todo.size() < policy.max_records_per_task:
+                self.next_due = min(due, self.next_due or due)
+                continue
+            state.launched = now
+            self._launch(group, todo)
         self.detailed_state = "RUNNING" if self.active else "IDLE"
 
     def publish_status(self) -> None:
@@ -390,6 +406,16 @@ class Supervisor:
     def idle(self) -> bool:
         """No task in flight and free to launch one: worth checking the topic again soon."""
         return not self.active and self.launching
+
+    def next_run_in_s(self) -> float | None:
+        """Seconds until the next run unless a finishing task wakes it first.
+
+        When a group held back is due, or the idle poll; None when only a task's end (or ``period``) matters.
+        """
+        waits = [self.next_due - self.ctx.clock()] if self.next_due is not None and self.launching else []
+        if self.idle:
+            waits.append(self.ctx.policy.idle_poll_s)
+        return max(0.0, min(waits)) if waits else None
 
     def snapshot(self) -> SupervisorStatus:
         """The current status as an immutable value (callers hold ``lock``)."""

@@ -1,7 +1,8 @@
 """The overlord's core: persistent supervisors, their schedule, and the operations the API exposes.
 
 Every supervisor runs :meth:`Supervisor.run_once` on an APScheduler job every ``period``,
-again as soon as one of its tasks finishes, and every ``policy.idle_poll_s`` while it has no task
+again as soon as one of its tasks finishes, when a task group held back by
+``policy.min_task_interval_s`` is due, and every ``policy.idle_poll_s`` while it has no task
 running, so a record that arrives at an idle supervisor waits about a second, not a period.
 Wake-ups that arrive while a run is in progress are coalesced into one more run right after it.
 """
@@ -69,7 +70,8 @@ class Overlord:
         self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish)
         self.metrics = Metrics(lambda: [sup.status for sup in list(self.supervisors.values())])
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
-                                         policy or SupervisorPolicy(max_records_per_task=settings.task_max_records),
+                                         policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
+                                                                   min_task_interval_s=settings.task_min_interval_s),
                                          metrics=self.metrics)
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
@@ -194,8 +196,8 @@ class Overlord:
             again = supervisor_id in self._pending_wake
         if again:
             self.wake(supervisor_id)
-        elif sup.idle:
-            self._run_at(supervisor_id, datetime.now(UTC) + timedelta(seconds=self.context.policy.idle_poll_s))
+        elif (wait_s := sup.next_run_in_s()) is not None:
+            self._run_at(supervisor_id, datetime.now(UTC) + timedelta(seconds=wait_s))
 
     def wake(self, supervisor_id: str) -> None:
         """Run a supervisor as soon as possible (now, or right after its current run)."""
