@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from segment_store import Partition, kafka_partition
 
-__all__ = ["Split", "plan_splits"]
+__all__ = ["Split", "plan_splits", "spark_tasks"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,14 @@ def plan_splits(start_offsets: Mapping[Partition, int], end_offsets: Mapping[Par
             hi = start + size * (i + 1) // pieces
             splits.append(Split(len(splits), partition, lo, hi))
     return splits
+
+
+def spark_tasks(splits: list[Split], min_split_records: int = 50_000) -> int:
+    """How many Spark tasks should run ``splits``: one per ``min_split_records`` records, at most one per split.
+
+    A small range (a trickle's few seconds of records, over any number of partitions) is one
+    Spark task that reads its splits one after the other: each Spark task costs a round trip
+    to a Python worker, more than reading a few thousand records.
+    """
+    records = sum(s.end - s.start for s in splits)
+    return min(len(splits), max(1, -(-records // min_split_records)))

@@ -68,11 +68,14 @@ class WorkerResult(BaseModel):
     """Compaction only: the interval's input changed meanwhile; plan it again."""
 
 
-def run_on_workers(spark: SparkSession, count: int,
-                   body: Callable[[Iterator[int]], Iterator[WorkerResult]]) -> list[WorkerResult]:
-    """Run ``body`` over ``range(count)`` as one Spark job, one index per task; its results by index."""
+def run_on_workers(spark: SparkSession, count: int, body: Callable[[Iterator[int]], Iterator[WorkerResult]],
+                   tasks: int | None = None) -> list[WorkerResult]:
+    """Run ``body`` over ``range(count)`` as one Spark job of ``tasks`` tasks (default one per index).
+
+    Each task gets a contiguous share of the indexes; the results come back ordered by index.
+    """
     def encoded(indexes: Iterator[int]) -> Iterator[str]:
         return (result.model_dump_json() for result in body(indexes))
 
-    rows = spark.sparkContext.parallelize(range(count), count).mapPartitions(encoded).collect()
+    rows = spark.sparkContext.parallelize(range(count), tasks or count).mapPartitions(encoded).collect()
     return sorted((WorkerResult.model_validate_json(row) for row in rows), key=lambda r: r.index)

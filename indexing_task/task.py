@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import TaskStopped, TooManyParseErrors
-from indexing_task.ranges import plan_splits
+from indexing_task.ranges import plan_splits, spark_tasks
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup import RollupSchema
@@ -121,7 +121,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     results: list[WorkerResult] = []
     if splits:
         spark.sparkContext.setJobDescription(f"index {spec.datasource} task {request.task_id}")
-        results = run_on_workers(spark, len(splits), partial(run_splits, payload))
+        results = run_on_workers(spark, len(splits), partial(run_splits, payload),
+                                 spark_tasks(splits, request.min_split_records))
     index_seconds = time.monotonic() - started
 
     records = sum(r.records for r in results)

@@ -141,6 +141,24 @@ def test_partition_split_across_spark_tasks_is_exact(stack, engine, spark, make_
     assert_exact(published_table(engine, datasource), sample)
 
 
+def test_a_small_range_over_several_partitions_is_one_spark_task_and_exact(stack, engine, spark, make_topic,
+                                                                          datasource, deep_storage):
+    topic = make_topic(3)
+    sample = make_sample_events(900, bad_every=100)
+    produce(stack.bootstrap_servers, topic, sample.records, 3)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    group = f"test-{request.task_id}"
+    spark.sparkContext.setJobGroup(group, "one small task")
+
+    report = run_index_task(spark, engine, request)
+
+    tracker = spark.sparkContext.statusTracker()
+    [job] = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+    assert [tracker.getStageInfo(s).numTasks for s in job.stageIds] == [1]  # three splits, one Spark task
+    assert report.outcome.ok and len({seg.id.rsplit("_", 2)[-2] for seg in report.segments}) == 3
+    assert_exact(published_table(engine, datasource), sample)
+
+
 def test_too_many_parse_errors_fails_and_publishes_nothing(stack, engine, spark, make_topic, datasource,
                                                           deep_storage):
     topic = make_topic(1)

@@ -1,11 +1,11 @@
 """Cost at a steady trickle: CPU of the whole overlord per minute, and freshness, at a given rate.
 
 Runs ``--supervisors`` supervisors (the example ``events`` spec, 2 partitions each), each fed
-``--rate`` events/s by a load process of its own (a producer and a watcher of the committed
-offsets, kept out of the measured tree). After ``--warmup-s`` it samples, every 0.5 s, the CPU
-time of every process of the overlord's tree: this process (the overlord and the Spark driver),
-the Spark JVM and the Python workers; the broker and PostgreSQL are reported apart. Freshness is
-the time from a record's acknowledgement to the commit that makes it visible.
+``--rate`` events/s by a load process (a producer and a watcher of the committed offsets). A
+sampling process reads, every 0.5 s after ``--warmup-s``, the CPU time of every process of the
+overlord's tree: this process (the overlord and the Spark driver), the Spark JVM and the Python
+workers; the broker and PostgreSQL are reported apart, the load and the sampler left out.
+Freshness is the time from a record's acknowledgement to the commit that makes it visible.
 
     python -m benchmarks.scenarios.cost --rate 500 --seconds 300
     python -m benchmarks.scenarios.cost --supervisors 20 --rate 500 --seconds 300
@@ -55,34 +55,29 @@ def _kind(process: psutil.Process) -> str:
 
 
 class TreeCpu:
-    """CPU seconds by kind of process, sampled: the overlord's tree plus the broker and PostgreSQL."""
+    """CPU seconds by kind of process: the overlord's tree plus the broker and PostgreSQL."""
 
-    def __init__(self, exclude: set[int], postgres_port: int) -> None:
-        self.exclude, self.postgres_port = exclude, postgres_port
+    def __init__(self, overlord_pid: int, exclude: set[int], postgres_port: int) -> None:
+        self.overlord, self.exclude = psutil.Process(overlord_pid), exclude
+        self.postmaster = next(p for p in psutil.process_iter(["name", "cmdline"])
+                               if p.info["name"] == "postgres" and f"-p {postgres_port}" in " ".join(p.info["cmdline"]))
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
         self.kinds: dict[int, str] = {}
 
-    def _processes(self) -> list[psutil.Process]:
-        me = psutil.Process()
-        tree = [me, *me.children(recursive=True)]
-        for p in psutil.process_iter():
-            try:
-                if p.name() == "postgres" and f"-p {self.postgres_port}" in " ".join(p.cmdline()):
-                    tree += [p, *p.children(recursive=True)]
-            except psutil.Error:
-                pass
-        return [p for p in tree if p.pid not in self.exclude]
-
     def sample(self) -> None:
-        for process in self._processes():
+        tree = [self.overlord, *self.overlord.children(recursive=True),
+                self.postmaster, *self.postmaster.children(recursive=True)]
+        for process in tree:
+            if process.pid in self.exclude:
+                continue
             try:
                 times = process.cpu_times()
             except psutil.Error:
                 continue
             pid = process.pid
             if pid not in self.kinds:
-                self.kinds[pid] = "overlord" if pid == os.getpid() else _kind(process)
+                self.kinds[pid] = "overlord" if pid == self.overlord.pid else _kind(process)
             self.first.setdefault(pid, times.user + times.system)
             self.last[pid] = times.user + times.system
 
@@ -92,6 +87,19 @@ class TreeCpu:
         for pid, last in self.last.items():
             out[self.kinds[pid]] += last - self.first[pid]
         return dict(out)
+
+
+def _sample(overlord_pid: int, load_pid: int, postgres_port: int, warmup_s: float, seconds: float,
+            results: Any) -> None:
+    """The sampling process (left out of the measured tree): CPU seconds by kind over the measured window."""
+    cpu = TreeCpu(overlord_pid, {os.getpid(), load_pid}, postgres_port)
+    time.sleep(warmup_s)
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        cpu.sample()
+        time.sleep(0.5)
+    cpu.sample()
+    results.put((time.monotonic() - started, cpu.seconds()))
 
 
 def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, warmup_s: float,
@@ -170,26 +178,25 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float) -> dict[st
             spec["spec"]["ioConfig"]["topic"] = topic
             overlord.submit(spec)
         time.sleep(3)  # the supervisors pin their initial offsets before the first record
-        results: Any = multiprocessing.get_context("spawn").Queue()
-        load = multiprocessing.get_context("spawn").Process(
-            target=_load, args=(stack.bootstrap_servers, stack.database_url, topics, rate, warmup_s, seconds, results))
+        spawn = multiprocessing.get_context("spawn")
+        results: Any = spawn.Queue()
+        measured: Any = spawn.Queue()
+        load = spawn.Process(target=_load, args=(stack.bootstrap_servers, stack.database_url, topics, rate, warmup_s,
+                                                 seconds, results))
         load.start()
+        postgres_port = int(stack.database_url.rsplit(":", 1)[1].split("/")[0])
+        sampler = spawn.Process(target=_sample,
+                                args=(os.getpid(), load.pid, postgres_port, warmup_s, seconds, measured))
+        sampler.start()
         print(f"{supervisors} supervisor(s) at {rate} events/s each: {warmup_s:.0f} s warm-up, "
               f"{seconds:.0f} s measured")
-        cpu = TreeCpu({load.pid or 0}, int(stack.database_url.rsplit(":", 1)[1].split("/")[0]))
-        time.sleep(warmup_s)
-        measured_at = time.monotonic()
-        while time.monotonic() - measured_at < seconds:
-            cpu.sample()
-            time.sleep(0.5)
-        cpu.sample()
-        wall_s = time.monotonic() - measured_at
+        wall_s, used = measured.get(timeout=warmup_s + seconds + 120)
         freshness = results.get(timeout=300)
         load.join(30)
+        sampler.join(30)
         tasks = overlord.store.tasks(limit=100_000)
         overlord.stop()
         spark.stop()
-    used = cpu.seconds()
     overlord_kinds = ("overlord", "spark_jvm", "python_workers", "other")
     cores = {kind: round(used.get(kind, 0.0) / wall_s, 3) for kind in (*overlord_kinds, "broker", "postgres")}
     return {
