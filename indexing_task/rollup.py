@@ -792,12 +792,10 @@ class Rollup:
                 pair = f"{pick}({col}, {order})" if s.rollup or combine else col
                 aggs.append(f"{pair} AS {_q(m.name)}")
                 continue
-            elif m.kind == "sum":
-                expr = f"coalesce(sum({col}), 0)" if (s.rollup or combine) else f"coalesce({col}, 0)"
-                if sql_type == "BIGINT":
-                    expr = _wrapped_long(expr)
-            else:
+            else:  # sum, min, max: NULLs are skipped, and a group with no value at all stays NULL
                 expr = f"{m.kind}({col})" if (s.rollup or combine) else col
+                if m.kind == "sum" and sql_type == "BIGINT":
+                    expr = _wrapped_long(expr)
             aggs.append(f"CAST({expr} AS {sql_type}) AS {_q(m.name)}")
         if status:
             aggs.append("count(*) AS __n" if s.rollup else "1 AS __n")

@@ -78,7 +78,8 @@ def reference(records: list[dict[str, Any]], query: Granularity, segment: Granul
     for key, members in groups.items():
         xs = [m["x"] for m in members if m["x"] is not None]
         out.append((*key[:5], len(members), sum(m["v"] for m in members), min(m["v"] for m in members),
-                    max(m["v"] for m in members), plus_zero(round(sum(xs), 6)), plus_zero(max(xs) if xs else None)))
+                    max(m["v"] for m in members), plus_zero(round(sum(xs), 6) if xs else None),  # no value: NULL
+                    plus_zero(max(xs) if xs else None)))
     return sorted(out, key=repr)
 
 
@@ -96,7 +97,8 @@ def indexed(records: list[dict[str, Any]], schema: RollupSchema, chunks: int) ->
     for start, _end, table in rollup.split_by_segment(rollup.merge(partials)):
         for row in table.to_pylist():
             out.append((start, row["__time"].astimezone(UTC), row["a"], row["b"], row["n"], row["cnt"], row["v_sum"],
-                        row["v_min"], row["v_max"], plus_zero(round(row["x_sum"], 6)), plus_zero(row["x_max"])))
+                        row["v_min"], row["v_max"], plus_zero(None if row["x_sum"] is None else round(row["x_sum"], 6)),
+                        plus_zero(row["x_max"])))
     rollup.close()
     return sorted(out, key=repr)
 
@@ -289,8 +291,9 @@ def test_without_field_discovery_only_listed_fields_exist() -> None:
         {"type": "path", "name": "country", "expr": "$.meta.geo.country"},
         {"type": "path", "name": "city", "expr": "$.meta.geo.city"}]})
     parsed = Rollup(schema).parse([_nested_record("DE", "Berlin", [1])])
-    # device and last are top-level or nested in the record, but not listed: absent, as in Druid
-    assert [(r["country"], r["device"], r["last_sum"]) for r in parsed.rows.to_pylist()] == [("DE", None, 0)]
+    # device and last are top-level or nested in the record, but not listed: absent, as in Druid (a sum
+    # of no value is NULL, as in Druid's SQL-compatible null handling)
+    assert [(r["country"], r["device"], r["last_sum"]) for r in parsed.rows.to_pylist()] == [("DE", None, None)]
 
 
 def _discovery_schema(dimensions_spec: dict[str, Any], flatten: dict[str, Any] | None = None) -> RollupSchema:
@@ -335,7 +338,8 @@ def test_discovery_with_a_flatten_spec_offers_its_fields_and_only_them_without_f
     rollup = Rollup(_discovery_schema({"dimensions": []}, flatten))
     parsed = rollup.parse([json.dumps({"meta": {"ts": "2024-01-01T10:00:00Z"}, "geo": {"city": "Bonn"},
                                        "country": "DE", "v": 1}).encode()])
-    assert [(r["city"], r["cnt"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist()] == [("Bonn", 1, 0)]
+    assert [(r["city"], r["cnt"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist()] == [
+        ("Bonn", 1, None)]  # v is not a listed field: the sum saw no value
     assert [d.name for d in rollup.schema.dimensions] == ["city"]
 
 
@@ -399,7 +403,7 @@ def test_a_filtered_aggregator_aggregates_only_the_records_its_filter_matches(ro
         got = [r for r in rows if r["b"] == b]
         assert sum(r["cnt"] for r in got) == len(mine)
         assert sum(r["x_cnt"] for r in got) == sum(r["a"] == "x" for r in mine)
-        assert sum(r["x_v"] for r in got) == sum(r["v"] for r in mine if r["a"] in ("x", "y"))
+        assert sum(r["x_v"] for r in got if r["x_v"] is not None) == sum(r["v"] for r in mine if r["a"] in ("x", "y"))
         positive = [r["x"] for r in mine if r["v"] >= 0 and r["x"] is not None]
         assert max((r["pos_x_max"] for r in got if r["pos_x_max"] is not None), default=None) == max(positive)
 
@@ -407,7 +411,7 @@ def test_a_filtered_aggregator_aggregates_only_the_records_its_filter_matches(ro
 def test_a_bad_value_in_a_record_a_filtered_aggregator_skips_is_not_a_parse_error() -> None:
     engine = Rollup(_filtered_schema(True))
     parsed = engine.parse([json.dumps({"t": "2024-01-01T00:00:00Z", "b": "p", "a": "z", "v": "many"}).encode()])
-    assert parsed.bad_count == 0 and parsed.rows.to_pylist()[0]["x_v"] == 0
+    assert parsed.bad_count == 0 and parsed.rows.to_pylist()[0]["x_v"] is None  # it summed no value
 
 
 def test_the_kafka_format_reads_the_key_timestamp_topic_and_headers_as_fields() -> None:
@@ -511,7 +515,7 @@ def test_csv_values_are_read_as_druid_reads_them() -> None:
     parsed = rollup.parse(values)
     assert [(b.index, b.reason) for b in parsed.bad_samples] == [(4, "wrong type for v (long)")]
     rows = sorted((r["country"], r["city"], r["cnt"], r["v_sum"]) for r in rollup.merge([parsed.rows]).to_pylist())
-    assert rows == [("DE", "Bonn, Rhein", 2, 7), ("FR", None, 1, 0), ('say "hi"', None, 1, 3)]  # as JSON's nulls
+    assert rows == [("DE", "Bonn, Rhein", 2, 7), ("FR", None, 1, None), ('say "hi"', None, 1, 3)]  # as JSON's nulls
 
 
 def test_a_csv_value_druid_would_read_otherwise_is_unparseable_with_the_reason() -> None:
