@@ -24,6 +24,7 @@ from indexing_task.compaction import CompactionError, compact
 from overlord.cli.main import _parser
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.query.engine import execute_sql
+from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.ranges import index_once
 from segment_store import CompactionSwap, swap_compacted, visible_segments
 from segment_store.schema import segments as segment_status
@@ -304,3 +305,29 @@ def test_compact_command_line(stack, spark, engine, datasource, deep_storage, tm
     assert [s.version for s in visible_segments(engine, datasource)] == [2]
     wrong = overlord_cli("compact", "other-datasource", "--spec", str(spec_file), env=env)
     assert wrong.returncode == 2 and "other-datasource" in wrong.stderr
+
+
+def test_compact_command_line_refuses_a_spec_that_disagrees_with_the_stored_history(
+        stack, spark, engine, datasource, deep_storage, tmp_path, monkeypatch, capsys):
+    """Rows are re-aggregated only as they were aggregated: a metric redefined in the file is refused."""
+    rng = random.Random(11)
+    for _ in range(2):
+        publish_random(engine, deep_storage, datasource, rng, T0, 30)
+    stored = events_spec(datasource).to_druid_json()
+    store = MetadataStore(engine)
+    store.create_schema()
+    store.append_spec(datasource, stored)
+    wrong = json.loads(json.dumps(stored))
+    [value_sum] = [m for m in wrong["spec"]["dataSchema"]["metricsSpec"] if m["name"] == "value_sum"]
+    value_sum["type"] = "longMax"
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(wrong))
+    for key, value in {**stack.as_env(), "OVERLORD_DEEP_STORAGE": deep_storage}.items():
+        monkeypatch.setenv(key, value)
+    before = sorted((s.id, s.version) for s in visible_segments(engine, datasource))
+
+    args = _parser().parse_args(["compact", datasource, "--spec", str(spec_file)])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "spec.dataSchema.metricsSpec[1].type" in err and "was longSum, got longMax" in err, err
+    assert sorted((s.id, s.version) for s in visible_segments(engine, datasource)) == before  # nothing compacted

@@ -11,8 +11,14 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from specs.durations import parse_utc_interval
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from specs import SupervisorSpec
 
 __all__ = ["main"]
 
@@ -42,6 +48,25 @@ def _cmd_dev_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _disagrees_with_history(engine: sa.Engine, spec: SupervisorSpec) -> bool:
+    """Whether ``spec`` redefines a column the datasource's stored specs defined (and say so).
+
+    Published rows were aggregated as those specs say: a spec file that says otherwise would
+    index or merge them another way (the rule :func:`specs.check_update` applies to updates).
+    """
+    from overlord.supervisor.metadata_store import MetadataStore
+    from specs import SpecError, check_update
+
+    store = MetadataStore(engine)
+    store.create_schema()
+    try:
+        check_update(store.datasource_history(spec.datasource), spec)
+    except SpecError as exc:
+        print(f"the spec disagrees with the datasource's stored specs: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
 def _cmd_index(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
     from overlord.cli.report import format_report
@@ -57,6 +82,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     engine = metadata_engine(settings.database_url)
     create_schema(engine)
+    if _disagrees_with_history(engine, spec):
+        return 2
     report = index_once(get_spark(settings.spark_master, settings.spark_conf), engine, settings, spec)
     print(format_report(report))
     return 0 if report.outcome.ok else 2
@@ -141,6 +168,8 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     engine = metadata_engine(settings.database_url)
     create_schema(engine)
+    if _disagrees_with_history(engine, spec):
+        return 2
     spark = get_spark(settings.spark_master, settings.spark_conf)
     reports = compact(spark, engine, spec, settings.deep_storage, args.interval,
                       max_rows_per_segment=args.max_rows_per_segment)

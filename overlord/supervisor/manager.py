@@ -225,7 +225,7 @@ class Overlord:
         self._require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)
-            check_update(_loadable(self.store.datasource_specs(spec.datasource)), spec)
+            check_update(self.store.datasource_history(spec.datasource), spec)
             suspended = bool((spec.model_extra or {}).get("suspended", False))
             self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended)
             if existing is None:
@@ -387,15 +387,3 @@ class Overlord:
         self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report)
         self.metrics.compactions.labels(datasource, "ok" if ok else "failed").inc()
         (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail)
-
-
-def _loadable(raws: list[dict[str, Any]]) -> list[SupervisorSpec]:
-    """The stored specs that still load (an older version may have accepted what is refused now)."""
-    specs = []
-    for raw in raws:
-        try:
-            specs.append(load_supervisor_spec(raw))
-        except SpecError as exc:
-            logger.warning("an earlier spec of %s no longer loads and is not compared: %s",
-                           raw.get("spec", {}).get("dataSchema", {}).get("dataSource"), exc)
-    return specs

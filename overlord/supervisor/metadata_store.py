@@ -7,6 +7,7 @@ one row each, written at launch and updated when they finish.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,8 +19,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store import Offsets, Partition
+from specs import SpecError, SupervisorSpec, load_supervisor_spec
 
 __all__ = ["SupervisorRecord", "TaskRecord", "MetadataStore"]
+
+logger = logging.getLogger(__name__)
 
 metadata = sa.MetaData()
 
@@ -117,13 +121,23 @@ class MetadataStore:
         with self.engine.connect() as conn:
             return [SupervisorRecord(**row._mapping) for row in conn.execute(query)]
 
-    def datasource_specs(self, datasource: str) -> list[dict[str, Any]]:
-        """Each distinct spec ever stored for ``datasource`` (under any supervisor id), newest first."""
+    def datasource_history(self, datasource: str) -> list[SupervisorSpec]:
+        """Each distinct spec ever stored for ``datasource`` (under any supervisor id), newest first.
+
+        Specs that no longer load (an older version accepted what is refused now) are left out, with a warning.
+        """
         spec = supervisor_specs.c.spec
         query = (sa.select(spec).where(spec["spec"]["dataSchema"]["dataSource"].astext == datasource)
                  .group_by(spec).order_by(sa.func.max(supervisor_specs.c.seq).desc()))
         with self.engine.connect() as conn:
-            return [dict(row.spec) for row in conn.execute(query)]
+            raws = [dict(row.spec) for row in conn.execute(query)]
+        history = []
+        for raw in raws:
+            try:
+                history.append(load_supervisor_spec(raw))
+            except SpecError as exc:
+                logger.warning("an earlier spec of %s no longer loads and is not compared: %s", datasource, exc)
+        return history
 
     def set_compaction_config(self, datasource: str, config: Mapping[str, Any]) -> None:
         stmt = pg_insert(compaction_configs).values(datasource=datasource, config=dict(config))
