@@ -293,11 +293,11 @@ class Supervisor:
             if not partitions or busy.intersection(partitions) or now < state.retry_after:
                 continue
             todo = next_range(self.committed, self.latest, partitions, policy.max_records_per_task)
-            due = state.launched + policy.min_task_interval_s
             if todo.empty:
                 continue
+            due = state.launched + policy.min_task_interval_s
             if now < due and todo.size() < policy.max_records_per_task:
-                self.next_due = min(due, self.next_due or due)
+                self.next_due = due if self.next_due is None else min(due, self.next_due)
                 continue
             state.launched = now
             self._launch(group, todo)
