@@ -416,6 +416,29 @@ def test_offsets_that_go_backwards_make_the_supervisor_unhealthy_naming_the_part
     assert "partition 1: committed offset 10 is past the latest offset 4" in sup.status.recent_errors[0][1]
 
 
+def test_a_partition_out_of_range_stops_alone_until_its_offsets_are_reset(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10), 1: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    finish(runner, runner.running()[0], really_publish=True, engine=engine)
+    world.marks = {0: (0, 30), 1: (0, 4)}  # partition 1 recreated; partition 0 goes on receiving
+    sup.run_once()
+    (task,) = runner.running()
+    assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 10}, {0: 30})  # before: no task at all
+    assert sup.status.state == "UNHEALTHY_SUPERVISOR"
+    assert "committed offset 10 is past the latest offset 4" in sup.status.stopped_partitions[1]
+    finish(runner, task, really_publish=True, engine=engine)
+    sup.run_once()
+    sup.run_once()
+    assert [m for _, m in sup.status.recent_errors if "partition 1" in m] == [sup.status.stopped_partitions[1]]  # once
+
+    reset_offsets(engine, datasource, {1: 0})  # the operator's choice: the new topic from its start
+    sup.run_once()
+    (again,) = runner.running()
+    assert (dict(again.start_offsets), dict(again.end_offsets)) == ({0: 30, 1: 0}, {0: 30, 1: 4})
+    assert sup.status.stopped_partitions == {} and sup.status.state == "RUNNING"
+
+
 def test_records_lost_to_retention_are_loud_by_default(stack, engine, world, runner, datasource):
     world.marks = {0: (0, 10)}
     sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)

@@ -54,6 +54,7 @@ def status_payload(status: SupervisorStatus) -> dict[str, Any]:
             "discoveredSchema": [{"name": name, "type": kind.upper()} for name, kind in status.dimensions.items()]}
            if status.spec.spec.data_schema.dimensions_spec.discovers else {}),
         "recentErrors": [{"timestamp": at.isoformat(), "message": message} for at, message in status.recent_errors],
+        "stoppedPartitions": {str(p): reason for p, reason in status.stopped_partitions.items()},
         "counters": counters(status)}}
 
 

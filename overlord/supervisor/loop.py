@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import stream_watermarks
 from overlord.config import Settings
-from overlord.errors import OverlordError, error_summary
+from overlord.errors import error_summary
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.ranges import (
@@ -59,10 +59,6 @@ if TYPE_CHECKING:
 __all__ = ["Supervisor", "SupervisorContext"]
 
 logger = logging.getLogger(__name__)
-
-
-class OffsetsOutOfRange(OverlordError):
-    """Committed offsets outside what the broker holds."""
 
 
 def _utc_now() -> datetime:
@@ -166,6 +162,8 @@ class Supervisor:
         """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
         self.stored: CommittedOffsets | None = None
         self.offsets_updated: datetime | None = None
+        self.stopped_partitions: dict[Partition, str] = {}
+        """Partitions whose committed offsets lie outside what the broker holds, and why: not read until reset."""
         self.next_due: float | None = None
         """When a group held back by ``min_task_interval_s`` may launch (monotonic); None if none is."""
         self.failed_runs = 0
@@ -237,30 +235,40 @@ class Supervisor:
         committed_for(self.spec, self.stored)
 
     def check_offsets_in_range(self) -> None:
-        """Committed offsets must lie within what the broker has; anything else is loud.
+        """Committed offsets must lie within what the broker has; a partition outside stops, loudly.
 
-        Past the latest offset (topic recreated, unclean leader election): an error naming the
-        partition. Before the earliest (records deleted by retention before they were read): an
-        error naming the gap, or with ``resetOffsetAutomatically`` a reset to the earliest
-        offsets that records exactly which records were skipped.
+        Past the latest offset (topic recreated, unclean leader election), or before the earliest
+        (records deleted by retention before they were read) without ``resetOffsetAutomatically``:
+        the partition is not read again until its offsets are reset (:attr:`stopped_partitions`
+        names it and why; the other partitions go on). With ``resetOffsetAutomatically``, records
+        deleted before they were read are skipped by a reset to the earliest offsets that records
+        exactly which records were skipped.
         """
-        committed, backwards, lost = self.committed, [], {}
+        committed, stopped, lost = self.committed, {}, {}
         for p, (low, high) in self.watermarks.items():
             if p not in committed:
                 continue
             if committed[p] > high:
-                backwards.append(f"partition {p}: committed offset {committed[p]} is past the latest offset {high}")
+                stopped[p] = (f"partition {p}: committed offset {committed[p]} is past the latest offset {high} "
+                              "(topic recreated or records lost on the broker?); reset its offsets to go on")
             elif committed[p] < low:
                 lost[p] = (committed[p], low)
-        if backwards:
-            raise OffsetsOutOfRange(f"{'; '.join(backwards)} (topic recreated or records lost on the broker?); "
-                                    "reset the supervisor's offsets to go on")
-        if not lost:
-            return
+        if lost and self.spec.spec.tuning_config.reset_offset_automatically:
+            self._skip_lost(lost)
+        else:
+            stopped.update({p: f"partition {p}: records [{start}, {low}) were deleted before they were indexed; "
+                               "reset its offsets, or set resetOffsetAutomatically to skip them"
+                            for p, (start, low) in lost.items()})
+        for p, reason in stopped.items():
+            if self.stopped_partitions.get(p) != reason:
+                self.record_error(reason)
+                logger.warning("supervisor %s: %s", self.id, reason)
+        self.stopped_partitions = stopped
+
+    def _skip_lost(self, lost: dict[Partition, tuple[int, int]]) -> None:
+        """``resetOffsetAutomatically``: move past records deleted before they were read, on the record."""
         gaps = "; ".join(f"partition {p}: records [{start}, {low}) were deleted before they were indexed"
                          for p, (start, low) in lost.items())
-        if not self.spec.spec.tuning_config.reset_offset_automatically:
-            raise OffsetsOutOfRange(f"{gaps}; reset the offsets, or set resetOffsetAutomatically to skip them")
         self.stored = reset_offsets(self.ctx.engine, self.spec.datasource, {p: low for p, (_, low) in lost.items()})
         skipped = "resetOffsetAutomatically: " + "; ".join(
             f"skipped records [{start}, {low}) of partition {p}" for p, (start, low) in lost.items())
@@ -288,7 +296,8 @@ class Supervisor:
         busy = {p for task in self.active.values() for p in task.request.start_offsets}
         self.next_due = None
         for group in range(io.task_count):
-            partitions = [p for p in self.latest if task_group(p, io.task_count) == group]
+            partitions = [p for p in self.latest
+                          if task_group(p, io.task_count) == group and p not in self.stopped_partitions]
             state = self.groups.setdefault(group, GroupState())
             if not partitions or busy.intersection(partitions) or now < state.retry_after:
                 continue
@@ -396,7 +405,7 @@ class Supervisor:
             return "STOPPING"
         if self.suspended:
             return "SUSPENDED"
-        if self.failed_runs >= unhealthy_after:
+        if self.failed_runs >= unhealthy_after or self.stopped_partitions:
             return "UNHEALTHY_SUPERVISOR"
         if any(g.failures >= unhealthy_after for g in self.groups.values()):
             return "UNHEALTHY_TASKS"
@@ -434,7 +443,8 @@ class Supervisor:
             counters=CounterStatus(c.processed, c.unparseable, c.thrown_away, c.lost_publish_races,
                                    {"1m": round(c.rate(now, 60), 1), "5m": round(c.rate(now, 300), 1),
                                     "15m": round(c.rate(now, 900), 1)}),
-            generated_at=self.ctx.now(), dimensions=dict(self.discovered))
+            generated_at=self.ctx.now(), dimensions=dict(self.discovered),
+            stopped_partitions=dict(self.stopped_partitions))
 
 
 def _report_json(report: TaskReport | None) -> dict[str, Any] | None:

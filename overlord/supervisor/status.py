@@ -75,3 +75,5 @@ class SupervisorStatus:
     """(unix time, aggregate lag, records/s over 1 min) over the last 15 minutes, oldest first."""
     dimensions: Mapping[str, str] = field(default_factory=dict)
     """The dimensions of the rows published since the overlord started and their types (discovered ones included)."""
+    stopped_partitions: Mapping[Partition, str] = field(default_factory=dict)
+    """Partitions not read until their offsets are reset (committed offsets outside what the broker holds), and why."""
