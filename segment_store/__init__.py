@@ -16,6 +16,7 @@ from segment_store.records import (
     committed_offsets,
     pin_offsets,
     reset_offsets,
+    skip_offsets,
     used_segments,
 )
 from segment_store.schema import create_schema
@@ -45,6 +46,7 @@ __all__ = [
     "pin_offsets",
     "publish",
     "reset_offsets",
+    "skip_offsets",
     "segment_file_path",
     "swap_compacted",
     "used_segments",

@@ -16,11 +16,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from segment_store.leadership import current_leader_epoch
 from segment_store.offsets import Offsets, Partition
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 
-__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "pin_offsets",
+__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "pin_offsets", "skip_offsets",
            "reset_offsets", "segment_record", "used_segments"]
 
 logger = logging.getLogger(__name__)
@@ -112,16 +113,46 @@ def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[Partition
     """
     with engine.begin() as conn:
         found = lock_offsets_row(conn, datasource, None)
-        new = Offsets() if offsets is None else found.offsets.merged(Offsets(offsets))
-        values: dict[str, Any] = {"offsets": new.to_json(), "version": offsets_t.c.version + 1,
-                                  "epoch": offsets_t.c.epoch + 1, "updated_at": sa.func.now()}
-        if offsets is None:
-            values["topic"] = None
-        row = conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(**values)
-                           .returning(*_COLUMNS)).one()
+        row = _write_reset(conn, datasource, Offsets() if offsets is None else found.offsets.merged(Offsets(offsets)),
+                           forget_topic=offsets is None)
     logger.info("reset offsets: datasource=%s %s, epoch %d", datasource,
                 "emptied" if offsets is None else f"partitions={dict(offsets)}", row.epoch)
     return _committed(row)
+
+
+def skip_offsets(engine: sa.Engine, datasource: str, moves: Mapping[Partition, tuple[int, int]],
+                 leader_epoch: int | None = None) -> CommittedOffsets | None:
+    """Move partitions ``(from, to)`` past records that can no longer be read (``resetOffsetAutomatically``).
+
+    Only if every partition is still committed at its ``from`` and ``leader_epoch`` (when given) is
+    still the current leader epoch: a supervisor that read the offsets before another publish, or
+    a leader deposed meanwhile, moves nothing back (None). Bumps the epoch and version as
+    :func:`reset_offsets` does.
+    """
+    with engine.begin() as conn:
+        if leader_epoch is not None and current_leader_epoch(conn, lock=True) != leader_epoch:
+            logger.warning("skip offsets refused: datasource=%s, leader epoch %d is no longer current",
+                           datasource, leader_epoch)
+            return None
+        found = lock_offsets_row(conn, datasource, None)
+        if any(found.offsets.get(p) != start for p, (start, _) in moves.items()):
+            logger.warning("skip offsets refused: datasource=%s, committed %s moved from %s meanwhile", datasource,
+                           dict(found.offsets), {p: start for p, (start, _) in moves.items()})
+            return None
+        row = _write_reset(conn, datasource, found.offsets.merged(Offsets({p: to for p, (_, to) in moves.items()})),
+                           forget_topic=False)
+    logger.info("skipped offsets: datasource=%s %s, epoch %d", datasource, dict(moves), row.epoch)
+    return _committed(row)
+
+
+def _write_reset(conn: sa.Connection, datasource: str, offsets: Offsets, *, forget_topic: bool) -> Any:
+    """Write ``offsets`` to the locked row, bumping version and epoch (no task planned before can publish)."""
+    values: dict[str, Any] = {"offsets": offsets.to_json(), "version": offsets_t.c.version + 1,
+                              "epoch": offsets_t.c.epoch + 1, "updated_at": sa.func.now()}
+    if forget_topic:
+        values["topic"] = None
+    return conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(**values)
+                        .returning(*_COLUMNS)).one()
 
 
 def pin_offsets(engine: sa.Engine, datasource: str, topic: str, offsets: Mapping[Partition, int]) -> CommittedOffsets:

@@ -28,6 +28,7 @@ from segment_store import (
     pin_offsets,
     publish,
     reset_offsets,
+    skip_offsets,
     used_segments,
 )
 from segment_store.database import metadata_engine
@@ -582,3 +583,21 @@ def test_a_task_planned_by_a_deposed_leader_cannot_publish(engine: sa.Engine, da
     assert zombie.status == "fatal" and "no longer the leader" in zombie.message
     assert stored_offsets(engine, datasource) == {0: 0} and all_segment_rows(engine, datasource) == []
     assert publish(engine, replace(req(datasource, {0: 0}, {0: 10}, names=("a",)), leader_epoch=new_leader)).ok
+
+
+def test_skipping_lost_records_never_moves_offsets_back_or_acts_for_a_deposed_leader(
+        engine: sa.Engine, datasource: str) -> None:
+    with engine.begin() as conn:
+        old_leader = claim_leadership(conn, "overlord-a")
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    # leader a saw records [10, 25) deleted by retention; before it skips them, b took over and published
+    with engine.begin() as conn:
+        new_leader = claim_leadership(conn, "overlord-b")
+    assert skip_offsets(engine, datasource, {0: (10, 25)}, old_leader) is None
+    assert stored_offsets(engine, datasource) == {0: 10}
+    moved = skip_offsets(engine, datasource, {0: (10, 25)}, new_leader)
+    assert moved is not None and dict(moved.offsets) == {0: 25}
+    assert publish(engine, req(datasource, {0: 25}, {0: 40}, epoch=moved.epoch)).ok
+    # a supervisor that read offset 10 before those publishes must not move the partition back to 25
+    assert skip_offsets(engine, datasource, {0: (10, 25)}, new_leader) is None  # before: offsets went 40 -> 25
+    assert stored_offsets(engine, datasource) == {0: 40}

@@ -471,6 +471,30 @@ def test_reset_offset_automatically_skips_the_gap_and_says_exactly_what(stack, e
     assert skip.status_detail is not None and "skipped records [10, 25) of partition 0" in skip.status_detail
 
 
+def test_an_automatic_skip_never_moves_offsets_back_past_a_publish_made_meanwhile(
+        stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    raw = sup.spec.to_druid_json()
+    raw["spec"]["tuningConfig"]["resetOffsetAutomatically"] = True
+    sup.spec = load_supervisor_spec(raw)
+    sup.run_once()
+    finish(runner, runner.running()[0], really_publish=True, engine=engine)
+    world.marks = {0: (25, 40)}  # [10, 25) deleted by retention
+    read = sup.read_committed_offsets
+
+    def then_another_overlord_skips_and_publishes() -> None:
+        read()  # this supervisor saw offset 10; another one (the new leader) moves on meanwhile
+        moved = reset_offsets(engine, datasource, {0: 25})
+        assert publish(engine, PublishRequest(datasource, sup.spec.spec.io_config.stream, "other", {0: 25},
+                                              {0: 40}, epoch=moved.epoch)).ok
+
+    sup.read_committed_offsets = then_another_overlord_skips_and_publishes  # type: ignore[method-assign]
+    sup.run_once()
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {0: 40}  # before: moved back to 25, [25, 40) read twice
+
+
 def test_the_5_and_15_minute_rates_count_every_task_in_their_window():
     """Three tasks a second for 15 minutes: every window sees the same 300 records/s (the old
     512-sample buffer spanned under three minutes and read the longer windows several times low).

@@ -49,7 +49,7 @@ from overlord.supervisor.status import (
     SupervisorStatus,
 )
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import CommittedOffsets, OffsetRange, Offsets, Partition, committed_offsets, reset_offsets
+from segment_store import CommittedOffsets, OffsetRange, Offsets, Partition, committed_offsets, skip_offsets
 from segment_store.value_types import widest_types
 from specs import SupervisorSpec
 
@@ -269,7 +269,10 @@ class Supervisor:
         """``resetOffsetAutomatically``: move past records deleted before they were read, on the record."""
         gaps = "; ".join(f"partition {p}: records [{start}, {low}) were deleted before they were indexed"
                          for p, (start, low) in lost.items())
-        self.stored = reset_offsets(self.ctx.engine, self.spec.datasource, {p: low for p, (_, low) in lost.items()})
+        moved = skip_offsets(self.ctx.engine, self.spec.datasource, lost, self.ctx.leader_epoch)
+        if moved is None:  # a publish or a new leader moved the offsets since they were read: look again next run
+            return
+        self.stored = moved
         skipped = "resetOffsetAutomatically: " + "; ".join(
             f"skipped records [{start}, {low}) of partition {p}" for p, (start, low) in lost.items())
         self.ctx.store.record_reset(self.id, self.spec.datasource, {p: start for p, (start, _) in lost.items()},
