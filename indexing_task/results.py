@@ -8,7 +8,7 @@ the JVM ~0.13 CPU-seconds a job, at a trickle as much as the work itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -74,8 +74,8 @@ def run_on_workers(spark: SparkSession, count: int, body: Callable[[Iterator[int
 
     Each task gets a contiguous share of the indexes; the results come back ordered by index.
     """
-    def encoded(indexes: Iterator[int]) -> Iterator[str]:
-        return (result.model_dump_json() for result in body(indexes))
+    def encoded(indexes: Iterable[int]) -> Iterable[str]:
+        return (result.model_dump_json() for result in body(iter(indexes)))
 
     rows = spark.sparkContext.parallelize(range(count), tasks or count).mapPartitions(encoded).collect()
     return sorted((WorkerResult.model_validate_json(row) for row in rows), key=lambda r: r.index)

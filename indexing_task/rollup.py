@@ -259,7 +259,7 @@ class RollupSchema:
         ``nested`` names fields typed discovery saw holding an array or object.
         """
         typed = isinstance(found, Mapping)
-        types = found if typed else dict.fromkeys(found, "string")
+        types: Mapping[str, str] = found if isinstance(found, Mapping) else dict.fromkeys(found, "string")
         columns = {name.lower(): name for name in [*(d.name for d in self.dimensions), *(m.name for m in self.metrics)]}
         discovered = {d.name: d for d in self.dimensions if d.discovered}
         excluded = set(self.discovery_exclusions)
@@ -416,7 +416,7 @@ def _wrapped_long(expr: str) -> str:
 def _filter_sql(filter_spec: object, text: Callable[[str], str]) -> str:
     """DuckDB SQL of a Druid filter over fields as their ``text`` SQL gives them, and ``__time`` as ``__t``."""
     def column(name: str) -> exp.Expression:
-        return exp.column("__t") if name == TIME else sqlglot.parse_one(text(name), read="duckdb")
+        return exp.column("__t") if name == TIME else sqlglot.parse_one(text(name), read="duckdb")  # type: ignore[return-value]
     return filter_condition(filter_spec, column).sql(dialect="duckdb")
 
 
@@ -691,9 +691,9 @@ class Rollup:
             if not m.fields:
                 continue
             if m.kind in ("first", "last"):  # (time, value): the record's own time orders values, as in Druid
-                pair, check = _pair_sql(i, text(m.fields[0]), m)
+                pair, pair_check = _pair_sql(i, text(m.fields[0]), m)
                 typed.append(f"{pair} AS __m{i}")
-                checks += [check] if check else []
+                checks += [pair_check] if pair_check else []
                 continue
             if m.type == "string":  # a sketch's values, as a list: a cardinality's fields, or their combination
                 if m.by_row:

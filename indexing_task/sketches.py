@@ -30,21 +30,21 @@ def _builder(sketch: Sketch) -> Callable[[list[Any]], bytes]:
             built = ds.update_theta_sketch(sketch.lg_size)
             for value in values:
                 built.update(value)
-            return built.compact().serialize()
+            return bytes(built.compact().serialize())
         return theta
     if family == "hll":
         def hll(values: list[Any]) -> bytes:
             built = ds.hll_sketch(size, _HLL_TYPES[hll_type])
             for value in values:
                 built.update(value)
-            return built.serialize_compact()
+            return bytes(built.serialize_compact())
         return hll
 
     def kll(values: list[Any]) -> bytes:
         built = ds.kll_doubles_sketch(size)
         if values:
             built.update(np.asarray(values, dtype=np.float64))
-        return built.serialize()
+        return bytes(built.serialize())
     return kll
 
 
@@ -55,21 +55,21 @@ def _merger(sketch: Sketch) -> Callable[[list[bytes]], bytes]:
             union = ds.theta_union(sketch.lg_size)
             for part in filter(None, parts):  # None: a row from before the metric existed
                 union.update(ds.compact_theta_sketch.deserialize(part))
-            return union.get_result().serialize()
+            return bytes(union.get_result().serialize())
         return theta
     if family == "hll":
         def hll(parts: list[bytes]) -> bytes:
             union = ds.hll_union(size)
             for part in filter(None, parts):
                 union.update(ds.hll_sketch.deserialize(part))
-            return union.get_result(_HLL_TYPES[hll_type]).serialize_compact()
+            return bytes(union.get_result(_HLL_TYPES[hll_type]).serialize_compact())
         return hll
 
     def kll(parts: list[bytes]) -> bytes:
         merged = ds.kll_doubles_sketch(size)
         for part in filter(None, parts):
             merged.merge(ds.kll_doubles_sketch.deserialize(part))
-        return merged.serialize()
+        return bytes(merged.serialize())
     return kll
 
 
