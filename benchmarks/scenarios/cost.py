@@ -28,7 +28,7 @@ import psutil
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from benchmarks.scenarios.freshness import RESULTS
+from benchmarks.scenarios.freshness import save_results
 from indexing_task.spark import get_spark
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack
@@ -218,11 +218,7 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=30)
     parser.add_argument("--out", help="results file name under benchmarks/results (default cost.json)")
     args = parser.parse_args()
-    results = run(args.supervisors, args.rate, args.seconds, args.warmup_s)
-    out = RESULTS / (args.out or "cost.json")
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    print(f"written to {out}")
+    save_results(run(args.supervisors, args.rate, args.seconds, args.warmup_s), args.out or "cost.json")
 
 
 if __name__ == "__main__":

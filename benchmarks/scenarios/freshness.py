@@ -43,6 +43,15 @@ from specs import load_example
 RESULTS = Path(__file__).parents[1] / "results"
 
 
+def save_results(results: dict[str, Any], name: str) -> None:
+    """Write ``results`` to ``benchmarks/results/{name}`` and print them."""
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / name
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    print(f"written to {out}")
+
+
 def produce_steadily(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float,
                      acked: dict[tuple[int, int], float]) -> int:
     """Produce ``rate`` events/s for ``seconds``; record each record's ack time by (partition, offset)."""
@@ -162,12 +171,7 @@ def main() -> None:
     parser.add_argument("--period", help="supervisor period, e.g. PT5S (default: the spec default)")
     parser.add_argument("--out", help="results file name under benchmarks/results")
     args = parser.parse_args()
-    RESULTS.mkdir(exist_ok=True)
-    results = run(args.rate, args.seconds, args.partitions, args.period)
-    out = RESULTS / (args.out or "freshness.json")
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    print(f"written to {out}")
+    save_results(run(args.rate, args.seconds, args.partitions, args.period), args.out or "freshness.json")
 
 
 if __name__ == "__main__":
