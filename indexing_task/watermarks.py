@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from indexing_task.errors import IndexingError
 from segment_store import Partition, TopicPartitionId
 from specs import KafkaIOConfigSpec
 
-__all__ = ["stream_watermarks"]
+__all__ = ["stream_topic_ids", "stream_watermarks"]
 
 
 def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec,
@@ -42,3 +43,19 @@ def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigS
                 for p in sorted(metadata.partitions)}
     finally:
         consumer.close()
+
+
+def stream_topic_ids(consumer_properties: Mapping[str, Any], topics: Iterable[str],
+                     timeout_s: float = 10.0) -> dict[str, str]:
+    """The broker's topic ID (KIP-516) of each topic that has one; brokers without topic IDs give none."""
+    wanted = sorted(set(topics))
+    if not wanted:
+        return {}
+    admin = AdminClient({**consumer_properties, "log_level": 3})  # consumer-only properties warn (level 4)
+    found = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
+    ids = {}
+    for topic, future in found.items():
+        topic_id = future.result(timeout=timeout_s).topic_id
+        if topic_id is not None and (topic_id.get_most_significant_bits() or topic_id.get_least_significant_bits()):
+            ids[topic] = str(topic_id)
+    return ids

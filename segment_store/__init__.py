@@ -21,6 +21,7 @@ from segment_store.records import (
 )
 from segment_store.schema import create_schema
 from segment_store.timeline import Interval, datasources, visible, visible_by_interval, visible_segments
+from segment_store.topic_ids import check_topic_ids
 
 __all__ = [
     "CleanupReport",
@@ -38,6 +39,7 @@ __all__ = [
     "SegmentStoreError",
     "SwapOutcome",
     "TopicPartitionId",
+    "check_topic_ids",
     "cleanup",
     "committed_offsets",
     "create_schema",

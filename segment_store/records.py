@@ -20,6 +20,7 @@ from segment_store.leadership import current_leader_epoch
 from segment_store.offsets import Offsets, Partition
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
+from segment_store.topic_ids import forget_topic_ids
 
 __all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "pin_offsets", "skip_offsets",
            "reset_offsets", "segment_record", "used_segments"]
@@ -109,10 +110,12 @@ def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[Partition
     None empties the offsets (and forgets the topic): every partition then starts from its
     initial offset. A map overwrites the given partitions and leaves the others. Both bump
     the epoch, so no task planned before the reset can publish after it, and the version, so
-    a range read again gets new segment ids. Both wait for an in-flight publish (its lock).
+    a range read again gets new segment ids. Both wait for an in-flight publish (its lock), and
+    forget the reset partitions' topic IDs: the topic they are read from next is the one recorded.
     """
     with engine.begin() as conn:
         found = lock_offsets_row(conn, datasource, None)
+        forget_topic_ids(conn, datasource, None if offsets is None else Offsets(offsets))
         row = _write_reset(conn, datasource, Offsets() if offsets is None else found.offsets.merged(Offsets(offsets)),
                            forget_topic=offsets is None)
     logger.info("reset offsets: datasource=%s %s, epoch %d", datasource,

@@ -11,7 +11,7 @@ import zlib
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["create_schema", "datasource_offsets", "leadership", "metadata", "segments"]
+__all__ = ["create_schema", "datasource_offsets", "leadership", "metadata", "partition_topic_ids", "segments"]
 
 metadata = sa.MetaData()
 
@@ -54,6 +54,18 @@ datasource_offsets = sa.Table(
 record to read (:class:`segment_store.offsets.Offsets` is its encoding); ``version`` counts
 the row's writes; ``epoch`` counts resets: a task carries the epoch it was planned under and
 cannot publish under another. ``topic`` is NULL only after a reset, before any publish or pin."""
+
+partition_topic_ids = sa.Table(
+    "partition_topic_ids",
+    metadata,
+    sa.Column("datasource", sa.Text, primary_key=True),
+    sa.Column("partition", sa.Text, primary_key=True),
+    sa.Column("topic_id", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+"""The broker's topic ID (KIP-516) of the topic each committed partition was read from (``partition`` in
+the offsets' text form): a topic deleted and re-created under the same name has a new ID. Recorded on
+first sight, forgotten when the partition's offsets are reset (see :mod:`segment_store.topic_ids`)."""
 
 leadership = sa.Table(
     "leadership",

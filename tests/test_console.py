@@ -143,3 +143,28 @@ def test_the_console_asks_for_credentials_and_a_reader_cannot_act(browser, secur
     reader.click("#submit-spec")
     expect(reader.locator("#spec-errors")).to_contain_text("needs the write role")
     context.close()
+
+
+def test_a_re_created_topic_shows_its_stopped_partition_and_reads_the_new_topic_from_its_start(page, live, stack):
+    from confluent_kafka.admin import AdminClient
+
+    datasource, topic, overlord = f"ds_{uuid.uuid4().hex[:10]}", f"t-{uuid.uuid4().hex[:10]}", live["overlord"]
+    create_topic(stack.bootstrap_servers, topic, 1)
+    first, second = make_sample_events(50, bad_every=0, seed=63), make_sample_events(80, bad_every=0, seed=64)
+    produce(stack.bootstrap_servers, topic, first.records, 1)
+    overlord.submit(spec_json(datasource, topic, useEarliestOffset=True))
+    wait_until(lambda: committed_total(overlord.engine, datasource) == 50, "the old topic's publish")
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=10)
+    create_topic(stack.bootstrap_servers, topic, 1)
+    produce(stack.bootstrap_servers, topic, second.records, 1)
+
+    card = page.locator(f'.supervisor[data-id="{datasource}"]')
+    stopped = card.locator("tr", has=page.locator('[data-role="read-from-earliest"]'))
+    expect(stopped).to_contain_text("was re-created", timeout=30_000)
+    assert committed_total(overlord.engine, datasource) == 50  # nothing of the new topic read as [50, 80)
+    stopped.get_by_role("button", name="Read from its earliest offset (0)").click()
+    wait_until(lambda: committed_total(overlord.engine, datasource) == 80, "the new topic read from offset 0")
+    expect(stopped).to_have_count(0)
+    overlord.terminate(datasource)

@@ -8,7 +8,7 @@ step's decision is checked deterministically.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
@@ -21,6 +21,7 @@ from overlord.dev.stack import DevStack
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
+from overlord.supervisor.ranges import TopicChanged, next_task_request
 from segment_store import Offsets, PublishOutcome, TopicPartitionId, committed_offsets, publish, reset_offsets
 from segment_store.publish import PublishRequest, Status
 from specs import KafkaIOConfigSpec, load_supervisor_spec
@@ -68,6 +69,7 @@ class World:
         self.time = 1000.0
         self.marks: dict[Any, tuple[int, int]] = {}
         self.broker_down = False
+        self.ids: dict[str, str] = {}
 
     def clock(self) -> float:
         return self.time
@@ -77,6 +79,10 @@ class World:
         if self.broker_down:
             raise ConnectionError("broker unreachable")
         return {p: m for p, m in self.marks.items() if not isinstance(p, TopicPartitionId) or io.reads(p.topic)}
+
+    def topic_ids(self, _properties: Mapping[str, Any], topics: Iterable[str]) -> dict[str, str]:
+        """The topic IDs set: none unless a test sets them (a broker without topic IDs)."""
+        return {t: self.ids[t] for t in topics if t in self.ids}
 
 
 POLICY = SupervisorPolicy(unhealthy_after=2, backoff_base_s=10.0, backoff_cap_s=25.0)
@@ -97,7 +103,7 @@ def make_supervisor(stack: DevStack, engine: sa.Engine, world: World, runner: Fa
     store = MetadataStore(engine)
     store.create_schema()
     ctx = SupervisorContext(engine, store, runner, stack.settings("/unused"), lambda _id: None,  # type: ignore[arg-type]
-                            POLICY, clock=world.clock, watermarks=world.watermarks)
+                            POLICY, clock=world.clock, watermarks=world.watermarks, topic_ids=world.topic_ids)
     return Supervisor(datasource, load_supervisor_spec(spec_json(datasource, topic, **io)), suspended, ctx)
 
 
@@ -528,3 +534,77 @@ def test_lag_in_seconds_is_how_long_the_oldest_unpublished_record_has_waited(sta
     finish(runner, second, really_publish=True, engine=engine)
     sup.run_once()
     assert sup.status.lag == {0: 0} and sup.status.lag_seconds == {0: 0.0}
+
+
+def test_a_re_created_topic_stops_until_reset_even_when_it_holds_more_records(
+        stack, engine, runner, make_topic, datasource):
+    """The issue's reproduction on the real broker: 5 records committed, the topic deleted and re-created, 8
+    produced. Offsets alone cannot tell (8 > 5); the broker's topic ID can, and the stop outlives a restart.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from overlord.dev.sample_data import produce
+
+    topic = make_topic(1)
+    produce(stack.bootstrap_servers, topic, [b'{"n": %d}' % i for i in range(5)], 1)
+    store = MetadataStore(engine)
+    store.create_schema()
+    ctx = SupervisorContext(engine, store, runner, stack.settings("/unused"), lambda _id: None,  # type: ignore[arg-type]
+                            POLICY)  # the real watermarks and topic IDs
+
+    def supervisor() -> Supervisor:
+        return Supervisor(datasource, load_supervisor_spec(spec_json(datasource, topic, useEarliestOffset=True)),
+                          False, ctx)
+
+    sup = supervisor()
+    sup.run_once()
+    finish(runner, runner.running()[0], really_publish=True, engine=engine)
+    sup.run_once()
+    assert sup.status.committed == {0: 5} and sup.status.stopped_partitions == {}
+
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=10)
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=10)
+    produce(stack.bootstrap_servers, topic, [b'{"n": %d}' % i for i in range(8)], 1)
+
+    for restarted in (False, True):  # the stop is durable: an overlord restarted meanwhile stops it too
+        if restarted:
+            sup = supervisor()
+        for _ in range(POLICY.unhealthy_after):
+            sup.run_once()
+        assert runner.running() == [], "read records [5, 8) of the new topic as if they followed the old one"
+        assert "was re-created" in sup.status.stopped_partitions[0]
+        assert sup.status.state == "UNHEALTHY_SUPERVISOR" and sup.status.committed == {0: 5}
+    with pytest.raises(TopicChanged, match="re-created"):  # nor does `overlord index` read it
+        next_task_request(engine, ctx.settings, sup.spec)
+
+    reset_offsets(engine, datasource, {0: 0})  # the operator's choice: the new topic from its start
+    sup.run_once()
+    (task,) = runner.running()
+    assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 0}, {0: 8})
+    assert sup.status.stopped_partitions == {} and sup.status.state == "RUNNING"
+
+
+def test_resetting_one_partition_of_a_re_created_topic_leaves_the_others_stopped(
+        stack, engine, world, runner, datasource):
+    world.marks, world.ids = {0: (0, 10), 1: (0, 10)}, {"topic-a": "old-id"}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    finish(runner, runner.running()[0], really_publish=True, engine=engine)
+    world.marks, world.ids = {0: (0, 20), 1: (0, 20)}, {"topic-a": "new-id"}  # re-created, and holds more
+    sup.run_once()
+    assert set(sup.status.stopped_partitions) == {0, 1} and runner.running() == []
+
+    reset_offsets(engine, datasource, {0: 0})
+    sup.run_once()
+    (task,) = runner.running()
+    assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 0}, {0: 20})
+    assert set(sup.status.stopped_partitions) == {1}
+    assert "topic ID old-id is now new-id" in sup.status.stopped_partitions[1]
+
+    reset_offsets(engine, datasource, None)  # a full reset forgets every partition's topic ID
+    finish(runner, task, "conflict")
+    sup.run_once()
+    assert sup.status.stopped_partitions == {}

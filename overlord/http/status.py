@@ -43,6 +43,7 @@ def status_payload(status: SupervisorStatus) -> dict[str, Any]:
             "id": t.id, "status": t.status, "statusDetail": t.detail, "startOffsets": t.start_offsets.to_json(),
             "endOffsets": t.end_offsets.to_json(), "startTime": t.started_at.isoformat(),
             "durationSeconds": t.duration_s} for t in status.recent_tasks],
+        "earliestOffsets": status.earliest.to_json(),
         "latestOffsets": status.latest.to_json(), "committedOffsets": status.committed.to_json(),
         "minimumLag": status.lag.to_json(), "aggregateLag": sum(status.lag.values()),
         "minimumLagMillis": {str(p): round(s * 1000) for p, s in status.lag_seconds.items()},

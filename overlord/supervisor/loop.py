@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from indexing_task.task import IndexTaskRequest, TaskReport
-from indexing_task.watermarks import stream_watermarks
+from indexing_task.watermarks import stream_topic_ids, stream_watermarks
 from overlord.config import Settings
 from overlord.errors import error_summary
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.ranges import (
+    TopicIdSource,
     WatermarkSource,
     committed_for,
     consumer_properties,
@@ -49,7 +50,16 @@ from overlord.supervisor.status import (
     SupervisorStatus,
 )
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import CommittedOffsets, OffsetRange, Offsets, Partition, committed_offsets, skip_offsets
+from segment_store import (
+    CommittedOffsets,
+    OffsetRange,
+    Offsets,
+    Partition,
+    check_topic_ids,
+    committed_offsets,
+    kafka_partition,
+    skip_offsets,
+)
 from segment_store.value_types import widest_types
 from specs import SupervisorSpec
 
@@ -80,6 +90,7 @@ class SupervisorContext:
     now: Callable[[], datetime] = _utc_now
     """Wall-clock time (UTC) for what is shown."""
     watermarks: WatermarkSource = stream_watermarks
+    topic_ids: TopicIdSource = stream_topic_ids
     leader_epoch: int | None = None
     """The leader epoch this overlord plans tasks under (checked at publish); None outside leader election."""
     metrics: Metrics | None = None
@@ -235,18 +246,20 @@ class Supervisor:
         committed_for(self.spec, self.stored)
 
     def check_offsets_in_range(self) -> None:
-        """Committed offsets must lie within what the broker has; a partition outside stops, loudly.
+        """Committed offsets must belong to the topic as it is and lie within what it has; else the partition stops.
 
-        Past the latest offset (topic recreated, unclean leader election), or before the earliest
+        A topic re-created since its offsets were committed (a new topic ID), past the latest
+        offset (topic re-created, unclean leader election), or before the earliest
         (records deleted by retention before they were read) without ``resetOffsetAutomatically``:
         the partition is not read again until its offsets are reset (:attr:`stopped_partitions`
         names it and why; the other partitions go on). With ``resetOffsetAutomatically``, records
         deleted before they were read are skipped by a reset to the earliest offsets that records
         exactly which records were skipped.
         """
-        committed, stopped, lost = self.committed, {}, {}
+        committed, lost = self.committed, {}
+        stopped = self.re_created_partitions()
         for p, (low, high) in self.watermarks.items():
-            if p not in committed:
+            if p not in committed or p in stopped:
                 continue
             if committed[p] > high:
                 stopped[p] = (f"partition {p}: committed offset {committed[p]} is past the latest offset {high} "
@@ -265,6 +278,24 @@ class Supervisor:
                 logger.warning("supervisor %s: %s", self.id, reason)
         self.stopped_partitions = stopped
 
+    def re_created_partitions(self) -> dict[Partition, str]:
+        """Committed partitions whose topic has another ID than when their offsets were pinned, and why."""
+        committed, marks = self.committed, self.watermarks
+        changed = self._check_topic_ids([p for p in marks if p in committed])
+        return {p: (f"partition {p}: topic {kafka_partition(p, self.spec.spec.io_config.topic)[0]!r} was re-created "
+                    f"(topic ID {old} is now {new}); its committed offset {committed[p]} is the old topic's, and the "
+                    f"new one holds records [{marks[p][0]}, {marks[p][1]}); reset its offsets to go on")
+                for p, (old, new) in changed.items()}
+
+    def _check_topic_ids(self, partitions: list[Partition]) -> dict[Partition, tuple[str, str]]:
+        """:func:`segment_store.check_topic_ids` for these partitions, with their topics' IDs now."""
+        topics = {p: kafka_partition(p, self.spec.spec.io_config.topic)[0] for p in partitions}
+        if not topics:
+            return {}
+        ids = self.ctx.topic_ids(consumer_properties(self.spec, self.ctx.settings), set(topics.values()))
+        return check_topic_ids(self.ctx.engine, self.spec.datasource,
+                               {p: ids[topic] for p, topic in topics.items() if topic in ids})
+
     def _skip_lost(self, lost: dict[Partition, tuple[int, int]]) -> None:
         """``resetOffsetAutomatically``: move past records deleted before they were read, on the record."""
         gaps = "; ".join(f"partition {p}: records [{start}, {low}) were deleted before they were indexed"
@@ -281,11 +312,12 @@ class Supervisor:
         logger.warning("supervisor %s: %s; offsets reset to the earliest (resetOffsetAutomatically)", self.id, gaps)
 
     def pin_initial_offsets(self) -> None:
-        """Commit where partitions seen for the first time start, before their first task."""
+        """Commit where partitions seen for the first time start, before their first task, and their topic IDs."""
         before = self.committed
         self.stored = pin_initial_offsets(self.ctx.engine, self.spec, self.watermarks, self.stored)
         new = {p: o for p, o in self.committed.items() if p not in before}
         if new:
+            self._check_topic_ids(list(new))
             logger.info("supervisor %s: new partitions %s start at offsets %s (committed)", self.id, sorted(new), new)
 
     def create_new_tasks(self) -> None:
@@ -447,7 +479,8 @@ class Supervisor:
                                    {"1m": round(c.rate(now, 60), 1), "5m": round(c.rate(now, 300), 1),
                                     "15m": round(c.rate(now, 900), 1)}),
             generated_at=self.ctx.now(), dimensions=dict(self.discovered),
-            stopped_partitions=dict(self.stopped_partitions))
+            stopped_partitions=dict(self.stopped_partitions),
+            earliest=Offsets({p: low for p, (low, _) in self.watermarks.items()}))
 
 
 def _report_json(report: TaskReport | None) -> dict[str, Any] | None:

@@ -77,3 +77,5 @@ class SupervisorStatus:
     """The dimensions of the rows published since the overlord started and their types (discovered ones included)."""
     stopped_partitions: Mapping[Partition, str] = field(default_factory=dict)
     """Partitions not read until their offsets are reset (committed offsets outside what the broker holds), and why."""
+    earliest: Offsets = field(default_factory=Offsets)
+    """Each partition's earliest offset on the broker: where a reset to "its start" goes."""

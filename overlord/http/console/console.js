@@ -119,11 +119,25 @@ function supervisorCard(s) {
         "Terminate")),
     el("h3", {}, "Partitions"),
     table(["partition", "committed", "latest", "lag", "oldest waiting (s)"], partitions, [1, 2, 3, 4]),
+    ...stoppedPartitions(p, id, path),
     el("h3", {}, "Active tasks"),
     table(["task", "start", "end", "running (s)"],
       p.activeTasks.map((t) => [t.id, offsets(t.startingOffsets), offsets(t.endOffsets), t.runningSeconds]), [3]),
     p.recentErrors.length ? el("h3", {}, "Recent errors") : null,
     p.recentErrors.length ? table(["time", "message"], p.recentErrors.map((e) => [e.timestamp, e.message])) : null);
+}
+
+function stoppedPartitions(p, id, path) {
+  const stopped = Object.entries(p.stoppedPartitions || {});
+  if (!stopped.length) return [];
+  const readFrom = (part, offset) => act(`Read partition ${part} of ${id} from offset ${offset}`, "POST",
+    `${path}/resetOffsets`, { type: "kafka", partitions: { type: "end", stream: p.stream,
+      partitionOffsetMap: { [part]: offset } } });
+  return [el("h3", { class: "bad" }, "Stopped partitions"),
+    table(["partition", "why", ""], stopped.map(([part, why]) => [part, why,
+      el("button", { class: "danger", "data-role": "read-from-earliest",
+        onclick: () => readFrom(part, p.earliestOffsets[part] ?? 0) },
+        `Read from its earliest offset (${fmt(p.earliestOffsets[part] ?? 0)})`)]))];
 }
 
 function taskRows(tasks) {
