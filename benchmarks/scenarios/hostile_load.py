@@ -77,9 +77,12 @@ class _Sampler:
                 self._stop.wait(0.1)
 
     def window(self, start: float, end: float) -> dict[str, Any]:
+        """Committed records/s and status latency in ``[start, end]``, with its 5 slowest requests (s after start)."""
         inside = [s for s in self.samples if start <= s[0] <= end]
         rate = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) if len(inside) > 1 else 0.0
-        return {"committed_per_s": round(rate, 1), "status_latency": summary([s[2] for s in inside])}
+        slowest = sorted(inside, key=lambda s: -s[2])[:5]
+        return {"committed_per_s": round(rate, 1), "status_latency": summary([s[2] for s in inside]),
+                "slowest_ms_at_s": [[round(s[2], 1), round(s[0] - start, 1)] for s in slowest]}
 
     def stop(self) -> None:
         self._stop.set()
@@ -159,7 +162,7 @@ def run(clients: int, queries: int, seconds: float, baseline_s: float, rate: int
                 time.sleep(0.5)
             sampler = _Sampler(url, datasource, engine, datasource)
             time.sleep(baseline_s)
-            attack_start = time.monotonic()
+            attack_start, attack_wall = time.monotonic(), time.time()
             with flood_in_background(url, clients=clients, seconds=seconds) as flood:
                 hostile = _hostile_in_background(url, queries, seconds)
                 out, err = hostile.communicate(timeout=seconds + 240)
@@ -171,6 +174,7 @@ def run(clients: int, queries: int, seconds: float, baseline_s: float, rate: int
             time.sleep(baseline_s)
             sampler.stop()
             health = httpx.get(f"{url}/health", timeout=10)
+            engine_events = _query_engine_events(log.read_text(errors="replace"), attack_wall)
             metrics = httpx.get(f"{url}/metrics", auth=READER, timeout=30).text
         finally:
             stop_producing.set()
@@ -187,7 +191,22 @@ def run(clients: int, queries: int, seconds: float, baseline_s: float, rate: int
             "before": sampler.window(attack_start - baseline_s, attack_start),
             "during_attack": sampler.window(attack_start, attack_end),
             "after": sampler.window(attack_end, attack_end + baseline_s),
-            "health_after": [health.status_code, health.json()]}
+            "health_after": [health.status_code, health.json()], "query_engine_events": engine_events}
+
+
+def _query_engine_events(log: str, attack_wall: float) -> list[str]:
+    """The overlord log's query engine kills and starts, each with its time in seconds after the attack began."""
+    from datetime import datetime
+
+    events = []
+    for line in log.splitlines():
+        if "query engine" in line and (" killed" in line or " started" in line):
+            try:
+                at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").astimezone().timestamp() - attack_wall
+            except ValueError:
+                continue
+            events.append(f"{at:+.1f} s: {line[24:200]}")
+    return events
 
 
 def main() -> int:
@@ -218,7 +237,9 @@ def main() -> int:
         print(f"{phase:>13}: ingestion committed {figures['committed_per_s']:,} records/s; logged-in status "
               f"p50 {latency['p50_ms']} / p95 {latency['p95_ms']} / max {latency['max_ms']} ms "
               f"({latency['requests']} requests)")
+        print(f"{'':>15}slowest (ms, s into the phase): {figures['slowest_ms_at_s']}")
     print(f"flood: {result['flood']['requests']:,} requests, statuses {result['flood']['statuses']}")
+    print("query engine: " + "; ".join(result["query_engine_events"]))
     hostile = result["hostile_queries"]
     print(f"hostile queries from {hostile['clients']} clients: {hostile['answers_by_status']}; query engine "
           f"restarts {hostile['query_engine_restarts']:.0f}; /health after: {result['health_after']}")

@@ -13,9 +13,9 @@ hash-password``) and SHA-256 digests of tokens (``overlord auth new-token``), ne
      "tokens": {"ci": {"role": "read", "tokenSha256": "9f86d0..."}}}
 
 An argon2 check costs tens of milliseconds and 64 MiB, so its outcome, success or failure, is
-remembered (by an HMAC of the credentials) for :data:`REMEMBER_S`, and checks run on a few threads
-of their own, a bounded number waiting (:class:`Authenticator`); a rotated password takes effect at
-the next restart.
+remembered (by an HMAC of the credentials) for :data:`REMEMBER_S`, and checks run in a low-priority
+process of their own, a bounded number waiting (:class:`Authenticator`); a rotated password takes
+effect at the next restart.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ import base64
 import hashlib
 import hmac
 import json
+import multiprocessing
 import os
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Literal
 
@@ -60,7 +62,7 @@ MAX_REMEMBERED = 10_000
 """The most verified, and the most refused, credentials remembered; the oldest are forgotten first."""
 
 HASH_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
-"""Threads that run argon2 checks: half the cores, 1 to 4 (each check holds 64 MiB while it runs)."""
+"""Processes that run argon2 checks: half the cores, 1 to 4 (each check holds 64 MiB while it runs)."""
 
 MAX_WAITING = 8
 """Password checks that may wait for a hashing thread; more get a 429 at once."""
@@ -135,10 +137,12 @@ class Authenticator:
     - credentials verified in the last :data:`REMEMBER_S` are answered from memory, and so are
       credentials refused in that time (the same user and wrong password again);
     - bearer tokens and malformed headers cost a SHA-256 or nothing;
-    - the rest wait for one of :data:`HASH_WORKERS` threads of their own (not the shared pool the
-      routes run in), at most :data:`MAX_WAITING` of them; past that the answer is :data:`BUSY` (a
-      429) at once. Those threads run at the lowest CPU priority. A flood of wrong passwords thus
-      costs idle CPU and ~100 MiB, and never delays credentials already verified.
+    - the rest wait for one of :data:`HASH_WORKERS` hashing processes, at most :data:`MAX_WAITING`
+      of them; past that the answer is :data:`BUSY` (a 429) at once. Those processes run at the
+      lowest CPU priority, and in processes of their own their 64 MiB maps and unmaps cannot stall
+      the overlord's threads (as threads they did: a nice-19 thread preempted while the kernel held
+      the process's memory-map lock for it kept a logged-in request waiting 0.5-0.9 s). A flood of
+      wrong passwords thus costs idle CPU and ~100 MiB, and never delays credentials already verified.
 
     An unknown user is checked against a decoy hash, through the same queue: the answer takes as long
     as for a known user, so timing does not tell which users exist.
@@ -153,8 +157,8 @@ class Authenticator:
         self._decoy = _hasher.hash(secrets.token_hex(16))
         self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
-        self._hashing = ThreadPoolExecutor(max_workers=hash_workers, thread_name_prefix="argon2",
-                                           initializer=_yield_the_cpu)
+        self._hash_workers = hash_workers
+        self._hashing = self._hashing_processes()
         self._max_in_line = hash_workers + max_waiting
         self._in_line = 0  # checks queued or running; changed only on the event loop
 
@@ -194,21 +198,29 @@ class Authenticator:
             return None
         if self._in_line >= self._max_in_line:
             return BUSY
+        user, password = credentials
+        entry = self._users.get(user)  # an unknown user costs a hash check too: timing does not tell who exists
         self._in_line += 1
         try:
-            role = await asyncio.wrap_future(self._hashing.submit(self._verify, *credentials))
+            matches = await asyncio.wrap_future(self._hashing.submit(
+                _password_matches, entry.password_hash if entry else self._decoy, password))
+        except BrokenProcessPool:  # a hashing process died (killed, out of memory): start new ones
+            self._hashing = self._hashing_processes()
+            return BUSY
         finally:
             self._in_line -= 1
+        role = entry.role if entry and matches else None
         self._remember(authorization, role)
         return role
 
-    def _verify(self, user: str, password: str) -> Role | None:
-        entry = self._users.get(user)
-        try:  # an unknown user costs a hash check too: the time taken does not tell which users exist
-            _hasher.verify(entry.password_hash if entry else self._decoy, password)
-        except (VerificationError, InvalidHashError):
-            return None
-        return entry.role if entry else None
+    def _hashing_processes(self) -> ProcessPoolExecutor:
+        """The processes that check passwords (started at the first check, by spawn: nothing of this one copied)."""
+        return ProcessPoolExecutor(max_workers=self._hash_workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_yield_the_cpu)
+
+    def close(self) -> None:
+        """Stop the hashing processes."""
+        self._hashing.shutdown(wait=False, cancel_futures=True)
 
     def _remember(self, authorization: str, role: Role | None) -> None:
         key, until = self._digest(authorization), time.monotonic() + REMEMBER_S
@@ -226,15 +238,16 @@ class Authenticator:
 
 
 def _yield_the_cpu() -> None:
-    """Run this thread, and the threads argon2 starts from it for its lanes, at nice 19 (Linux: per thread).
+    """Run this hashing process at nice 19: password checks take the CPU only when nothing else wants it."""
+    os.nice(19)
 
-    Password checks then take the CPU only when nothing else wants it: a flood of them cannot slow the
-    event loop or the routes, whatever the number of cores.
-    """
+
+def _password_matches(password_hash: str, password: str) -> bool:
+    """The argon2 check, in a hashing process."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # not Linux, or not allowed: checks run at normal priority
-        pass
+        return bool(_hasher.verify(password_hash, password))
+    except (VerificationError, InvalidHashError):
+        return False
 
 
 def _basic_credentials(value: str) -> tuple[str, str] | None:

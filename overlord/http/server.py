@@ -9,6 +9,7 @@ nothing is half-published. The process then exits 0.
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import uvicorn
@@ -51,6 +52,19 @@ def authenticator_for(settings: Settings, insecure_open: bool) -> Authenticator 
     return None
 
 
+def freeze_the_startup_heap() -> None:
+    """Exempt what startup built (PySpark, SQLAlchemy, FastAPI, pydantic) from the cyclic GC.
+
+    It lives as long as the process, yet every full collection walked it: under a flood of
+    requests the overlord ran one every few seconds, 95-200 ms each with the GIL held, and a
+    logged-in status request waited for it (max 500-940 ms). Frozen (:func:`gc.freeze`), later
+    collections walk only what was allocated since. Reference counting still frees frozen objects.
+    """
+    gc.collect()
+    gc.freeze()
+    logger.info("startup heap frozen: %d objects exempt from the cyclic GC", gc.get_freeze_count())
+
+
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdown_grace: float = 30.0,
           before_publish: BeforePublish | None = None, insecure_open: bool = False,
           ssl: tuple[str, str | None] | None = None) -> int:
@@ -81,6 +95,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
         logger.info("Host and Origin accepted: %s the address a connection arrives at (and the localhost names on "
                     "loopback)", f"OVERLORD_PUBLIC_URLS {', '.join(settings.public_urls)} and" if settings.public_urls
                     else "only")
+        freeze_the_startup_heap()
         try:
             uvicorn.Server(config).run()
         except KeyboardInterrupt:
@@ -89,6 +104,8 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
     finally:
         if app is not None:
             app.state.queries.stop()
+        if authenticator is not None:
+            authenticator.close()
         if started:
             overlord.stop(shutdown_grace)
         spark.stop()
