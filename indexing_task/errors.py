@@ -1,6 +1,6 @@
 """Errors of the indexing task."""
 
-__all__ = ["IndexingError", "RangeNotReadableError", "TaskStopped", "TooManyParseErrors"]
+__all__ = ["IndexingError", "RangeNotReadableError", "TaskStopped", "TooManyParseErrors", "TopicRecreated"]
 
 
 class IndexingError(Exception):
@@ -17,3 +17,7 @@ class TooManyParseErrors(IndexingError):
 
 class TaskStopped(IndexingError):
     """The task was asked to stop (shutdown, reset, shutdown request) and did not publish."""
+
+
+class TopicRecreated(IndexingError):
+    """A partition's topic has another ID than when its offsets were committed: the task does not publish."""

@@ -20,13 +20,24 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
-from indexing_task.errors import TaskStopped, TooManyParseErrors
+from indexing_task.errors import TaskStopped, TooManyParseErrors, TopicRecreated
 from indexing_task.ranges import plan_splits, spark_tasks
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup import RollupSchema
+from indexing_task.watermarks import stream_topic_ids
 from indexing_task.worker import TaskPayload, run_splits
-from segment_store import DeepStorage, Offsets, Partition, PublishOutcome, PublishRequest, SegmentDescriptor, publish
+from segment_store import (
+    DeepStorage,
+    Offsets,
+    Partition,
+    PublishOutcome,
+    PublishRequest,
+    SegmentDescriptor,
+    check_topic_ids,
+    kafka_partition,
+    publish,
+)
 from segment_store.value_types import widest_types
 from specs import SupervisorSpec
 
@@ -90,6 +101,21 @@ class TaskReport:
         return self.records - self.unparseable - self.thrown_away
 
 
+def _require_same_topics(engine: sa.Engine, request: IndexTaskRequest, properties: Mapping[str, Any]) -> None:
+    """:class:`TopicRecreated` if a partition's topic has another ID now than when its offsets were committed.
+
+    Checked after reading: a topic re-created before or while the task read it has a new ID now,
+    and what the task read may be the new topic's records under the old topic's offsets.
+    """
+    io = request.spec.spec.io_config
+    topics = {p: kafka_partition(p, io.topic)[0] for p in request.start_offsets}
+    ids = stream_topic_ids(properties, set(topics.values()))
+    changed = check_topic_ids(engine, request.spec.datasource, {p: ids[t] for p, t in topics.items() if t in ids})
+    if changed:
+        raise TopicRecreated(f"task {request.task_id}: the topic of partitions {sorted(map(str, changed))} was "
+                             "re-created since their offsets were committed; nothing was published")
+
+
 def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskRequest,
                    stop: threading.Event | None = None, before_publish: BeforePublish | None = None) -> TaskReport:
     """Index the request's ranges and publish them. Raises on a failed job or too many bad records.
@@ -138,6 +164,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         before_publish(request)
     if stop is not None and stop.is_set():
         raise TaskStopped(f"task {request.task_id} was stopped before publishing; nothing was published")
+    _require_same_topics(engine, request, properties)
 
     started = time.monotonic()
     outcome = publish(engine, PublishRequest(

@@ -388,3 +388,28 @@ def test_avro_values_are_ingested_through_the_broker(stack, engine, spark, make_
     for r in published_table(engine, datasource).to_pylist():
         totals[r["city"]] += r["v"]
     assert totals == {"Bonn": sum(i for i in range(20) if i % 4 == 0), None: sum(i for i in range(20) if i % 4)}
+
+
+def test_a_topic_re_created_while_a_task_reads_it_publishes_nothing(stack, engine, spark, make_topic, datasource,
+                                                                    deep_storage):
+    """The task's range was planned against the old topic; what it read may be the new one's: nothing is published."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from indexing_task.errors import TopicRecreated
+
+    topic = make_topic(1)
+    produce(stack.bootstrap_servers, topic, make_sample_events(5, bad_every=0).records, 1)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+
+    def re_create(_request: IndexTaskRequest) -> None:
+        for future in admin.delete_topics([topic]).values():
+            future.result(timeout=10)
+        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+            future.result(timeout=10)
+
+    with pytest.raises(TopicRecreated, match="re-created"):
+        run_index_task(spark, engine, request, before_publish=re_create)
+    assert used_segments(engine, datasource) == []
+    stored = committed_offsets(engine, datasource)
+    assert stored is not None and dict(stored.offsets) == {0: 0}

@@ -55,10 +55,9 @@ def authenticator_for(settings: Settings, insecure_open: bool) -> Authenticator 
 def freeze_the_startup_heap() -> None:
     """Exempt what startup built (PySpark, SQLAlchemy, FastAPI, pydantic) from the cyclic GC.
 
-    It lives as long as the process, yet every full collection walked it: under a flood of
-    requests the overlord ran one every few seconds, 95-200 ms each with the GIL held, and a
-    logged-in status request waited for it (max 500-940 ms). Frozen (:func:`gc.freeze`), later
-    collections walk only what was allocated since. Reference counting still frees frozen objects.
+    It lives as long as the process, yet every full collection walked it: 95-200 ms each with
+    the GIL held, every request waiting meanwhile. Frozen (:func:`gc.freeze`), later collections
+    walk only what was allocated since. Reference counting still frees frozen objects.
     """
     gc.collect()
     gc.freeze()
