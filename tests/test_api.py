@@ -7,6 +7,7 @@ tests to whatever other test modules left behind.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -502,14 +503,63 @@ def test_cli_client_against_the_server(api: Api, stack: DevStack, make_topic, da
     assert compacted.returncode == 0 and compacted.stdout.startswith("compaction task"), compacted.stderr
 
     bad = overlord_cli("supervisor", "submit", str(bad_file), "--url", api.url)
-    assert bad.returncode == 1 and "HTTP 400" in bad.stderr and "spec.ioConfig.taskCount" in bad.stderr
+    assert bad.returncode == 2 and "HTTP 400" in bad.stderr and "spec.ioConfig.taskCount" in bad.stderr
     assert "Traceback" not in bad.stderr
     missing = overlord_cli("supervisor", "status", "nope", "--url", api.url)
-    assert missing.returncode == 1 and "HTTP 404" in missing.stderr and "no supervisor 'nope'" in missing.stderr
+    assert missing.returncode == 2 and "HTTP 404" in missing.stderr and "no supervisor 'nope'" in missing.stderr
     unreachable = overlord_cli("supervisor", "list", "--url", f"http://127.0.0.1:{free_port()}")
     assert unreachable.returncode == 1 and "cannot reach the overlord" in unreachable.stderr
     terminated = overlord_cli("supervisor", "terminate", datasource, "--url", api.url)
     assert terminated.returncode == 0 and datasource not in api.get("/supervisor")
+
+
+def test_the_cli_for_scripts_prints_json_exits_by_one_scheme_and_keeps_stderr_quiet(
+        api: Api, stack: DevStack, make_topic, datasource, tmp_path: Path):
+    topic = make_topic(2)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec_json(datasource, topic)))
+    bad_file = tmp_path / "bad.json"
+    bad_file.write_text(json.dumps(spec_json(datasource, "t", taskCount=-1)))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return overlord_cli("supervisor", *args, "--url", api.url)
+
+    submitted = cli("submit", str(spec_file), "--json")
+    assert submitted.returncode == 0 and json.loads(submitted.stdout)["id"] == datasource, submitted.stderr
+    assert submitted.stderr == ""  # no library log lines (httpx's INFO) unless -v
+    produce(stack.bootstrap_servers, topic, make_sample_events(100, bad_every=0).records, 2)
+    wait_until(lambda: committed_total(api.engine, datasource) == 100, "the publish", 60)
+    status = json.loads(cli("status", datasource, "--json").stdout)
+    assert status["id"] == datasource and sum(status["payload"]["committedOffsets"].values()) == 100
+    assert json.loads(cli("list", "--json").stdout)[0]["id"] == datasource
+    assert json.loads(cli("history", datasource, "--json").stdout)[0]["version"]
+    assert json.loads(cli("stats", datasource, "--json").stdout)
+    assert json.loads(cli("tasks", "--datasource", datasource, "--json").stdout)[0]["dataSource"] == datasource
+
+    latest = status["payload"]["latestOffsets"]["0"]
+    beyond = cli("reset-offsets", datasource, "0=99999999")  # would halt the partition: refused, naming it
+    assert beyond.returncode == 2 and 'partitions.partitionOffsetMap["0"]' in beyond.stderr, beyond.stderr
+    assert f"latest offset {latest}" in beyond.stderr
+    assert committed_offsets(api.engine, datasource).offsets == {0: latest, 1: 100 - latest}
+
+    # one exit-code scheme: 2 the request was refused (fix it), 1 the service failed or was unreachable
+    assert cli("submit", str(bad_file)).returncode == 2
+    assert cli("status", "nope").returncode == 2
+    assert overlord_cli("supervisor", "list", "--url", f"http://127.0.0.1:{free_port()}").returncode == 1
+    assert cli("suspend-all").returncode == 0 and api.get(f"/supervisor/{datasource}/status")["payload"]["suspended"]
+    assert cli("resume-all").returncode == 0 and not api.get(f"/supervisor/{datasource}/status")["payload"][
+        "suspended"]
+    assert cli("terminate-all", "--json").returncode == 0 and api.get("/supervisor") == []
+
+
+def test_cli_partition_offsets_address_a_topic_patterns_partitions():
+    from overlord.cli.client import _partition_offset
+
+    assert _partition_offset("0=1500") == ("0", 1500)
+    assert _partition_offset("clicks-eu:3=7") == ("clicks-eu:3", 7)
+    for wrong in ("zero", "0=-1", "bad topic:0=1", ":0=1", "t:x=1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="PARTITION=OFFSET"):
+            _partition_offset(wrong)
 
 
 def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, engine: sa.Engine, make_topic,

@@ -99,7 +99,7 @@ def test_an_auth_file_with_plain_passwords_is_refused(tmp_path: Path):
 def test_the_command_line_client_sends_credentials_from_the_environment(secured):
     url, _app = secured
     anonymous = overlord_cli("supervisor", "list", "--url", url)
-    assert anonymous.returncode == 1 and "401" in anonymous.stderr
+    assert anonymous.returncode == 2 and "401" in anonymous.stderr and "OVERLORD_USER" in anonymous.stderr
     listed = overlord_cli("supervisor", "list", "--url", url,
                           env={"OVERLORD_USER": READER[0], "OVERLORD_PASSWORD": READER[1]})
     assert listed.returncode == 0, listed.stderr

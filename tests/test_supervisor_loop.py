@@ -608,3 +608,14 @@ def test_resetting_one_partition_of_a_re_created_topic_leaves_the_others_stopped
     finish(runner, task, "conflict")
     sup.run_once()
     assert sup.status.stopped_partitions == {}
+
+
+def test_a_rate_in_the_first_minute_divides_by_the_time_counted_not_the_whole_window():
+    """A steady 500 records/s for the first 30 s: 500/s, not 250 (the window's 60 s had not passed)."""
+    from overlord.supervisor.loop import Counters
+
+    counters = Counters(started=1000.0)
+    for i in range(30 * 2):
+        counters.count_processed(now=1000.0 + (i + 1) / 2, records=250)
+    assert counters.rate(1030.0, 60) == pytest.approx(500, rel=0.02)
+    assert counters.rate(1030.0, 900) == pytest.approx(500, rel=0.02)

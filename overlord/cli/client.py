@@ -1,8 +1,11 @@
 """``overlord serve`` and ``overlord supervisor ...``: the command line of the overlord's HTTP API.
 
 The ``supervisor`` commands talk to a running overlord at ``--url`` (default: ``$OVERLORD_URL``
-or ``http://127.0.0.1:8090``). A 4xx/5xx answer is printed with the server's error message
-(and the JSON path of each bad field) and the command exits 1.
+or ``http://127.0.0.1:8090``). ``--json`` prints the overlord's answer as JSON instead of a table.
+A refusal is printed with the server's error message (and the JSON path of each bad field).
+Exit codes, as every ``overlord`` command's: 0 done; 2 the request was refused (a 4xx other
+than 429: bad input, unknown id, no permission; fix it); 1 it failed (unreachable, 429, 5xx;
+retrying may help); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import argparse
 import functools
 import getpass
+import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +36,15 @@ PREFIX = "/druid/indexer/v1"
 class ClientError(OverlordError):
     """The overlord could not be reached or refused the request; the message is the server's."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def exit_code(self) -> int:
+        """2 if the request was refused as it stands (a 4xx but 429), else 1 (see the module's docstring)."""
+        return 2 if self.status is not None and 400 <= self.status < 500 and self.status != 429 else 1
+
 
 class OverlordClient:
     """A thin synchronous client of ``/druid/indexer/v1``."""
@@ -46,7 +60,7 @@ class OverlordClient:
         except httpx.HTTPError as exc:
             raise ClientError(f"cannot reach the overlord at {self.url}: {exc}") from None
         if response.status_code >= 400:
-            raise ClientError(_error_message(response))
+            raise ClientError(_error_message(response), response.status_code)
         return response.json()
 
 
@@ -70,6 +84,8 @@ class _Bearer(httpx.Auth):
 
 def _error_message(response: httpx.Response) -> str:
     head = f"the overlord answered HTTP {response.status_code}"
+    if response.status_code == 401:
+        head += " (set OVERLORD_USER and OVERLORD_PASSWORD, or OVERLORD_TOKEN)"
     try:
         body = response.json()
     except ValueError:
@@ -119,114 +135,133 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-Command = Callable[[OverlordClient, argparse.Namespace], str]
+Output = tuple[str, Any]
+"""What a command prints: text for people, and the data ``--json`` prints instead."""
+Command = Callable[[OverlordClient, argparse.Namespace], Output]
 
 
 def _run(command: Command) -> Callable[[argparse.Namespace], int]:
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
         try:
-            print(command(OverlordClient(args.url), args))
+            text, data = command(OverlordClient(args.url), args)
         except ClientError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 1
+            return exc.exit_code
+        print(json.dumps(data, indent=2) if args.json else text)
         return 0
 
     return run
 
 
-def _submit(client: OverlordClient, args: argparse.Namespace) -> str:
+def _submit(client: OverlordClient, args: argparse.Namespace) -> Output:
     try:
         raw = Path(args.file).read_bytes()
     except OSError as exc:
         raise ClientError(f"cannot read {args.file}: {exc.strerror}") from None
     answer = client.request("POST", "/supervisor", content=raw, headers={"Content-Type": "application/json"})
     ignored = answer.get("ignoredFields") or []
-    return f"supervisor {answer['id']} submitted" + (f"; without effect: {', '.join(ignored)}" if ignored else "")
+    return (f"supervisor {answer['id']} submitted" + (f"; without effect: {', '.join(ignored)}" if ignored else ""),
+            answer)
 
 
-def _list(client: OverlordClient, _args: argparse.Namespace) -> str:
+def _list(client: OverlordClient, _args: argparse.Namespace) -> Output:
     entries = client.request("GET", "/supervisor", params={"state": "true"})
-    if not entries:
-        return "no supervisors"
     rows = [["id", "state", "detailed state", "healthy", "suspended"]]
     rows += [[e["id"], e["state"], e["detailedState"], "yes" if e["healthy"] else "NO",
               "yes" if e["suspended"] else "no"] for e in entries]
-    return _table(rows)
+    return _table(rows) if entries else "no supervisors", entries
 
 
 def _path(supervisor_id: str, tail: str = "") -> str:
     return f"/supervisor/{quote(supervisor_id, safe='')}{tail}"
 
 
-def _status(client: OverlordClient, args: argparse.Namespace) -> str:
+def _status(client: OverlordClient, args: argparse.Namespace) -> Output:
     if not args.watch:
-        return format_status(client.request("GET", _path(args.id, "/status")))
+        status = client.request("GET", _path(args.id, "/status"))
+        return format_status(status), status
     try:
-        while True:  # a live view: redraw every --every seconds until Ctrl-C
-            shown = format_status(client.request("GET", _path(args.id, "/status")))
-            print(f"\x1b[H\x1b[2J{time.strftime('%H:%M:%S')}  (every {args.every:g} s; Ctrl-C stops)\n{shown}",
-                  flush=True)
+        while True:  # a live view: redraw every --every seconds until Ctrl-C (with --json: one line each time)
+            status = client.request("GET", _path(args.id, "/status"))
+            print(json.dumps(status) if args.json else f"\x1b[H\x1b[2J{time.strftime('%H:%M:%S')}  "
+                  f"(every {args.every:g} s; Ctrl-C stops)\n{format_status(status)}", flush=True)
             time.sleep(args.every)
     except KeyboardInterrupt:
-        return ""
+        return "", None
 
 
-def _history(client: OverlordClient, args: argparse.Namespace) -> str:
+def _history(client: OverlordClient, args: argparse.Namespace) -> Output:
     rows = [["version", "topic", "taskCount", "state"]]
-    for entry in client.request("GET", _path(args.id, "/history")):
+    history = client.request("GET", _path(args.id, "/history"))
+    for entry in history:
         io = entry["spec"].get("spec", {}).get("ioConfig", {})
         state = "terminated" if entry["terminated"] else ("suspended" if entry["suspended"] else "running")
         rows.append([entry["version"], str(io.get("topic", "")), str(io.get("taskCount", "")), state])
-    return _table(rows) if len(rows) > 1 else f"no history for {args.id}"
+    return _table(rows) if len(rows) > 1 else f"no history for {args.id}", history
 
 
-def _stats(client: OverlordClient, args: argparse.Namespace) -> str:
-    [(_group, by_id)] = client.request("GET", _path(args.id, "/stats")).items()
+def _stats(client: OverlordClient, args: argparse.Namespace) -> Output:
+    answer = client.request("GET", _path(args.id, "/stats"))
+    [(_group, by_id)] = answer.items()
     stats = by_id[args.id]
     totals, rates = stats["totals"]["buildSegments"], stats["movingAverages"]["buildSegments"]
     rows = [["", "processed", "unparseable", "thrown away"],
             ["total", *(str(totals[k]) for k in ("processed", "unparseable", "thrownAway"))]]
     return _table(rows) + "\n" + "records/s: " + ", ".join(
-        f"{window} {rate['processed']:g}" for window, rate in rates.items())
+        f"{window} {rate['processed']:g}" for window, rate in rates.items()), answer
 
 
-def _tasks(client: OverlordClient, args: argparse.Namespace) -> str:
+def _tasks(client: OverlordClient, args: argparse.Namespace) -> Output:
     params = {k: v for k, v in (("datasource", args.datasource), ("state", args.state), ("max", args.max)) if v}
+    tasks = client.request("GET", "/tasks", params=params)
     rows = [["task", "type", "datasource", "status", "seconds", "detail"]]
     rows += [[t["id"], t["type"], t["dataSource"], t["status"],
               "running" if t["duration"] < 0 else f"{t['duration'] / 1000:.1f}", (t.get("statusDetail") or "")[:80]]
-             for t in client.request("GET", "/tasks", params=params)]
-    return _table(rows) if len(rows) > 1 else "no tasks"
+             for t in tasks]
+    return _table(rows) if len(rows) > 1 else "no tasks", tasks
 
 
-def _reset_offsets(client: OverlordClient, args: argparse.Namespace) -> str:
+def _reset_offsets(client: OverlordClient, args: argparse.Namespace) -> Output:
     topic, offsets = client.request("GET", _path(args.id, "/status"))["payload"]["stream"], dict(args.offsets)
     body = {"type": "kafka", "partitions": {"type": "end", "stream": topic, "partitionOffsetMap": offsets}}
-    client.request("POST", _path(args.id, "/resetOffsets"), json=body)
-    return f"supervisor {args.id}: committed offsets of topic {topic} set to {_offsets(offsets)}"
+    answer = client.request("POST", _path(args.id, "/resetOffsets"), json=body)
+    return f"supervisor {args.id}: committed offsets of topic {topic} set to {_offsets(offsets)}", {
+        **answer, "partitionOffsetMap": offsets}
 
 
-def _compact(client: OverlordClient, args: argparse.Namespace) -> str:
+def _compact(client: OverlordClient, args: argparse.Namespace) -> Output:
     body = {k: v for k, v in (("interval", args.interval), ("maxRowsPerSegment", args.max_rows_per_segment)) if v}
     answer = client.request("POST", f"/compact/{quote(args.id, safe='')}", json=body, timeout=None)
     rows = [["interval", "segments", "rows", "status"]]
     rows += [[i["interval"], f"{i['inputSegments']} -> {i['outputSegments']}", f"{i['inputRows']} -> {i['outputRows']}",
               i["status"]] for i in answer["intervals"]]
-    return f"compaction task {answer['task']}:\n" + (_table(rows) if len(rows) > 1 else "nothing to compact")
+    return f"compaction task {answer['task']}:\n" + (_table(rows) if len(rows) > 1 else "nothing to compact"), answer
+
+
+_PARTITION = re.compile(r"(?:[A-Za-z0-9._-]{1,249}:)?[0-9]+")
+"""A partition number, or ``topic:number`` for a topicPattern's."""
 
 
 def _partition_offset(text: str) -> tuple[str, int]:
-    partition, sep, offset = text.partition("=")
-    if not sep or not partition.isdigit() or not offset.lstrip("-").isdigit():
-        raise argparse.ArgumentTypeError(f"expected PARTITION=OFFSET, e.g. 0=1500; got {text!r}")
+    partition, sep, offset = text.rpartition("=")
+    if not sep or not _PARTITION.fullmatch(partition) or not offset.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected PARTITION=OFFSET (a topicPattern's partition as TOPIC:PARTITION), e.g. 0=1500 or "
+            f"clicks:0=1500; got {text!r}")
     return partition, int(offset)
 
 
 def _action(action: str, done: str) -> Command:
-    def act(client: OverlordClient, args: argparse.Namespace) -> str:
-        client.request("POST", _path(args.id, f"/{action}"))
-        return f"supervisor {args.id} {done}"
+    def act(client: OverlordClient, args: argparse.Namespace) -> Output:
+        return f"supervisor {args.id} {done}", client.request("POST", _path(args.id, f"/{action}"))
+
+    return act
+
+
+def _action_on_all(action: str, done: str) -> Command:
+    def act(client: OverlordClient, _args: argparse.Namespace) -> Output:
+        return f"every supervisor {done}", client.request("POST", f"/supervisor/{action}")
 
     return act
 
@@ -283,6 +318,7 @@ def add_commands(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=os.environ.get("OVERLORD_URL", DEFAULT_URL),
                         help=f"overlord base URL (default: $OVERLORD_URL or {DEFAULT_URL})")
+    common.add_argument("--json", action="store_true", help="print the overlord's answer as JSON")
     supervisor = sub.add_parser("supervisor", help="manage supervisors of a running overlord over HTTP")
     commands = supervisor.add_subparsers(dest="supervisor_command", required=True)
     submit = commands.add_parser("submit", parents=[common], help="create or update a supervisor from a spec file")
@@ -308,11 +344,17 @@ def add_commands(sub: Any) -> None:
     parsers["status"].add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
     parsers["status"].add_argument("--every", type=float, default=2.0, metavar="SECONDS",
                                    help="--watch's refresh interval (default: %(default)s)")
-    parsers["reset-offsets"].add_argument("offsets", nargs="+", type=_partition_offset, metavar="PARTITION=OFFSET")
+    parsers["reset-offsets"].add_argument("offsets", nargs="+", type=_partition_offset, metavar="PARTITION=OFFSET",
+                                          help="the next offset to read of each partition (TOPIC:PARTITION=OFFSET "
+                                               "for a topicPattern's); it must lie within what the topic holds")
+    for name, (action, done) in {"suspend-all": ("suspendAll", "suspended"), "resume-all": ("resumeAll", "resumed"),
+                                 "terminate-all": ("terminateAll", "terminated")}.items():
+        commands.add_parser(name, parents=[common], help=f"Druid's {action}: every supervisor {done}").set_defaults(
+            func=_run(_action_on_all(action, done)))
     parsers["compact"].add_argument("--interval", help="START/END (ISO-8601): only intervals inside it")
     parsers["compact"].add_argument("--max-rows-per-segment", type=int, help="default: the spec's")
     tasks = commands.add_parser("tasks", parents=[common], help="tasks, newest first")
-    tasks.add_argument("--datasource")
-    tasks.add_argument("--state", choices=["running", "complete", "success", "failed"])
-    tasks.add_argument("--max", type=int, default=50)
+    tasks.add_argument("--datasource", help="only this datasource's tasks")
+    tasks.add_argument("--state", choices=["running", "complete", "success", "failed"], help="only tasks in this state")
+    tasks.add_argument("--max", type=int, default=50, help="at most this many (default: %(default)s)")
     tasks.set_defaults(func=_run(_tasks))

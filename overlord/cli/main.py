@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if not args.verbose:  # each HTTP request of the client at INFO is noise to a script reading stderr
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     # A supervisor woken while it runs is skipped once by APScheduler and rerun right after: not news.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     _exit_on_sigterm()

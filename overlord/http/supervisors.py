@@ -99,6 +99,26 @@ def supervisor_routes(out: Replies) -> APIRouter:
             raise ApiError(400, f"[{supervisor_id}] is already {'suspended' if suspend else 'running'}")
         return reply(spec_view(overlord.set_suspended(supervisor_id, suspend).status))
 
+    @router.post(f"{PREFIX}/supervisor/suspendAll", tags=["supervisors"], summary="Suspend every running supervisor")
+    def suspend_all() -> Response:
+        for status in supervisors():
+            if not status.suspended:
+                overlord.set_suspended(status.id, True)
+        return reply({"status": "success"})
+
+    @router.post(f"{PREFIX}/supervisor/resumeAll", tags=["supervisors"], summary="Resume every suspended supervisor")
+    def resume_all() -> Response:
+        for status in supervisors():
+            if status.suspended:
+                overlord.set_suspended(status.id, False)
+        return reply({"status": "success"})
+
+    @router.post(f"{PREFIX}/supervisor/terminateAll", tags=["supervisors"], summary="Terminate every supervisor")
+    def terminate_all() -> Response:
+        for status in supervisors():
+            overlord.terminate(status.id)
+        return reply({"status": "success"})
+
     @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/suspend", tags=["supervisors"], summary="Stop launching tasks")
     def suspend(supervisor_id: str) -> Response:
         return suspend_or_resume(supervisor_id, True)
@@ -127,11 +147,19 @@ def supervisor_routes(out: Replies) -> APIRouter:
         except ValueError as exc:
             raise ApiError(400, f"partitions.partitionOffsetMap: {exc}",
                            [("partitions.partitionOffsetMap", str(exc))]) from None
-        known = set(sup.status.latest)
+        status = sup.status
+        known = set(status.latest)
         unknown = [str(p) for p in offsets if (known and p not in known) or not reads_partition(sup.spec, p)]
         if unknown:
             raise ApiError(400, f"{topic!r} has no partitions {unknown}; it has {sorted(map(str, known))}",
                            [(f"partitions.partitionOffsetMap{key_path(p)}", "no such partition") for p in unknown])
+        outside = [(f"partitions.partitionOffsetMap{key_path(str(p))}",
+                    f"offset {o} is outside what partition {p} holds: from its earliest offset "
+                    f"{status.earliest.get(p, 0)} to its latest offset {status.latest[p]}")
+                   for p, o in offsets.items() if p in status.latest
+                   and not status.earliest.get(p, 0) <= o <= status.latest[p]]
+        if outside:  # it would stop the partition (out of range) rather than read from there
+            raise ApiError(400, "; ".join(message for _, message in outside), outside)
         try:  # offsets of another stream are forgotten by a full reset first, never mixed with these
             committed_for(sup.spec, committed_offsets(overlord.engine, sup.spec.datasource))
         except TopicChanged as exc:

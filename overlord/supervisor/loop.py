@@ -122,6 +122,8 @@ HISTORY_STEP_S = 2.0
 
 @dataclass
 class Counters:
+    started: float = 0.0
+    """When counting began (monotonic): a window reaching back before it counts only the time since."""
     processed: int = 0
     unparseable: int = 0
     thrown_away: int = 0
@@ -141,7 +143,8 @@ class Counters:
 
     def rate(self, now: float, window_s: float) -> float:
         """Processed records per second over the last ``window_s`` seconds (at most the horizon)."""
-        return sum(n for second, n in self.per_second if now - second <= window_s) / window_s
+        counted = sum(n for second, n in self.per_second if now - second <= window_s)
+        return counted / max(1.0, min(window_s, now - self.started))
 
 
 class Supervisor:
@@ -160,7 +163,7 @@ class Supervisor:
         self.lock = threading.RLock()
         self.active: dict[str, ActiveTask] = {}
         self.groups: dict[int, GroupState] = {}
-        self.counters = Counters()
+        self.counters = Counters(started=ctx.clock())
         self.discovered: dict[str, str] = {}
         """The dimensions of the rows published since the overlord started and their (widest) types, in order
         of discovery."""
