@@ -109,7 +109,7 @@ def _check(swap: CompactionSwap, rows: Sequence[Any]) -> tuple[SwapOutcome | Non
 
 def _swap_in(conn: sa.Connection, swap: CompactionSwap, storage: DeepStorage | None) -> SwapOutcome:
     lock_offsets_row(conn, swap.datasource, topic=None)  # the publish transaction's lock
-    missing = [seg.path for seg in swap.segments if storage is not None and not storage.exists(seg.path)]
+    missing = storage.missing(seg.path for seg in swap.segments) if storage is not None else []
     if missing:  # swept as orphans by cleanup before the swap took the lock: compact again
         return SwapOutcome("retryable", f"datasource {swap.datasource!r} interval {swap.interval_label}: "
                            f"compacted files missing (removed by cleanup?): {', '.join(missing[:3])}")

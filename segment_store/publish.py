@@ -246,7 +246,7 @@ def _publish_in(conn: sa.Connection, request: PublishRequest, storage: DeepStora
         refused = requirement.validate(found)
         if refused is not None:
             return refused
-    missing = [seg.path for seg in request.segments if storage is not None and not storage.exists(seg.path)]
+    missing = storage.missing(seg.path for seg in request.segments) if storage is not None else []
     if missing:  # cleanup swept them as orphans before this publish took the lock
         return PublishOutcome("fatal", f"datasource {request.datasource!r}: segment files missing (removed "
                               f"by cleanup?): {', '.join(missing[:3])}", found.offsets)
