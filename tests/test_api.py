@@ -299,12 +299,20 @@ def test_suspend_and_resume_flip_suspended(api: Api, make_topic, datasource):
     assert [h["suspended"] for h in api.get(f"/supervisor/{datasource}/history")] == [False, True, False]
 
 
+def produce_and_see(api: Api, datasource: str, topic: str, partition: str) -> None:
+    """Produce 5 records to a suspended supervisor's one-partition topic and wait until its status sees them."""
+    produce(api.overlord.settings.kafka_bootstrap_servers, topic, make_sample_events(5, bad_every=0).records, 1)
+    wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["latestOffsets"].get(partition) == 5,
+               "the 5 records to be seen", 15)
+
+
 def test_reset_offsets_checks_the_stream_and_sets_offsets(api: Api, make_topic, datasource):
     topic = make_topic(1)
     submit(api, spec_json(datasource, topic, useEarliestOffset=True))
     wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["latestOffsets"] != {},
                "the partitions to be seen", 15)
     api.post(f"/supervisor/{datasource}/suspend")  # no task may publish over the offsets set below
+    produce_and_see(api, datasource, topic, "0")
 
     def reset(stream: str, offsets: dict[str, int]) -> httpx.Response:
         return api.post(f"/supervisor/{datasource}/resetOffsets", json={
@@ -314,6 +322,9 @@ def test_reset_offsets_checks_the_stream_and_sets_offsets(api: Api, make_topic, 
     assert wrong.status_code == 400 and [e["path"] for e in wrong.json()["errors"]] == ["partitions.stream"]
     unknown = reset(topic, {"7": 3})
     assert unknown.status_code == 400 and unknown.json()["errors"][0]["path"] == 'partitions.partitionOffsetMap["7"]'
+    beyond = reset(topic, {"0": 6})  # past the latest offset (5): it would only stop the partition
+    assert beyond.status_code == 400 and beyond.json()["errors"][0]["path"] == 'partitions.partitionOffsetMap["0"]'
+    assert "latest offset 5" in beyond.json()["errorMessage"]
     negative = reset(topic, {"0": -1})
     assert negative.status_code == 400 and negative.json()["errors"][0]["path"].startswith("partitions.partition")
     missing = api.post(f"/supervisor/{datasource}/resetOffsets", json={"type": "kafka", "partitions": {}})
@@ -732,6 +743,7 @@ def test_reset_offsets_of_a_topic_pattern_name_topic_and_partition(api: Api, mak
     wait_until(lambda: api.get(f"/supervisor/{datasource}/status")["payload"]["latestOffsets"] != {},
                "the partitions to be seen", 15)
     api.post(f"/supervisor/{datasource}/suspend")
+    produce_and_see(api, datasource, topic, f"{topic}:0")
     status = api.get(f"/supervisor/{datasource}/status")["payload"]
     assert status["stream"] == topic and list(status["latestOffsets"]) == [f"{topic}:0"]
 

@@ -153,6 +153,10 @@ def supervisor_routes(out: Replies) -> APIRouter:
         if unknown:
             raise ApiError(400, f"{topic!r} has no partitions {unknown}; it has {sorted(map(str, known))}",
                            [(f"partitions.partitionOffsetMap{key_path(p)}", "no such partition") for p in unknown])
+        try:  # offsets of another stream are forgotten by a full reset first, never mixed with these
+            committed_for(sup.spec, committed_offsets(overlord.engine, sup.spec.datasource))
+        except TopicChanged as exc:
+            raise ApiError(400, str(exc), [("partitions.stream", str(exc))]) from None
         outside = [(f"partitions.partitionOffsetMap{key_path(str(p))}",
                     f"offset {o} is outside what partition {p} holds: from its earliest offset "
                     f"{status.earliest.get(p, 0)} to its latest offset {status.latest[p]}")
@@ -160,10 +164,6 @@ def supervisor_routes(out: Replies) -> APIRouter:
                    and not status.earliest.get(p, 0) <= o <= status.latest[p]]
         if outside:  # it would stop the partition (out of range) rather than read from there
             raise ApiError(400, "; ".join(message for _, message in outside), outside)
-        try:  # offsets of another stream are forgotten by a full reset first, never mixed with these
-            committed_for(sup.spec, committed_offsets(overlord.engine, sup.spec.datasource))
-        except TopicChanged as exc:
-            raise ApiError(400, str(exc), [("partitions.stream", str(exc))]) from None
         overlord.reset(supervisor_id, offsets)
         return reply({"id": supervisor_id})
 
