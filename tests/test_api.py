@@ -546,6 +546,13 @@ def test_the_cli_for_scripts_prints_json_exits_by_one_scheme_and_keeps_stderr_qu
     assert json.loads(cli("history", datasource, "--json").stdout)[0]["version"]
     assert json.loads(cli("stats", datasource, "--json").stdout)
     assert json.loads(cli("tasks", "--datasource", datasource, "--json").stdout)[0]["dataSource"] == datasource
+    sql = f'SELECT COUNT(*) AS n, SUM("count") AS events FROM "{datasource}"'
+    asked = overlord_cli("query", sql, "--url", api.url, "--json")  # through the running overlord, no Spark here
+    assert asked.returncode == 0 and json.loads(asked.stdout)[0]["events"] == 100, asked.stderr
+    table = overlord_cli("query", sql, "--url", api.url).stdout.splitlines()
+    assert table[0].split() == ["n", "events"] and table[-1] == "(1 row)" and table[1].split()[1] == "100"
+    wrong = overlord_cli("query", "SELECT * FROM nowhere", "--url", api.url)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("query failed: the overlord answered HTTP 400")
 
     latest = status["payload"]["latestOffsets"]["0"]
     beyond = cli("reset-offsets", datasource, "0=99999999")  # would halt the partition: refused, naming it

@@ -33,6 +33,9 @@ def test_index_once_prints_what_it_published(stack, engine, make_topic, datasour
     listing = overlord_cli("segments", datasource, env=env)
     assert listing.returncode == 0 and "committed offsets:" in listing.stdout
     assert listing.stdout.count(".parquet") >= 2
+    as_json = json.loads(overlord_cli("segments", datasource, "--json", env=env).stdout)
+    assert sum(as_json["committedOffsets"].values()) == len(sample.records)
+    assert len(as_json["segments"]) == listing.stdout.count(".parquet") and as_json["segments"][0]["used"] is True
 
 
 def test_invalid_spec_names_the_field(stack, tmp_path: Path):

@@ -194,13 +194,13 @@ def test_ordinary_queries_pass_the_sandbox(spark, engine, published, sql):
 
 
 def test_query_command_line_prints_a_table(stack, spark, published, monkeypatch, capsys):
-    """``overlord query`` in-process (the session's Spark is reused): a table, or the engine's message."""
+    """``overlord query --local`` in-process (the session's Spark is reused): a table, or the engine's message."""
     datasource, table = published
     for key, value in stack.as_env().items():
         monkeypatch.setenv(key, value)
-    good = _parser().parse_args(["query", f'SELECT country, SUM("count") AS events FROM "{datasource}" '
+    good = _parser().parse_args(["query", "--local", f'SELECT country, SUM("count") AS events FROM "{datasource}" '
                                  "GROUP BY country ORDER BY country LIMIT 2"])
-    bad = _parser().parse_args(["query", "SELECT * FROM nowhere"])
+    bad = _parser().parse_args(["query", "--local", "SELECT * FROM nowhere"])
 
     assert good.func(good) == 0
     lines = capsys.readouterr().out.splitlines()

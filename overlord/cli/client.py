@@ -27,7 +27,7 @@ import httpx
 
 from overlord.errors import OverlordError
 
-__all__ = ["ClientError", "OverlordClient", "add_commands", "format_status"]
+__all__ = ["ClientError", "OverlordClient", "add_commands", "format_rows", "format_status"]
 
 DEFAULT_URL = "http://127.0.0.1:8090"
 PREFIX = "/druid/indexer/v1"
@@ -62,6 +62,10 @@ class OverlordClient:
         if response.status_code >= 400:
             raise ClientError(_error_message(response), response.status_code)
         return response.json()
+
+    def sql(self, query: str) -> list[dict[str, Any]]:
+        """Run a Druid SQL query (``POST /druid/v2/sql``); its rows as objects, columns in order."""
+        return list(self.request("POST", f"{self.url}/druid/v2/sql", json={"query": query}, timeout=None))
 
 
 def _credentials() -> httpx.Auth | None:
@@ -101,6 +105,14 @@ def _error_message(response: httpx.Response) -> str:
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    """Query rows as a plain-text table, then the row count."""
+    if not rows:
+        return "(0 rows)"
+    table = [[str(c) for c in rows[0]], *([("" if v is None else str(v)) for v in r.values()] for r in rows)]
+    return _table(table) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
 
 
 def _offsets(offsets: dict[str, int]) -> str:

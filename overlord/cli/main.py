@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -69,7 +70,7 @@ def _disagrees_with_history(engine: sa.Engine, spec: SupervisorSpec) -> bool:
 
 def _cmd_index(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
-    from overlord.cli.report import format_report
+    from overlord.cli.report import as_json, format_report
     from overlord.config import Settings
     from overlord.supervisor.ranges import index_once
     from segment_store import create_schema
@@ -85,21 +86,25 @@ def _cmd_index(args: argparse.Namespace) -> int:
     if _disagrees_with_history(engine, spec):
         return 2
     report = index_once(get_spark(settings.spark_master, settings.spark_conf), engine, settings, spec)
-    print(format_report(report))
+    print(as_json(report) if args.json else format_report(report))
     return 0 if report.outcome.ok else 2
 
 
 def _cmd_segments(args: argparse.Namespace) -> int:
+    from overlord.cli.report import as_json
     from overlord.config import Settings
     from segment_store import committed_offsets, used_segments
     from segment_store.database import metadata_engine
 
     engine = metadata_engine(Settings.from_env().database_url)
-    for seg in used_segments(engine, args.datasource):
+    segments, stored = used_segments(engine, args.datasource), committed_offsets(engine, args.datasource)
+    if args.json:
+        print(as_json({"segments": segments, "committedOffsets": stored.offsets if stored else None}))
+        return 0
+    for seg in segments:
         print(f"{seg.interval_start:%Y-%m-%dT%H:%M}/{seg.interval_end:%Y-%m-%dT%H:%M} v{seg.version} "
               f"p{seg.partition_num} rows={seg.num_rows} bytes={seg.size_bytes} {seg.path}")
-    stored = committed_offsets(engine, args.datasource)
-    print("committed offsets:", json.dumps(dict(stored.offsets)) if stored else "none")
+    print("committed offsets:", json.dumps(stored.offsets.to_json()) if stored else "none")
     return 0
 
 
@@ -116,6 +121,17 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
+    """SQL through the running overlord's API (``--url``), or with ``--local`` on a Spark of this process."""
+    if not args.local:
+        from overlord.cli.client import ClientError, OverlordClient, format_rows
+
+        try:
+            rows = OverlordClient(args.url).sql(args.sql)
+        except ClientError as exc:
+            print(f"query failed: {exc}", file=sys.stderr)
+            return exc.exit_code
+        print(json.dumps(rows, indent=2) if args.json else format_rows(rows))
+        return 0
     from indexing_task.spark import get_spark
     from overlord.config import Settings
     from overlord.query.engine import QueryLimits, execute_sql
@@ -132,7 +148,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     except QueryError as exc:
         print(f"query failed: {exc.message}", file=sys.stderr)
         return 2
-    print(format_table(result))
+    print(json.dumps(result.table.to_pylist(), indent=2, default=str) if args.json else format_table(result))
     return 0
 
 
@@ -156,6 +172,7 @@ def _iso_duration(text: str) -> timedelta:
 def _cmd_compact(args: argparse.Namespace) -> int:
     from indexing_task.compaction import compact
     from indexing_task.spark import get_spark
+    from overlord.cli.report import as_json
     from overlord.config import Settings
     from segment_store import create_schema
     from segment_store.database import metadata_engine
@@ -173,9 +190,11 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     spark = get_spark(settings.spark_master, settings.spark_conf)
     reports = compact(spark, engine, spec, settings.deep_storage, args.interval,
                       max_rows_per_segment=args.max_rows_per_segment)
-    if not reports:
+    if args.json:
+        print(as_json(reports))
+    elif not reports:
         print(f"nothing to compact in {args.datasource}: no interval has two or more visible segments")
-    for r in reports:
+    for r in () if args.json else reports:
         n, outcome = len(r.output_segments), r.outcome
         status = outcome.status.upper() + ("" if outcome.ok else f" - {outcome.message}")
         print(f"{r.interval_start:%Y-%m-%dT%H:%M:%SZ}/{r.interval_end:%Y-%m-%dT%H:%M:%SZ}  "
@@ -186,6 +205,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from overlord.cli.report import as_json
     from overlord.config import Settings
     from segment_store import DeepStorage, cleanup, create_schema
     from segment_store.database import metadata_engine
@@ -195,6 +215,9 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     create_schema(engine)
     report = cleanup(engine, DeepStorage(settings.deep_storage), args.datasource, retention=args.retention,
                      orphan_grace=args.orphan_grace, dry_run=args.dry_run)
+    if args.json:
+        print(as_json(report))
+        return 0
     verb = "would delete" if report.dry_run else "deleted"
     print(f"cleanup of {len(report.datasources)} datasource(s): {verb} {len(report.unused_segments)} unused "
           f"segment(s) and {len(report.orphan_files)} orphan file(s), {report.bytes_deleted:,} bytes; "
@@ -217,16 +240,18 @@ def _parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="index a datasource once, from its committed offsets to the end "
                                          "of its topic now, and publish")
     index.add_argument("spec", help="supervisor spec JSON file (Druid's Kafka supervisor format)")
+    index.add_argument("--json", action="store_true", help="print the task's report as JSON")
     index.set_defaults(func=_cmd_index)
 
     segments = sub.add_parser("segments", help="list a datasource's published segments and offsets")
-    segments.add_argument("datasource")
+    segments.add_argument("datasource", help="the datasource's name")
+    segments.add_argument("--json", action="store_true", help="print the segment records and offsets as JSON")
     segments.set_defaults(func=_cmd_segments)
 
     demo = sub.add_parser("demo", help="start the embedded stack, produce sample events, index them, "
                                        "query the published segments")
-    demo.add_argument("--events", type=int, default=200_000)
-    demo.add_argument("--partitions", type=int, default=4)
+    demo.add_argument("--events", type=int, default=200_000, help="sample events to produce (default: %(default)s)")
+    demo.add_argument("--partitions", type=int, default=4, help="partitions of the sample topic (default: %(default)s)")
     demo.set_defaults(func=_cmd_demo)
 
     quick = sub.add_parser("quickstart", help="run the service on the embedded stack with a live sample producer "
@@ -235,13 +260,20 @@ def _parser() -> argparse.ArgumentParser:
     quick.add_argument("--port", type=int, default=8090, help="the console's port, if free (default: %(default)s)")
     quick.set_defaults(func=_cmd_quickstart)
 
-    query = sub.add_parser("query", help="run a read-only SQL query (Spark SQL) over published segments")
+    query = sub.add_parser("query", help="run a read-only SQL query (Druid SQL) over published segments, through "
+                                         "the running overlord's API")
     query.add_argument("sql", help="e.g. 'SELECT country, SUM(\"count\") AS events FROM events GROUP BY 1'")
+    query.add_argument("--url", default=os.environ.get("OVERLORD_URL", "http://127.0.0.1:8090"),
+                       help="overlord base URL (default: $OVERLORD_URL or http://127.0.0.1:8090)")
+    query.add_argument("--local", action="store_true", help="run it on a Spark of this process instead, reading "
+                                                            "OVERLORD_DATABASE_URL and deep storage directly")
+    query.add_argument("--json", action="store_true", help="print the rows as JSON objects")
     query.set_defaults(func=_cmd_query)
 
     compact = sub.add_parser("compact", help="rewrite a datasource's small segments into fewer, larger ones "
                                              "under a new version (Spark job)")
-    compact.add_argument("datasource")
+    compact.add_argument("datasource", help="the datasource's name")
+    compact.add_argument("--json", action="store_true", help="print the interval reports as JSON")
     compact.add_argument("--spec", required=True, help="the datasource's supervisor spec (how metrics merge)")
     compact.add_argument("--interval", type=_utc_interval, help="START/END: compact only intervals inside it")
     compact.add_argument("--max-rows-per-segment", type=int, help="default: the spec's maxRowsPerSegment")
@@ -255,6 +287,7 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("--orphan-grace", type=_iso_duration, default=timedelta(days=1),
                        help="keep unreferenced files this long (ISO-8601, default P1D)")
     clean.add_argument("--dry-run", action="store_true", help="only report what would be deleted")
+    clean.add_argument("--json", action="store_true", help="print the report as JSON")
     clean.set_defaults(func=_cmd_cleanup)
 
     from overlord.cli.client import add_commands  # serve, supervisor ...

@@ -1,10 +1,16 @@
-"""Human-readable summaries of what a task did."""
+"""What the local commands print: a task's summary for people, and any report as JSON (``--json``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
 from indexing_task.task import TaskReport
 
-__all__ = ["format_report"]
+__all__ = ["as_json", "format_report"]
 
 
 def format_report(report: TaskReport) -> str:
@@ -26,3 +32,20 @@ def format_report(report: TaskReport) -> str:
         lines.append(f"  bad record     p{sample['partition']}@{sample['offset']}: {sample['reason']}: "
                      f"{sample['value'][:80]!r}")
     return "\n".join(lines)
+
+
+def as_json(value: Any) -> str:
+    """``value`` (reports, records, mappings of them) as indented JSON for ``--json``."""
+    return json.dumps(_plain(value), indent=2)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value if value is None or isinstance(value, bool | int | float | str) else str(value)
