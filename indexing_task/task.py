@@ -25,7 +25,7 @@ from indexing_task.ranges import plan_splits, spark_tasks
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup import RollupSchema
-from indexing_task.watermarks import stream_topic_ids
+from indexing_task.watermarks import topic_id_changes
 from indexing_task.worker import TaskPayload, run_splits
 from segment_store import (
     DeepStorage,
@@ -34,8 +34,6 @@ from segment_store import (
     PublishOutcome,
     PublishRequest,
     SegmentDescriptor,
-    check_topic_ids,
-    kafka_partition,
     publish,
 )
 from segment_store.value_types import widest_types
@@ -107,10 +105,8 @@ def _require_same_topics(engine: sa.Engine, request: IndexTaskRequest, propertie
     Checked after reading: a topic re-created before or while the task read it has a new ID now,
     and what the task read may be the new topic's records under the old topic's offsets.
     """
-    io = request.spec.spec.io_config
-    topics = {p: kafka_partition(p, io.topic)[0] for p in request.start_offsets}
-    ids = stream_topic_ids(properties, set(topics.values()))
-    changed = check_topic_ids(engine, request.spec.datasource, {p: ids[t] for p, t in topics.items() if t in ids})
+    changed = topic_id_changes(engine, request.spec.datasource, properties, request.spec.spec.io_config.topic,
+                               request.start_offsets)
     if changed:
         raise TopicRecreated(f"task {request.task_id}: the topic of partitions {sorted(map(str, changed))} was "
                              "re-created since their offsets were committed; nothing was published")

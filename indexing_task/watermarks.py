@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from indexing_task.errors import IndexingError
-from segment_store import Partition, TopicPartitionId
+from segment_store import Partition, TopicPartitionId, check_topic_ids, kafka_partition
 from specs import KafkaIOConfigSpec
 
-__all__ = ["stream_topic_ids", "stream_watermarks"]
+__all__ = ["TopicIdSource", "stream_topic_ids", "stream_watermarks", "topic_id_changes"]
 
 
 def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec,
@@ -59,3 +60,22 @@ def stream_topic_ids(consumer_properties: Mapping[str, Any], topics: Iterable[st
         if topic_id is not None and (topic_id.get_most_significant_bits() or topic_id.get_least_significant_bits()):
             ids[topic] = str(topic_id)
     return ids
+
+
+TopicIdSource = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str]]
+"""``(consumer properties, topics) -> {topic: topic ID}``, for the topics the broker gives an ID."""
+
+
+def topic_id_changes(engine: sa.Engine, datasource: str, consumer_properties: Mapping[str, Any], topic: str | None,
+                     partitions: Iterable[Partition], topic_ids: TopicIdSource = stream_topic_ids,
+                     ) -> dict[Partition, tuple[str, str]]:
+    """The partitions whose topic has another ID now than the one recorded: ``{partition: (recorded, now)}``.
+
+    ``topic`` is the spec's one topic (None for a ``topicPattern``). IDs seen for the first time
+    are recorded (:func:`segment_store.check_topic_ids`).
+    """
+    topics = {p: kafka_partition(p, topic)[0] for p in partitions}
+    if not topics:
+        return {}
+    ids = topic_ids(consumer_properties, set(topics.values()))
+    return check_topic_ids(engine, datasource, {p: ids[t] for p, t in topics.items() if t in ids})

@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from indexing_task.task import IndexTaskRequest, TaskReport
-from indexing_task.watermarks import stream_topic_ids, stream_watermarks
+from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
 from overlord.config import Settings
 from overlord.errors import error_summary
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.ranges import (
-    TopicIdSource,
     WatermarkSource,
     committed_for,
     consumer_properties,
@@ -55,7 +54,6 @@ from segment_store import (
     OffsetRange,
     Offsets,
     Partition,
-    check_topic_ids,
     committed_offsets,
     kafka_partition,
     skip_offsets,
@@ -291,13 +289,9 @@ class Supervisor:
                 for p, (old, new) in changed.items()}
 
     def _check_topic_ids(self, partitions: list[Partition]) -> dict[Partition, tuple[str, str]]:
-        """:func:`segment_store.check_topic_ids` for these partitions, with their topics' IDs now."""
-        topics = {p: kafka_partition(p, self.spec.spec.io_config.topic)[0] for p in partitions}
-        if not topics:
-            return {}
-        ids = self.ctx.topic_ids(consumer_properties(self.spec, self.ctx.settings), set(topics.values()))
-        return check_topic_ids(self.ctx.engine, self.spec.datasource,
-                               {p: ids[topic] for p, topic in topics.items() if topic in ids})
+        properties = consumer_properties(self.spec, self.ctx.settings)
+        return topic_id_changes(self.ctx.engine, self.spec.datasource, properties, self.spec.spec.io_config.topic,
+                                partitions, self.ctx.topic_ids)
 
     def _skip_lost(self, lost: dict[Partition, tuple[int, int]]) -> None:
         """``resetOffsetAutomatically``: move past records deleted before they were read, on the record."""

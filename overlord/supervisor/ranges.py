@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
-from indexing_task.watermarks import stream_topic_ids, stream_watermarks
+from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
 from overlord.config import Settings
 from overlord.errors import OverlordError
 from segment_store import (
@@ -33,22 +33,17 @@ from segment_store import (
     Offsets,
     Partition,
     TopicPartitionId,
-    check_topic_ids,
     committed_offsets,
-    kafka_partition,
     pin_offsets,
 )
 from specs import KafkaIOConfigSpec, SupervisorSpec
 
-__all__ = ["TopicChanged", "TopicIdSource", "WatermarkSource", "committed_for", "consumer_properties", "index_once",
+__all__ = ["TopicChanged", "WatermarkSource", "committed_for", "consumer_properties", "index_once",
            "next_range", "next_task_request", "pin_initial_offsets", "reads_partition", "starting_offsets",
            "task_group"]
 
 WatermarkSource = Callable[[Mapping[str, Any], KafkaIOConfigSpec], Mapping[Partition, tuple[int, int]]]
 """``(consumer properties, ioConfig) -> {partition: (low, high)}``: the first and next offset of each partition read."""
-
-TopicIdSource = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str]]
-"""``(consumer properties, topics) -> {topic: topic ID}``, for the topics the broker gives an ID."""
 
 
 class TopicChanged(OverlordError):
@@ -147,9 +142,7 @@ def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpe
     properties, io = consumer_properties(spec, settings), spec.spec.io_config
     marks = watermarks(properties, io)
     committed = pin_initial_offsets(engine, spec, marks, committed_offsets(engine, spec.datasource))
-    topics = {p: kafka_partition(p, io.topic)[0] for p in marks}
-    ids = topic_ids(properties, set(topics.values()))
-    changed = check_topic_ids(engine, spec.datasource, {p: ids[t] for p, t in topics.items() if t in ids})
+    changed = topic_id_changes(engine, spec.datasource, properties, io.topic, marks, topic_ids)
     if changed:
         raise TopicChanged(f"datasource {spec.datasource!r}: partitions {sorted(map(str, changed))} belong to a "
                            "topic re-created since their offsets were committed; reset their offsets to go on")
