@@ -110,6 +110,26 @@ def test_password_checks_past_the_queue_are_answered_busy_at_once():
     assert outcomes.count(None) == 2 and outcomes.count(BUSY) == 4, outcomes
 
 
+def test_a_killed_hashing_process_is_answered_busy_once_and_replaced():
+    import multiprocessing
+    import os
+    import signal
+
+    auth = _authenticator()
+
+    async def scenario() -> list[Any]:
+        assert await auth.check(_basic("admin", "right")) == "write"  # starts the hashing processes
+        for child in multiprocessing.active_children():
+            os.kill(child.pid, signal.SIGKILL)  # say, the kernel's OOM killer
+        return [await auth.check(_basic("admin", f"wrong-{i}")) for i in range(2)]
+
+    try:
+        outcomes = asyncio.run(scenario())
+    finally:
+        auth.close()
+    assert outcomes == [BUSY, None]  # the next check runs in a new process
+
+
 # --- (b) DNS rebinding and origins ---------------------------------------------------------------------
 
 def test_a_foreign_host_is_refused_on_every_route_but_liveness(secured):

@@ -65,7 +65,7 @@ HASH_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
 """Processes that run argon2 checks: half the cores, 1 to 4 (each check holds 64 MiB while it runs)."""
 
 MAX_WAITING = 8
-"""Password checks that may wait for a hashing thread; more get a 429 at once."""
+"""Password checks that may wait for a hashing process; more get a 429 at once."""
 
 BUSY: Literal["busy"] = "busy"
 """What :meth:`Authenticator.check` answers when too many password checks wait."""
