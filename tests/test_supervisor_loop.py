@@ -384,9 +384,12 @@ def test_completion_timeout_counts_from_the_start_not_from_the_queue(stack, engi
     sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True, completionTimeout="PT60S")
     sup.run_once()
     (task,) = runner.running()
-    world.time += 600  # ten minutes waiting for a slot
+    world.time += 600  # ten minutes waiting for a slot: not stopped, but said, once
+    sup.run_once()
     sup.run_once()
     assert runner.stopped == []
+    waiting = [m for _, m in sup.status.recent_errors if "waiting for a task slot" in m]
+    assert len(waiting) == 1 and task.task_id in waiting[0] and "OVERLORD_TASK_SLOTS" in waiting[0]
     runner.start_queued()
     world.time += 59
     sup.run_once()

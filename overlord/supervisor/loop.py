@@ -103,6 +103,8 @@ class ActiveTask:
     launched_at: datetime
     started: float | None = None
     """When it got a runner slot (monotonic); None while it waits for one."""
+    said_waiting: bool = False
+    """Whether its long wait for a slot was reported."""
 
 
 @dataclass
@@ -231,15 +233,24 @@ class Supervisor:
         return waited
 
     def update_task_status(self) -> None:
-        """Book finished tasks; stop those past ``completionTimeout``."""
-        timeout = self.spec.spec.io_config.completion_timeout.total_seconds()
+        """Book finished tasks; stop those past ``completionTimeout``; report one that waited as long for a slot.
+
+        ``completionTimeout`` counts from the start: a task waiting for a slot is not stopped (its
+        range would wait again), but the wait is reported, since lag grows meanwhile.
+        """
+        timeout, now = self.spec.spec.io_config.completion_timeout.total_seconds(), self.ctx.clock()
         for task_id, task in list(self.active.items()):
             if task.future.done():
                 del self.active[task_id]
                 self._handle_finished(task)
-            elif task.started is not None and self.ctx.clock() - task.started > timeout:
+            elif task.started is not None and now - task.started > timeout:
                 self.ctx.runner.stop(task_id)
                 self.record_error(f"task {task_id} exceeded completionTimeout ({timeout:.0f}s); stopped")
+            elif task.started is None and now - task.launched > timeout and not task.said_waiting:
+                task.said_waiting = True
+                self.record_error(f"task {task_id} has been waiting for a task slot for {now - task.launched:.0f} s, "
+                                  "longer than completionTimeout: every slot is busy (OVERLORD_TASK_SLOTS); lag grows "
+                                  "meanwhile")
 
     def read_committed_offsets(self) -> None:
         """Read the committed offsets; refuse offsets of another topic (a reset is needed)."""
