@@ -89,6 +89,16 @@ class TokenEntry(BaseModel):
     token_sha256: str = Field(alias="tokenSha256", pattern=r"^[0-9a-f]{64}$")
 
 
+_AUTH_FILE_SHAPE = ('{"users": {"NAME": {"role": "read" or "write", "passwordHash": "$argon2id$..."}}, '
+                    '"tokens": {"NAME": {"role": ..., "tokenSha256": "64 hex digits"}}} (README, Security)')
+_AUTH_FIELD_HELP = {
+    "passwordHash": "expected an argon2 hash (`overlord auth hash-password` prints one), never the password",
+    "tokenSha256": "expected the token's SHA-256 as 64 lower-case hex digits (`overlord auth new-token`)",
+    "role": 'expected "read" or "write"',
+}
+"""What an auth file looks like, and what its fields take: a refusal names the field and says this."""
+
+
 class AuthFile(BaseModel):
     """The content of ``OVERLORD_AUTH_FILE``."""
 
@@ -101,8 +111,12 @@ class AuthFile(BaseModel):
         """Read and validate the file; a :class:`SystemExit` naming the problem if it is unusable."""
         try:
             loaded = cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, ValueError, ValidationError) as exc:
-            raise SystemExit(f"OVERLORD_AUTH_FILE {path}: {exc}") from None
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {_AUTH_FIELD_HELP.get(str(e['loc'][-1]), e['msg'])}"
+                                 for e in exc.errors())
+            raise SystemExit(f"OVERLORD_AUTH_FILE {path}: {problems}. Expected {_AUTH_FILE_SHAPE}") from None
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"OVERLORD_AUTH_FILE {path}: {exc}. Expected {_AUTH_FILE_SHAPE}") from None
         if not loaded.users and not loaded.tokens:
             raise SystemExit(f"OVERLORD_AUTH_FILE {path}: no users and no tokens: nobody could call the overlord")
         return loaded
