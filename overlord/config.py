@@ -96,6 +96,18 @@ class Settings(BaseSettings):
         for url in urls:
             parse_public_url(url)
         return tuple(urls) or None
+    advertised_url: str | None = Field(
+        default=None, description="this overlord's own `http(s)://host:port`, as the other overlords reach it: "
+        "while it leads, standbys redirect Druid's supervisor, task and coordinator calls to it (307); without "
+        "it they answer those calls with a 503 naming the leader")
+
+    @field_validator("advertised_url")
+    @classmethod
+    def _one_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_public_url(value)
+        return value
+
     task_slots: int = Field(
         default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
         "session; more wait for a slot (their `completionTimeout` starts when they run)")

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.schema import leadership as leadership_t
 
-__all__ = ["LEADER_LOCK_KEY", "claim_leadership", "current_leader_epoch"]
+__all__ = ["LEADER_LOCK_KEY", "claim_leadership", "current_leader", "current_leader_epoch"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,3 +41,9 @@ def current_leader_epoch(conn: sa.Connection, *, lock: bool = False) -> int:
     query = sa.select(leadership_t.c.epoch).where(leadership_t.c.id == 1)
     epoch = conn.execute(query.with_for_update(read=True) if lock else query).scalar()
     return int(epoch or 0)
+
+
+def current_leader(engine: sa.Engine) -> str | None:
+    """The name the current leader claimed leadership under (its advertised URL if it has one); None if none."""
+    with engine.connect() as conn:
+        return conn.execute(sa.select(leadership_t.c.leader).where(leadership_t.c.id == 1)).scalar()

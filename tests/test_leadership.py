@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -50,3 +53,46 @@ def test_one_overlord_leads_and_a_standby_takes_over_exactly(stack, make_topic, 
     wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
                "the new leader resumes from the committed offsets")
     assert_exact(published_table(engine, datasource), merged(first, second))
+
+
+@contextmanager
+def client_of(overlord: Any) -> Iterator[Any]:
+    """A test client of ``overlord``'s app (no server; its query engine stopped at the end)."""
+    from starlette.testclient import TestClient
+
+    from overlord.http.app import create_app
+
+    app = create_app(overlord, authenticator=None)
+    try:
+        with TestClient(app, base_url="http://127.0.0.1:8090", follow_redirects=False) as client:
+            yield client
+    finally:
+        app.state.queries.stop()
+
+
+def test_a_standby_redirects_the_api_to_the_leader_it_advertises(make_overlord):
+    """Druid's overlords redirect to the leader; a standby answered ``[]`` for the supervisors and a bare 503."""
+    leader = make_overlord(advertised_url="http://leader.example:8090")
+    standby = make_overlord(database_url=leader.settings.database_url)  # no advertised URL of its own: fine
+    assert leader.leading and not standby.leading
+    with client_of(standby) as to_standby, client_of(leader) as to_leader:
+        answer = to_standby.get("/druid/indexer/v1/supervisor?state=true")
+        assert answer.status_code == 307
+        assert answer.headers["location"] == "http://leader.example:8090/druid/indexer/v1/supervisor?state=true"
+        write = to_standby.post("/druid/indexer/v1/supervisor/suspendAll")
+        assert write.status_code == 307 and write.headers["location"].startswith("http://leader.example:8090/")
+        coordinator = to_standby.get("/druid/coordinator/v1/config/compaction")
+        assert coordinator.status_code == 307
+        assert to_standby.get("/druid/indexer/v1/isLeader").status_code == 404  # answered for itself
+        assert to_standby.get("/health").status_code == 200
+        assert to_leader.get("/druid/indexer/v1/supervisor?state=true").json() == []  # where the redirect leads
+
+
+def test_a_standby_whose_leader_advertises_no_url_says_who_leads(make_overlord):
+    leader = make_overlord()
+    standby = make_overlord(database_url=leader.settings.database_url)
+    with client_of(standby) as to_standby:
+        answer = to_standby.get("/druid/indexer/v1/supervisor")
+    assert answer.status_code == 503
+    message = answer.json()["errorMessage"]
+    assert leader.elector.name in message and "OVERLORD_ADVERTISED_URL" in message

@@ -7,7 +7,8 @@ compaction), :mod:`overlord.http.service` (``/metrics``, ``/health``, ``/status`
 Before any route, ASGI middlewares, outermost first: the ``Host`` allow-list
 (:mod:`overlord.http.same_origin`), :mod:`overlord.http.auth` (credentials and roles), no changes
 from other sites' pages (:mod:`overlord.http.same_origin`), :mod:`overlord.http.body_limit` (the
-request body cap) and :mod:`overlord.http.json_bodies` (bodies declared JSON, nesting bounded).
+request body cap), :mod:`overlord.http.json_bodies` (bodies declared JSON, nesting bounded) and
+:mod:`overlord.http.standby` (a standby redirects leader-only calls to the leader).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
 from overlord.http.same_origin import HostAllowList, SameOriginWrites, Site
 from overlord.http.service import service_routes
+from overlord.http.standby import StandbyRedirect
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
 from overlord.query.errors import QueryError
@@ -135,6 +137,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
                    coordinator_routes(out), query_routes(overlord, out.secrets, queries)):
         app.include_router(router)
     site = Site.of(overlord.settings.public_urls or ())  # innermost first: a request meets them bottom to top
+    app.add_middleware(StandbyRedirect, overlord=overlord)  # after credentials: a leader's URL is not for anyone
     app.add_middleware(JsonBodies)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)
     app.add_middleware(SameOriginWrites, site=site)

@@ -82,7 +82,8 @@ class Overlord:
         and every finishing task (``wake``) would wait with it."""
         self._lock = threading.RLock()
         self._stopped = False
-        self.elector = LeaderElector(settings.database_url, name or f"{socket.gethostname()}:{os.getpid()}",
+        self.elector = LeaderElector(settings.database_url,  # the name standbys redirect to, if it is a URL
+                                     settings.advertised_url or name or f"{socket.gethostname()}:{os.getpid()}",
                                      self._lead, self._step_down)
 
     # --- lifecycle -------------------------------------------------------------------------
