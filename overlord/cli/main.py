@@ -190,18 +190,20 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     spark = get_spark(settings.spark_master, settings.spark_conf)
     reports = compact(spark, engine, spec, settings.deep_storage, args.interval,
                       max_rows_per_segment=args.max_rows_per_segment)
+    ok = all(r.outcome.ok for r in reports)
     if args.json:
         print(as_json(reports))
-    elif not reports:
+        return 0 if ok else 2
+    if not reports:
         print(f"nothing to compact in {args.datasource}: no interval has two or more visible segments")
-    for r in () if args.json else reports:
+    for r in reports:
         n, outcome = len(r.output_segments), r.outcome
         status = outcome.status.upper() + ("" if outcome.ok else f" - {outcome.message}")
         print(f"{r.interval_start:%Y-%m-%dT%H:%M:%SZ}/{r.interval_end:%Y-%m-%dT%H:%M:%SZ}  "
               f"{r.input_segments} segments ({r.input_rows:,} rows) -> {n} segment{'s' if n != 1 else ''} "
               f"({r.output_rows:,} rows), version {outcome.version}, "
               f"{len(outcome.carried_over)} appended carried over: {status}")
-    return 0 if all(r.outcome.ok for r in reports) else 2
+    return 0 if ok else 2
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
@@ -228,6 +230,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from overlord.cli.client import DEFAULT_URL, add_commands  # serve, supervisor ...
+
     parser = argparse.ArgumentParser(prog="overlord", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -263,8 +267,8 @@ def _parser() -> argparse.ArgumentParser:
     query = sub.add_parser("query", help="run a read-only SQL query (Druid SQL) over published segments, through "
                                          "the running overlord's API")
     query.add_argument("sql", help="e.g. 'SELECT country, SUM(\"count\") AS events FROM events GROUP BY 1'")
-    query.add_argument("--url", default=os.environ.get("OVERLORD_URL", "http://127.0.0.1:8090"),
-                       help="overlord base URL (default: $OVERLORD_URL or http://127.0.0.1:8090)")
+    query.add_argument("--url", default=os.environ.get("OVERLORD_URL", DEFAULT_URL),
+                       help=f"overlord base URL (default: $OVERLORD_URL or {DEFAULT_URL})")
     query.add_argument("--local", action="store_true", help="run it on a Spark of this process instead, reading "
                                                             "OVERLORD_DATABASE_URL and deep storage directly")
     query.add_argument("--json", action="store_true", help="print the rows as JSON objects")
@@ -290,7 +294,6 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("--json", action="store_true", help="print the report as JSON")
     clean.set_defaults(func=_cmd_cleanup)
 
-    from overlord.cli.client import add_commands  # serve, supervisor ...
     add_commands(sub)
     return parser
 
