@@ -248,8 +248,17 @@ class RollupSchema:
 
     @property
     def metadata_needs(self) -> list[str]:
-        """What of each Kafka record the parse reads besides its value: key, timestamp, topic, header:<name>."""
-        return list(dict.fromkeys("key" if source.startswith("key:") else source for _, source in self.metadata))
+        """What of each Kafka record the parse reads besides its value.
+
+        Key, timestamp, topic, header:<name>, and the offset where first/last metrics break ties by it.
+        """
+        needs = ["key" if source.startswith("key:") else source for _, source in self.metadata]
+        return list(dict.fromkeys([*needs, *(["offset"] if self.has_pairs else [])]))
+
+    @property
+    def has_pairs(self) -> bool:
+        """Whether a metric is a first/last pair."""
+        return any(m.kind in ("first", "last") for m in self.metrics)
 
     def with_dimensions(self, found: Iterable[str] | Mapping[str, str], nested: Iterable[str] = ()) -> RollupSchema:
         """This schema with discovered dimensions added (those it lists or excludes are skipped).
@@ -303,7 +312,7 @@ class RollupSchema:
             if m.sketch is not None:
                 return pa.binary()
             if m.kind in ("first", "last"):
-                return pa.struct([("lhs", pa.int64()), ("rhs", arrow_type(m.type))])
+                return pa.struct([("lhs", pa.int64()), ("rhs", arrow_type(m.type)), ("offset", pa.int64())])
             return arrow_type("long" if m.kind == "count" else m.type)
         return {**{d.name: pa.list_(pa.string()) if d.multi_value else arrow_type(d.type) for d in self.dimensions},
                 **{m.name: metric_type(m) for m in self.metrics}}
@@ -347,18 +356,33 @@ def _sketch_inputs(column: str, family: str, rollup: bool, combine: bool) -> str
 
 
 def _pair_sql(i: int, value: str, m: Metric) -> tuple[str, str | None]:
-    """First/last metric ``i``'s (time, value) pair, as a column of the parse, and its type check (if any).
+    """First/last metric ``i``'s (time, value, offset) pair, as a column of the parse, and its type check (if any).
 
     A string is cut to ``max_chars`` and a null one is skipped (no pair), as Druid's string
     first/last do at ingestion; a null number is kept (the earliest value may be null).
     """
+    offset = _metadata_column("offset")
     if m.type == "string":
         cut = f"left({value}, {m.max_chars})"
-        return f"CASE WHEN {value} IS NOT NULL THEN {{'lhs': epoch_ms(__t), 'rhs': {cut}}} END", None
+        return (f"CASE WHEN {value} IS NOT NULL THEN {{'lhs': epoch_ms(__t), 'rhs': {cut}, 'offset': {offset}}} END",
+                None)
     skipped = f"__mf{i} AND " if m.filter_json is not None else ""
-    return (f"{{'lhs': epoch_ms(__t), 'rhs': {_cast(value, _SQL_TYPES[m.type])}}}",
+    return (f"{{'lhs': epoch_ms(__t), 'rhs': {_cast(value, _SQL_TYPES[m.type])}, 'offset': {offset}}}",
             f"WHEN {skipped}{value} IS NOT NULL AND __m{i}.rhs IS NULL "
             f"THEN {_lit('wrong type for ' + m.fields[0] + ' (' + m.type + ')')}")
+
+
+def _pair_order(pair: str) -> str:
+    """SQL for the order of first/last pairs (NULL for no pair).
+
+    The time, then the offset (on equal times the later record is the last, as in Druid), then a
+    null value before any other, then the value (equal times and offsets in two partitions).
+    Queries order pairs the same way (:mod:`overlord.query.druid_sql`); pairs written before
+    offsets were stored have offset -1.
+    """
+    return (f"CASE WHEN {pair} IS NOT NULL THEN {{'t': struct_extract({pair}, 'lhs'), "
+            f"'o': coalesce(struct_extract({pair}, 'offset'), -1), 'n': struct_extract({pair}, 'rhs') IS NOT NULL, "
+            f"'v': struct_extract({pair}, 'rhs')}} END")
 
 
 def _nested_reason(field: str) -> str:
@@ -718,7 +742,8 @@ class Rollup:
                           f"{_lit(f'field {name} differs only in case from column {column}')}")
         if arrays:  # last (its CASE ends the checks): one scan for '[' spares the per-dimension checks
             checks.append(f"WHEN contains(__s, '[') THEN CASE {' '.join(arrays)} END")
-        carried = ", ".join(["__i", *dict.fromkeys(column for _, column in metadata.values())])
+        offsets = [_metadata_column("offset")] if s.has_pairs else []
+        carried = ", ".join(["__i", *dict.fromkeys([*(column for _, column in metadata.values()), *offsets])])
         columns = [_q(d.name) for d in s.dimensions] + [f"__m{i}" for i, m in enumerate(s.metrics) if m.fields]
         kept = "true" if filter_spec is None else _filter_sql(filter_spec, text)
         matched = [f"coalesce({_filter_sql(f, text)}, false) AS __mf{i}" for i, f in metric_filters.items()]
@@ -786,10 +811,9 @@ class Rollup:
             elif m.sketch is not None:  # lists of values (or sketches) for Python to sketch (or merge)
                 aggs.append(f"{_sketch_inputs(col, m.sketch.family, s.rollup, combine)} AS {_q(m.name)}")
                 continue
-            elif m.kind in ("first", "last"):  # the pair of the earliest (latest) time
-                pick = "arg_min" if m.kind == "first" else "arg_max"  # in a batch, the record read first (last)
-                order = f"struct_extract({col}, 'lhs')" if combine else f"[struct_extract({col}, 'lhs'), __i]"
-                pair = f"{pick}({col}, {order})" if s.rollup or combine else col
+            elif m.kind in ("first", "last"):  # the pair of the earliest (latest) time and offset
+                pick = "arg_min" if m.kind == "first" else "arg_max"
+                pair = f"{pick}({col}, {_pair_order(col)})" if s.rollup or combine else col
                 aggs.append(f"{pair} AS {_q(m.name)}")
                 continue
             else:  # sum, min, max: NULLs are skipped, and a group with no value at all stays NULL
@@ -808,16 +832,18 @@ class Rollup:
         """Parse and roll up one batch of record values (``None`` for a null value), in one pass.
 
         ``metadata`` holds the records' metadata the schema reads (:attr:`RollupSchema.metadata_needs`),
-        by need: ``key`` and ``header:<name>`` (binary), ``timestamp`` (int64 ms), ``topic`` (string).
+        by need: ``key`` and ``header:<name>`` (binary), ``timestamp`` (int64 ms), ``topic`` (string),
+        ``offset`` (int64; the records' positions in ``values`` if not given).
         """
         problems: dict[str, pa.Array] = {}
         raw_values = values
         if self._avro is not None:  # decoded to JSON text here; the reason for each that cannot be
             raw_values, reasons = self._avro.to_json(values)
             problems["__problem"] = pa.array(reasons, type=pa.string())
-        batch = pa.table({"__i": pa.array(np.arange(len(values), dtype=np.int64)),
-                          "__raw": pa.array(raw_values, type=pa.binary()), **problems,
-                          **{_metadata_column(need): array for need, array in (metadata or {}).items()}})
+        positions = pa.array(np.arange(len(values), dtype=np.int64))
+        offsets = {"offset": positions} if self.schema.has_pairs else {}
+        batch = pa.table({"__i": positions, "__raw": pa.array(raw_values, type=pa.binary()), **problems,
+                          **{_metadata_column(need): array for need, array in {**offsets, **(metadata or {})}.items()}})
         self._con.register("batch", batch)
         try:
             if self.schema.discover:

@@ -150,7 +150,7 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
 
 
 def record_metadata(needs: list[str], messages: list[Message], topic: str) -> dict[str, pa.Array]:
-    """The Kafka metadata the parse reads (key, timestamp, topic, headers), one array per need."""
+    """The Kafka metadata the parse reads (key, timestamp, topic, offset, headers), one array per need."""
     out: dict[str, pa.Array] = {}
     for need in needs:
         if need == "key":
@@ -159,6 +159,8 @@ def record_metadata(needs: list[str], messages: list[Message], topic: str) -> di
             out[need] = pa.array([ts if kind else None for kind, ts in (m.timestamp() for m in messages)], pa.int64())
         elif need == "topic":
             out[need] = pa.array([topic] * len(messages), pa.string())
+        elif need == "offset":
+            out[need] = pa.array([m.offset() for m in messages], pa.int64())
         else:  # header:<name>: the last header of that name, as Druid keeps it
             name = need.removeprefix("header:")
             out[need] = pa.array([next((v for k, v in reversed(m.headers() or ()) if k == name), None)

@@ -413,10 +413,17 @@ def _over_complex(node: exp.Expression, column: exp.Column, kind: str) -> exp.Ex
 
 
 def _over_pairs(function: str, args: list[exp.Expression], column: exp.Column, kind: str) -> exp.Expression:
-    """EARLIEST/LATEST (``_BY``) over first/last pairs: the value of the earliest (latest) stored time."""
-    picked = exp.Anonymous(this=_BY_TIME[function], expressions=[
-        exp.Dot.build([column.copy(), exp.to_identifier("rhs")]),
-        exp.Dot.build([column.copy(), exp.to_identifier("lhs")])])
+    """EARLIEST/LATEST (``_BY``) over first/last pairs: the value of the earliest (latest) stored time.
+
+    Pairs are ordered as ingestion and compaction order them (:func:`indexing_task.rollup._pair_order`):
+    time, offset (-1 where not stored), a null value first, the value.
+    """
+    def field(name: str) -> exp.Expression:
+        return exp.Dot.build([column.copy(), exp.to_identifier(name, quoted=True)])
+
+    order = _sql("CASE WHEN _pair IS NOT NULL THEN named_struct('t', _t, 'o', coalesce(_o, -1), 'n', _v IS NOT NULL, "
+                 "'v', _v) END", _pair=column, _t=field("lhs"), _o=field("offset"), _v=field("rhs"))
+    picked = exp.Anonymous(this=_BY_TIME[function], expressions=[field("rhs"), order])
     size = 2 if function.endswith("_BY") else 1  # maxBytes: Druid cuts a string to it when querying too
     if kind == "pair:string" and len(args) > size:
         chars = _integer(args, size, function, "maxBytes", 1024, 0, 2**31 - 1)

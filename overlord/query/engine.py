@@ -253,8 +253,14 @@ def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mappin
     if all("://" not in p or p.startswith(("file://", "hdfs://")) for p in paths):
         if schema is not None:
             return session.read.schema(schema).parquet(*paths)
-        return session.read.option("mergeSchema", "true").parquet(*paths)
-    return read_segments(session, paths, storage_options, schema)
+        return _with_pair_offsets(session.read.option("mergeSchema", "true").parquet(*paths))
+    return _with_pair_offsets(read_segments(session, paths, storage_options, schema))
+
+
+def _with_pair_offsets(frame: DataFrame) -> DataFrame:
+    """``frame`` with an ``offset`` in every first/last pair: null in pairs written before offsets were stored."""
+    old = [f.name for f in frame.schema if isinstance(f.dataType, StructType) and f.dataType.names == ["lhs", "rhs"]]
+    return frame.withColumns({name: F.col(name).withField("offset", F.lit(None).cast(LongType())) for name in old})
 
 
 def _value_types(schema: StructType, names: Iterable[str]) -> dict[str, str]:

@@ -83,7 +83,7 @@ DENIED_EXPRESSIONS = frozenset({"CallMethodViaReflection", "TryReflect", "Script
 _EXPRESSIONS_PACKAGE = "org.apache.spark.sql.catalyst.expressions."
 _AGGREGATES_PACKAGE = _EXPRESSIONS_PACKAGE + "aggregate."
 SKETCH_READERS = frozenset({"ThetaUnionAgg", "HllUnionAgg", "KllMergeAggDouble"})
-"""Aggregates that may read stored sketches (binary) or first/last pairs (``struct<lhs, rhs>``); any other
+"""Aggregates that may read stored sketches (binary) or first/last pairs (``struct<lhs, rhs, offset>``); any other
 would count or compare their bytes, an answer that looks like Druid's and is not."""
 
 
@@ -446,13 +446,13 @@ def _check_aggregate(node: Node) -> None:
 
 
 def _input_types(expression: Any) -> set[str]:
-    """The type names of an expression's inputs (``pair`` for a first/last pair, a ``struct<lhs, rhs>``)."""
+    """The type names of an expression's inputs (``pair`` for a first/last pair, a ``struct<lhs, rhs[, offset]>``)."""
     names = set()
     children = expression.children()
     for i in range(children.length()):
         kind = children.apply(i).dataType()
         name = str(kind.typeName())
-        names.add("pair" if name == "struct" and list(kind.fieldNames()) == ["lhs", "rhs"] else name)
+        names.add("pair" if name == "struct" and list(kind.fieldNames())[:2] == ["lhs", "rhs"] else name)
     return names
 
 
