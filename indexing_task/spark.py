@@ -10,6 +10,7 @@ until they end or the query's timeout cancels them.)
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -48,17 +49,24 @@ job. (Spark's UI and logs redact ``*secret*`` and ``*token*`` values.)
 
 
 def get_spark(master: str = "local[*]", conf: Mapping[str, str] | None = None,
-              app_name: str = "overlord-indexer") -> SparkSession:
+              app_name: str = "overlord-indexer", resident_slots: int = 0) -> SparkSession:
     """Return the process's SparkSession, creating it on first use (~5 s cold, ~0.2 s per job after).
 
     Python workers run the driver's interpreter (``PYSPARK_PYTHON``): on a cluster every worker
     needs the project installed at that path (the docker image does). ``conf`` adds or overrides
-    Spark properties.
+    Spark properties. ``resident_slots`` task slots are added to a ``local[*]`` or ``local[N]``
+    master for resident runners (:mod:`indexing_task.resident`), which wait on a socket most of the
+    time: the jobs keep one slot per core, and plan for that many (``spark.default.parallelism``).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    local = re.fullmatch(r"local\[(\*|\d+)\]", master)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if local and resident_slots:
+        cores = (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1))
+        master = f"local[{cores + resident_slots}]"
+        conf = {"spark.default.parallelism": str(cores), **(conf or {})}
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)

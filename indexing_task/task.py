@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 from indexing_task.errors import TaskStopped, TooManyParseErrors, TopicRecreated
 from indexing_task.ranges import plan_splits, spark_tasks
 from indexing_task.reader import consumer_config, resolved_consumer_properties
+from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup import RollupSchema
 from indexing_task.watermarks import topic_id_changes
@@ -113,11 +114,13 @@ def _require_same_topics(engine: sa.Engine, request: IndexTaskRequest, propertie
 
 
 def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskRequest,
-                   stop: threading.Event | None = None, before_publish: BeforePublish | None = None) -> TaskReport:
+                   stop: threading.Event | None = None, before_publish: BeforePublish | None = None,
+                   resident: ResidentRunners | None = None) -> TaskReport:
     """Index the request's ranges and publish them. Raises on a failed job or too many bad records.
 
     A set ``stop`` event (shutdown, reset) makes the task raise :class:`TaskStopped` instead of
-    publishing. ``before_publish`` runs between writing the files and publishing.
+    publishing. ``before_publish`` runs between writing the files and publishing. A task small
+    enough for one Spark task runs on an idle ``resident`` runner if there is one.
     """
     spec = request.spec
     data_schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
@@ -140,11 +143,14 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
                 io.topic or io.topic_pattern, request.start_offsets.to_json(), request.end_offsets.to_json(),
                 len(splits))
     started = time.monotonic()
-    results: list[WorkerResult] = []
-    if splits:
+    results: list[WorkerResult] | None = None
+    tasks = spark_tasks(splits, request.min_split_records)
+    if splits and resident is not None and tasks == 1:
+        results = resident.run(payload, range(len(splits)))  # None: no runner is idle
+    if results is None and splits:
         spark.sparkContext.setJobDescription(f"index {spec.datasource} task {request.task_id}")
-        results = run_on_workers(spark, len(splits), partial(run_splits, payload),
-                                 spark_tasks(splits, request.min_split_records))
+        results = run_on_workers(spark, len(splits), partial(run_splits, payload), tasks)
+    results = results or []
     index_seconds = time.monotonic() - started
 
     records = sum(r.records for r in results)

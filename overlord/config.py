@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     compaction_period_s: int = Field(
         default=300, ge=0, description="how often the leader runs auto-compaction for the datasources with a "
         "compaction config (`POST /druid/coordinator/v1/config/compaction`); 0 turns it off")
+    resident_runners: int = Field(
+        default=1, ge=0, description="long-lived Spark tasks that index small tasks (under 50k records) without a "
+        "Spark job each: a trickle then costs a fraction of the CPU. Each holds one Spark task slot (a local "
+        "master gets that many slots more); 0 runs every task as a Spark job")
     task_max_records: int = Field(
         default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
         "by a sequence of tasks, each well inside `completionTimeout`")

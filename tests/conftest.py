@@ -67,7 +67,7 @@ def spark(s3_endpoint: str) -> Iterator[object]:
     """A local Spark, started after the S3 environment is set so its Python workers inherit it."""
     from indexing_task.spark import get_spark
 
-    session = get_spark("local[2]")
+    session = get_spark("local[2]", resident_slots=4)  # for the resident runners of the overlords a test starts
     yield session
     session.stop()
 

@@ -11,6 +11,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from indexing_task.resident import ResidentRunners
 from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.task import BeforePublish, IndexTaskRequest, TaskReport, run_index_task
 from overlord.supervisor.fair_executor import FairExecutor
@@ -35,10 +36,11 @@ class TaskRunner:
     """
 
     def __init__(self, spark: SparkSession, engine: sa.Engine, slots: int = 8,
-                 before_publish: BeforePublish | None = None) -> None:
+                 before_publish: BeforePublish | None = None, resident_runners: int = 0) -> None:
         self.spark = spark
         self.engine = engine
         self.before_publish = before_publish
+        self.resident = ResidentRunners(spark, resident_runners) if resident_runners else None
         self._pool = FairExecutor(slots, thread_name_prefix="task")
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -58,7 +60,7 @@ class TaskRunner:
         finished, however (a task cancelled before it started included).
         """
         def work(stop: threading.Event) -> TaskReport:
-            return run_index_task(self.spark, self.engine, request, stop, self.before_publish)
+            return run_index_task(self.spark, self.engine, request, stop, self.before_publish, self.resident)
 
         return self.submit_work(request.task_id, f"indexing task {request.task_id}", work, on_done, on_start,
                                 owner=request.spec.datasource)
@@ -109,4 +111,6 @@ class TaskRunner:
             running = list(self._stops)
         for task_id in running:
             self.stop(task_id)
+        if self.resident is not None:
+            self.resident.close()
         self._pool.shutdown()

@@ -1,0 +1,171 @@
+"""Resident runners: long-lived Spark tasks that index small ranges without a Spark job each.
+
+A trickle's task reads a few hundred records; as its own Spark job it cost ~0.1-0.2 CPU-seconds
+of JVM scheduling and a Python worker round trip, more than the work. A resident runner is one
+Spark task of a job that runs as long as the overlord: its Python worker connects back to the
+driver (``multiprocessing.connection``, authenticated by a key that travels only inside the job's
+closure) and serves requests, each the splits of one small task, with the same
+:func:`indexing_task.worker.index_split` a Spark job runs. The driver still publishes, so the
+publish rule is unchanged; a runner that dies fails only the task it was running (the supervisor
+retries it) and the job is started again. With no runner idle (all busy, or not connected: a
+peer that connects and stalls the handshake holds the listener up) a task runs as a Spark job.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from functools import partial
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from indexing_task.results import WorkerResult
+from indexing_task.spark import INGEST_POOL, use_pool
+from indexing_task.worker import TaskPayload, freeze_survivors, index_split
+
+__all__ = ["ResidentRunners", "RunnerLost"]
+
+logger = logging.getLogger(__name__)
+
+_RESTART_DELAY_S = 5.0
+
+
+class RunnerLost(RuntimeError):
+    """The resident runner indexing a task went away (its worker died); the task is retried."""
+
+
+class ResidentRunners:
+    """``count`` resident runners on ``spark``; :meth:`run` hands one a small task's splits."""
+
+    def __init__(self, spark: SparkSession, count: int) -> None:
+        self.spark = spark
+        self.count = count
+        self._key = secrets.token_bytes(32)
+        self.job_group = f"resident-runners-{secrets.token_hex(4)}"
+        host = spark.sparkContext.getConf().get("spark.driver.host") or "127.0.0.1"
+        self._listener = Listener((host, 0), authkey=self._key)
+        self._idle: queue.Queue[Connection] = queue.Queue()
+        self._closed = threading.Event()
+        self.restart_delay_s = _RESTART_DELAY_S
+        for target, name in ((self._accept, "resident-accept"), (self._keep_running, "resident-job")):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    @property
+    def idle(self) -> int:
+        """How many runners are connected and waiting for work."""
+        return self._idle.qsize()
+
+    def run(self, payload: TaskPayload, splits: Sequence[int]) -> list[WorkerResult] | None:
+        """Index ``payload``'s ``splits`` on an idle runner; None when none is idle (run a Spark job instead).
+
+        Raises what the runner raised, or :class:`RunnerLost`.
+        """
+        try:
+            conn = self._idle.get_nowait()
+        except queue.Empty:
+            return None
+        try:
+            conn.send((payload, tuple(splits)))
+            ok, value = conn.recv()
+        except (EOFError, OSError) as exc:
+            conn.close()
+            raise RunnerLost(f"task {payload.task_id}: its resident runner went away ({exc!r}); nothing was "
+                             "published") from None
+        self._idle.put(conn)
+        if not ok:
+            raise value
+        return list(value)
+
+    def close(self) -> None:
+        """Stop the runners: their job ends, idle ones at once, busy ones after their task."""
+        self._closed.set()
+        threading.Thread(target=self._wake_acceptor, name="resident-close", daemon=True).start()
+        while True:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+            conn.close()
+        try:
+            self.spark.sparkContext.cancelJobGroup(self.job_group)
+        except Exception:  # the JVM is gone already
+            pass
+
+    def _wake_acceptor(self) -> None:
+        """Connect to the listener so that its thread sees it is closed (not waited for: a stalled peer may hold it)."""
+        try:
+            Client(self._listener.address, authkey=self._key).close()
+        except Exception:  # noqa: S110 - already closed or refused: the thread stops either way
+            pass
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn = self._listener.accept()
+            except OSError:  # closed
+                return
+            except Exception as exc:  # a caller without the key
+                logger.warning("resident runners: refused a connection: %r", exc)
+                continue
+            if self._closed.is_set():
+                conn.close()
+                return
+            self._idle.put(conn)
+
+    def _keep_running(self) -> None:
+        """Run the runners' job, and again whenever it ends, until closed."""
+        sc = self.spark.sparkContext
+        address = self._listener.address
+        while not self._closed.is_set():
+            sc.setJobGroup(self.job_group, f"{self.count} resident runner(s) for small indexing tasks",
+                           interruptOnCancel=True)
+            use_pool(self.spark, INGEST_POOL)
+            try:
+                sc.parallelize(range(self.count), self.count).mapPartitions(
+                    partial(_serve, address, self._key)).collect()
+            except Exception as exc:
+                if self._closed.is_set() or sc._jsc is None:
+                    return
+                logger.warning("resident runners: their job ended (%s); starting it again in %.0f s",
+                               str(exc).splitlines()[0] if str(exc) else repr(exc), self.restart_delay_s)
+            self._closed.wait(self.restart_delay_s)
+
+
+def _serve(address: Any, key: bytes, _indexes: Iterator[int]) -> Iterator[str]:
+    """A runner's Spark task: index the splits the driver sends until it sends None or goes away."""
+    with Client(address, authkey=key) as conn:
+        while True:
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                break
+            if request is None:
+                break
+            payload, splits = request
+            started = time.monotonic()
+            try:
+                reply: tuple[bool, Any] = (True, [index_split(payload, payload.splits[i]) for i in splits])
+            except Exception as exc:
+                reply = (False, exc)
+            try:
+                try:
+                    conn.send(reply)
+                except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
+                    conn.send((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+            except (EOFError, OSError):
+                break
+            logger.debug("task %s: %d splits in %.3f s", payload.task_id, len(splits), time.monotonic() - started)
+            freeze_survivors()
+    return iter(())

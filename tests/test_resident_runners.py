@@ -1,0 +1,105 @@
+"""Resident runners: small tasks run on a long-lived Spark task, exactly as a Spark job would run them."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from multiprocessing.connection import AuthenticationError, Client
+
+import pytest
+
+from indexing_task.resident import ResidentRunners, RunnerLost
+from indexing_task.task import run_index_task
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.supervisor.ranges import next_task_request
+from segment_store import committed_offsets
+from tests.helpers import assert_exact, events_spec, published_table, settings_for, wait_until
+
+
+@pytest.fixture()
+def runners(spark):
+    started = ResidentRunners(spark, 1)
+    started.restart_delay_s = 0.5
+    wait_until(lambda: started.idle == 1, "the resident runner to connect", 60)
+    yield started
+    started.close()
+
+
+def jobs_of(spark, group: str) -> list[int]:
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_small_task_runs_on_a_resident_runner_without_a_spark_job(
+        stack, engine, spark, runners, make_topic, datasource, deep_storage):
+    topic = make_topic(2)
+    sample = make_sample_events(600)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    spark.sparkContext.setJobGroup(request.task_id, "a small task")
+
+    report = run_index_task(spark, engine, request, resident=runners)
+
+    assert report.outcome.ok and report.records == len(sample.records)
+    assert jobs_of(spark, request.task_id) == []  # no Spark job: the runner did the work
+    assert_exact(published_table(engine, datasource), sample)
+    assert runners.idle == 1  # back, waiting for the next task
+    retry = replace(request, task_id=request.task_id + "-spark")
+    spark.sparkContext.setJobGroup(retry.task_id, "the same range as a Spark job")
+    assert run_index_task(spark, engine, retry).outcome.status == "already_published"
+    assert len(jobs_of(spark, retry.task_id)) == 1
+
+
+def test_a_runner_that_dies_fails_only_its_task_and_is_started_again(
+        stack, engine, spark, runners, make_topic, datasource, deep_storage):
+    topic = make_topic(1)
+    sample = make_sample_events(300)
+    produce(stack.bootstrap_servers, topic, sample.records[:200], 1)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    waiting = replace(request, end_offsets={0: len(sample.records)})  # the runner waits for the rest
+    outcome: list[BaseException | None] = []
+    task = threading.Thread(target=lambda: outcome.append(_error_of(spark, engine, waiting, runners)))
+    task.start()
+    wait_until(lambda: runners.idle == 0, "the runner to take the task", 30)
+    spark.sparkContext.cancelJobGroup(runners.job_group)  # its Python worker is killed mid-read
+    task.join(60)
+
+    assert isinstance(outcome[0], RunnerLost), outcome
+    assert committed_offsets(engine, datasource).offsets == {0: 0}  # nothing published
+    wait_until(lambda: runners.idle == 1, "the runner to be started again", 60)
+    produce(stack.bootstrap_servers, topic, sample.records[200:], 1)
+    report = run_index_task(spark, engine, replace(waiting, task_id=waiting.task_id + "-again"), resident=runners)
+    assert report.outcome.ok
+    assert_exact(published_table(engine, datasource), sample)
+
+
+def _error_of(spark, engine, request, runners) -> BaseException | None:
+    try:
+        run_index_task(spark, engine, request, resident=runners)
+    except BaseException as exc:  # noqa: BLE001 - the test inspects it
+        return exc
+    return None
+
+
+def test_a_worker_error_reaches_the_driver_as_raised(stack, engine, spark, runners, make_topic, datasource,
+                                                     deep_storage):
+    topic = make_topic(1)
+    produce(stack.bootstrap_servers, topic, make_sample_events(10).records, 1)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    missing = replace(request, spec=events_spec(datasource, "no-such-topic"))
+    with pytest.raises(Exception, match=r"no-such-topic\[0\]"):
+        run_index_task(spark, engine, missing, resident=runners)
+    assert runners.idle == 1  # the runner survived its task's error
+
+
+def test_a_connection_without_the_key_is_refused_and_the_runner_keeps_working(
+        stack, engine, spark, runners, make_topic, datasource, deep_storage):
+    address = runners._listener.address
+    with pytest.raises(AuthenticationError):
+        Client(address, authkey=b"not the key")
+    assert runners.idle == 1
+    topic = make_topic(1)
+    sample = make_sample_events(50)
+    produce(stack.bootstrap_servers, topic, sample.records, 1)
+    request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    assert run_index_task(spark, engine, request, resident=runners).outcome.ok
+    assert_exact(published_table(engine, datasource), sample)
