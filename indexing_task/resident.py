@@ -5,7 +5,7 @@ of JVM scheduling and a Python worker round trip, more than the work. A resident
 Spark task of a job that runs as long as the overlord: its Python worker connects back to the
 driver (``multiprocessing.connection``, authenticated by a key that travels only inside the job's
 closure) and serves requests, each the splits of one small task, with the same
-:func:`indexing_task.worker.index_split` a Spark job runs. The driver still publishes, so the
+:func:`indexing_task.worker.index_splits` a Spark job runs. The driver still publishes, so the
 publish rule is unchanged; a runner that dies fails only the task it was running (the supervisor
 retries it) and the job is started again. With no runner idle (all busy, or not connected: a
 peer that connects and stalls the handshake holds the listener up) a task runs as a Spark job.
@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.results import WorkerResult
 from indexing_task.spark import INGEST_POOL, use_pool
-from indexing_task.worker import TaskPayload, freeze_survivors, index_split
+from indexing_task.worker import TaskPayload, freeze_survivors, index_splits
 
 __all__ = ["ResidentRunners", "RunnerLost"]
 
@@ -156,7 +156,7 @@ def _serve(address: Any, key: bytes, _indexes: Iterator[int]) -> Iterator[str]:
             payload, splits = request
             started = time.monotonic()
             try:
-                reply: tuple[bool, Any] = (True, [index_split(payload, payload.splits[i]) for i in splits])
+                reply: tuple[bool, Any] = (True, [index_splits(payload, [payload.splits[i] for i in splits])])
             except Exception as exc:
                 reply = (False, exc)
             try:

@@ -7,7 +7,8 @@ straight from the worker to deep storage as zstd Parquet.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -22,11 +23,11 @@ from indexing_task.ranges import Split
 from indexing_task.reader import read_range
 from indexing_task.results import WorkerResult, WrittenSegment
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
-from segment_store import Partition
+from segment_store import TopicPartitionId
 from segment_store.deep_storage import DeepStorage
 
-__all__ = ["TaskPayload", "cyclic_gc_paused", "freeze_survivors", "index_split", "record_metadata", "run_splits",
-           "write_segment_file"]
+__all__ = ["TaskPayload", "cyclic_gc_paused", "freeze_survivors", "index_split", "index_splits", "record_metadata",
+           "run_splits", "write_segment_file"]
 
 CHUNK_RECORDS = 200_000
 MAX_SAMPLES = 20
@@ -59,8 +60,9 @@ def run_splits(payload: TaskPayload, split_indexes: Iterator[int]) -> Iterator[W
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context else 0
-    for split_index in split_indexes:
-        yield index_split(payload, payload.splits[split_index], attempt)
+    splits = [payload.splits[i] for i in split_indexes]
+    if splits:
+        yield index_splits(payload, splits, attempt)
     freeze_survivors()
 
 
@@ -100,31 +102,37 @@ def cyclic_gc_paused(pause: bool = True) -> Iterator[None]:
 
 def index_split(payload: TaskPayload, split: Split, attempt: int = 0) -> WorkerResult:
     """Read ``split`` exactly, roll it up and write its files; return what it did."""
+    return index_splits(payload, [split], attempt)
+
+
+def index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int = 0) -> WorkerResult:
+    """Read ``splits`` exactly, one after the other, roll them up together and write their files.
+
+    A small task's splits (a trickle's partitions) are parsed as one batch and written as one
+    file per interval: the parse's fixed cost (~25 ms) and a file are paid once, not per partition.
+    """
     with cyclic_gc_paused():
-        return _index_split(payload, split, attempt)
+        return _index_splits(payload, splits, attempt)
 
 
-def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResult:
+def _index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int) -> WorkerResult:
     storage = DeepStorage(payload.deep_storage, payload.storage_options)
     rollup = Rollup(payload.rollup_schema, payload.min_time, payload.max_time)
     consumer = Consumer(payload.consumer_config)
-    writer = _SegmentWriter(payload, split, attempt, storage, rollup)
+    writer = _SegmentWriter(payload, splits, attempt, storage, rollup)
     records = unparseable = thrown_away = 0
     samples: list[dict[str, Any]] = []
     partials: list[pa.Table] = []
     buffered: list[Message] = []
-
     needs = payload.rollup_schema.metadata_needs
-    topic, partition = split.kafka(payload.topic)
 
     def process(messages: list[Message]) -> None:
         nonlocal records, unparseable, thrown_away, partials
-        parsed = rollup.parse([m.value() for m in messages],
-                              record_metadata(needs, messages, topic) if needs else None)
+        parsed = rollup.parse([m.value() for m in messages], record_metadata(needs, messages) if needs else None)
         records += len(messages)
         unparseable += parsed.bad_count
         thrown_away += parsed.thrown_away
-        samples.extend(_samples(parsed, messages, split.partition, MAX_SAMPLES - len(samples)))
+        samples.extend(_samples(parsed, messages, payload.topic, MAX_SAMPLES - len(samples)))
         partials.append(parsed.rows)
         if sum(p.num_rows for p in partials) > payload.max_rows_in_memory:
             partials = [rollup.merge(partials)]
@@ -132,11 +140,13 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
                 writer.write(partials.pop())
 
     try:
-        for batch in read_range(consumer, topic, partition, split.start, split.end, payload.read_timeout_s):
-            buffered.extend(batch)
-            if len(buffered) >= CHUNK_RECORDS:
-                process(buffered)
-                buffered = []
+        for split in splits:
+            topic, partition = split.kafka(payload.topic)
+            for batch in read_range(consumer, topic, partition, split.start, split.end, payload.read_timeout_s):
+                buffered.extend(batch)
+                if len(buffered) >= CHUNK_RECORDS:
+                    process(buffered)
+                    buffered = []
         if buffered:
             process(buffered)
         if partials:
@@ -144,12 +154,12 @@ def _index_split(payload: TaskPayload, split: Split, attempt: int) -> WorkerResu
     finally:
         consumer.close()
         rollup.close()
-    return WorkerResult(index=split.index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
+    return WorkerResult(index=splits[0].index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
                         thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments),
                         dimensions={d.name: d.type for d in rollup.schema.dimensions})
 
 
-def record_metadata(needs: list[str], messages: list[Message], topic: str) -> dict[str, pa.Array]:
+def record_metadata(needs: list[str], messages: list[Message]) -> dict[str, pa.Array]:
     """The Kafka metadata the parse reads (key, timestamp, topic, offset, headers), one array per need."""
     out: dict[str, pa.Array] = {}
     for need in needs:
@@ -158,7 +168,7 @@ def record_metadata(needs: list[str], messages: list[Message], topic: str) -> di
         elif need == "timestamp":  # (type, ms); type 0 is "not available"
             out[need] = pa.array([ts if kind else None for kind, ts in (m.timestamp() for m in messages)], pa.int64())
         elif need == "topic":
-            out[need] = pa.array([topic] * len(messages), pa.string())
+            out[need] = pa.array([m.topic() for m in messages], pa.string())
         elif need == "offset":
             out[need] = pa.array([m.offset() for m in messages], pa.int64())
         else:  # header:<name>: the last header of that name, as Druid keeps it
@@ -168,23 +178,28 @@ def record_metadata(needs: list[str], messages: list[Message], topic: str) -> di
     return out
 
 
-def _samples(parsed: ParsedBatch, messages: list[Message], partition: Partition,
-             limit: int) -> list[dict[str, Any]]:
-    shown = partition if isinstance(partition, int) else str(partition)
-    return [{"partition": shown, "offset": messages[bad.index].offset(), "reason": bad.reason,
+def _samples(parsed: ParsedBatch, messages: list[Message], topic: str | None, limit: int) -> list[dict[str, Any]]:
+    """The bad records' samples; a partition is its number, or ``topic:number`` under a ``topicPattern``."""
+    def shown(message: Message) -> int | str:
+        number = message.partition()
+        assert number is not None
+        return number if topic is not None else str(TopicPartitionId(str(message.topic()), number))
+
+    return [{"partition": shown(messages[bad.index]), "offset": messages[bad.index].offset(), "reason": bad.reason,
              "value": bad.value} for bad in parsed.bad_samples[:max(limit, 0)]]
 
 
 class _SegmentWriter:
     """Writes rolled-up rows as segment files of at most ``max_rows_per_segment`` rows."""
 
-    def __init__(self, payload: TaskPayload, split: Split, attempt: int, storage: DeepStorage,
+    def __init__(self, payload: TaskPayload, splits: Sequence[Split], attempt: int, storage: DeepStorage,
                  rollup: Rollup) -> None:
         self.payload = payload
         self.storage = storage
         self.rollup = rollup
-        self.split_key = split.key(payload.topic, payload.generation)
-        self.attempt_id = f"{payload.task_id}-s{split.index:04d}-a{attempt}"
+        keys = [split.key(payload.topic, payload.generation) for split in splits]  # a retry's are the same
+        self.split_key = keys[0] if len(keys) == 1 else hashlib.sha1("+".join(keys).encode()).hexdigest()[:12]
+        self.attempt_id = f"{payload.task_id}-s{splits[0].index:04d}-a{attempt}"
         self.part = 0
         self.rows_out = 0
         self.segments: list[WrittenSegment] = []
