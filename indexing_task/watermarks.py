@@ -1,9 +1,18 @@
-"""The partitions a spec reads and their low/high watermarks (offset of the first record / next record)."""
+"""The partitions a spec reads and their low/high watermarks (offset of the first record / next record).
+
+The metadata clients are long-lived, one per set of consumer properties (:class:`_Clients`): each
+supervisor asks every second or so, and a librdkafka client per call cost its threads, a broker
+connection and a metadata round trip each time.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
@@ -15,6 +24,56 @@ from specs import KafkaIOConfigSpec
 
 __all__ = ["TopicIdSource", "stream_topic_ids", "stream_watermarks", "topic_id_changes"]
 
+C = TypeVar("C", Consumer, AdminClient)
+
+
+class _Clients(Generic[C]):
+    """Clients made by ``make(properties)``, kept per set of properties (the ``size`` most recently used).
+
+    A client serves one call at a time. One whose call raised is closed and made again next time,
+    so a spec with a wrong address keeps no client reconnecting in the background.
+    """
+
+    def __init__(self, make: Callable[[dict[str, Any]], C], size: int = 32) -> None:
+        self._make: Callable[[dict[str, Any]], C] = make
+        self._size = size
+        self._clients: OrderedDict[str, tuple[C, threading.Lock]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def use(self, properties: Mapping[str, Any]) -> Iterator[C]:
+        key = json.dumps(properties, sort_keys=True, default=str)
+        with self._lock:
+            entry = self._clients.get(key)
+            if entry is None:
+                entry = self._clients[key] = (self._make(dict(properties)), threading.Lock())
+                while len(self._clients) > self._size:
+                    _close(self._clients.popitem(last=False)[1][0])
+            self._clients.move_to_end(key)
+        client, lock = entry
+        with lock:
+            try:
+                yield client
+            except BaseException:
+                with self._lock:
+                    if self._clients.get(key) is entry:
+                        del self._clients[key]
+                _close(client)
+                raise
+
+
+def _close(client: Consumer | AdminClient) -> None:
+    if isinstance(client, Consumer):
+        client.close()  # an AdminClient has nothing to close: it goes with its last reference
+
+
+_consumers: _Clients[Consumer] = _Clients(lambda properties: Consumer({
+    "group.id": "overlord-metadata", "enable.auto.commit": False,
+    "log_level": 2,  # an unreachable broker surfaces as the exception below, once
+    **properties}))
+_admins: _Clients[AdminClient] = _Clients(
+    lambda properties: AdminClient({**properties, "log_level": 3}))  # consumer-only properties warn (level 4)
+
 
 def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec,
                       timeout_s: float = 10.0) -> dict[Partition, tuple[int, int]]:
@@ -23,15 +82,11 @@ def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigS
     A topic's partitions are numbers; a pattern's are :class:`TopicPartitionId`. An unknown
     topic raises :class:`IndexingError`; a pattern matching no topic yet has no partitions.
     """
-    consumer = Consumer({"group.id": "overlord-metadata", "enable.auto.commit": False,
-                         "log_level": 2,  # an unreachable broker surfaces as the exception below, once
-                         **consumer_properties})
+    with _consumers.use(consumer_properties) as consumer:
+        def marks(topic: str, partition: int) -> tuple[int, int]:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+            return int(low), int(high)
 
-    def marks(topic: str, partition: int) -> tuple[int, int]:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
-        return int(low), int(high)
-
-    try:
         if io.topic is not None:
             metadata = consumer.list_topics(io.topic, timeout=timeout_s).topics.get(io.topic)
             if metadata is None or metadata.error is not None or not metadata.partitions:
@@ -42,8 +97,6 @@ def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigS
         return {TopicPartitionId(topic, p): marks(topic, p)
                 for topic, metadata in sorted(topics.items()) if io.reads(topic) and metadata.error is None
                 for p in sorted(metadata.partitions)}
-    finally:
-        consumer.close()
 
 
 def stream_topic_ids(consumer_properties: Mapping[str, Any], topics: Iterable[str],
@@ -52,13 +105,14 @@ def stream_topic_ids(consumer_properties: Mapping[str, Any], topics: Iterable[st
     wanted = sorted(set(topics))
     if not wanted:
         return {}
-    admin = AdminClient({**consumer_properties, "log_level": 3})  # consumer-only properties warn (level 4)
-    found = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
     ids = {}
-    for topic, future in found.items():
-        topic_id = future.result(timeout=timeout_s).topic_id
-        if topic_id is not None and (topic_id.get_most_significant_bits() or topic_id.get_least_significant_bits()):
-            ids[topic] = str(topic_id)
+    with _admins.use(consumer_properties) as admin:
+        found = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
+        for topic, future in found.items():
+            topic_id = future.result(timeout=timeout_s).topic_id
+            if topic_id is not None and (topic_id.get_most_significant_bits()
+                                         or topic_id.get_least_significant_bits()):
+                ids[topic] = str(topic_id)
     return ids
 
 
