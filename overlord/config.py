@@ -114,17 +114,26 @@ class Settings(BaseSettings):
     compaction_period_s: int = Field(
         default=300, ge=0, description="how often the leader runs auto-compaction for the datasources with a "
         "compaction config (`POST /druid/coordinator/v1/config/compaction`); 0 turns it off")
-    resident_runners: int = Field(
-        default=1, ge=0, description="long-lived Spark tasks that index small tasks (under 50k records) without a "
-        "Spark job each: a trickle then costs a fraction of the CPU. Each holds one Spark task slot (a local "
-        "master gets that many slots more); 0 runs every task as a Spark job")
+    resident_runners: int | None = Field(
+        default=None, ge=0, description="long-lived Spark tasks that index small tasks (under 50k records) without "
+        "a Spark job each: a trickle then costs a fraction of the CPU. Each holds one Spark task slot: a local "
+        "master gets that many slots more, a cluster gives each one of its executor cores for good (keep more cores "
+        "than runners, or its Spark jobs wait forever). 0 runs every task as a Spark job. Default: 1 with a "
+        "`local` master, 0 with a cluster")
+
+    @property
+    def resident_runner_count(self) -> int:
+        """``resident_runners``, or its default for the Spark master."""
+        if self.resident_runners is not None:
+            return self.resident_runners
+        return 1 if self.spark_master.startswith("local") else 0
     task_max_records: int = Field(
         default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
         "by a sequence of tasks, each well inside `completionTimeout`")
     task_min_interval_s: float = Field(
         default=1.5, ge=0, description="the least time between two launches of a task group's tasks while its "
-        "topic trickles: a steady stream is indexed in tasks of this many seconds' records (each task costs a "
-        "Spark job), not one per fraction of a second; a task that can fill up to `OVERLORD_TASK_MAX_RECORDS` "
+        "topic trickles: a steady stream is indexed in tasks of this many seconds' records (each task has a fixed "
+        "cost), not one per fraction of a second; a task that can fill up to `OVERLORD_TASK_MAX_RECORDS` "
         "starts at once. 0 launches as soon as records wait")
 
     @field_validator("spark_conf", "query_spark_conf", mode="before")

@@ -33,7 +33,7 @@ from indexing_task.spark import get_spark
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack
 from overlord.supervisor.manager import Overlord
-from segment_store import committed_offsets
+from segment_store.schema import datasource_offsets
 from specs import load_example
 
 PARTITIONS = 2
@@ -118,15 +118,20 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
     engine = sa.create_engine(database_url)
 
     def watch() -> None:
+        """Every 50 ms, every datasource's committed offsets in one query (not one per datasource)."""
         last: dict[tuple[str, int], int] = {}
+        query = sa.select(datasource_offsets.c.datasource, datasource_offsets.c.offsets)
         while not stop.is_set():
-            for datasource, topic in topics.items():
-                stored = committed_offsets(engine, datasource)
-                now = time.monotonic()
-                for p, offset in (stored.offsets.items() if stored else []):
-                    if offset != last.get((topic, p)):
-                        visible[(topic, p)].append((now, offset))
-                        last[(topic, p)] = offset
+            with engine.connect() as conn:
+                rows = conn.execute(query).all()
+            now = time.monotonic()
+            for datasource, offsets in rows:
+                topic = topics.get(datasource)
+                for p, offset in (offsets.items() if topic else ()):
+                    key = (topic, int(p))
+                    if offset != last.get(key):
+                        visible[key].append((now, offset))
+                        last[key] = offset
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -155,19 +160,30 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
         time.sleep(0.2)
     stop.set()
     watcher.join()
-    latencies = sorted(next((t for t, c in visible[(topic, p)] if c > offset), float("inf")) - at
-                       for (topic, p, offset), at in acked.items())
+    by_minute: dict[int, list[float]] = defaultdict(list)
+    for (topic, p, offset), at in acked.items():
+        seen = next((t for t, c in visible[(topic, p)] if c > offset), float("inf"))
+        by_minute[int((at - measured_from) // 60)].append(seen - at)
+    latencies = sorted(x for minute in by_minute.values() for x in minute)
     results.put({"records_measured": len(latencies), "sent_per_topic": sent,
                  "freshness_p50_s": round(latencies[len(latencies) // 2], 3),
-                 "freshness_p95_s": round(latencies[int(len(latencies) * 0.95)], 3),
-                 "freshness_max_s": round(latencies[-1], 3)})
+                 "freshness_p95_s": round(_p95(latencies), 3),
+                 "freshness_max_s": round(latencies[-1], 3),
+                 "freshness_p95_by_minute_s": [round(_p95(sorted(by_minute[m])), 3) for m in sorted(by_minute)]})
 
 
-def run(supervisors: int, rate: int, seconds: float, warmup_s: float) -> dict[str, Any]:
+def _p95(values: list[float]) -> float:
+    return values[int(len(values) * 0.95)]
+
+
+def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_runners: int | None = None
+        ) -> dict[str, Any]:
+    started = datetime.now(UTC).isoformat()
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
-        spark = get_spark("local[*]")
-        overlord = Overlord(stack.settings(), engine, spark)
+        settings = stack.settings(**({} if resident_runners is None else {"resident_runners": resident_runners}))
+        spark = get_spark("local[*]", resident_slots=settings.resident_runner_count)
+        overlord = Overlord(settings, engine, spark)
         overlord.start()
         topics = {}
         for i in range(supervisors):
@@ -200,7 +216,8 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float) -> dict[st
     overlord_kinds = ("overlord", "spark_jvm", "python_workers", "other")
     cores = {kind: round(used.get(kind, 0.0) / wall_s, 3) for kind in (*overlord_kinds, "broker", "postgres")}
     return {
-        "benchmark": "cost", "started": datetime.now(UTC).isoformat(), "supervisors": supervisors,
+        "benchmark": "cost", "started": started, "supervisors": supervisors,
+        "resident_runners": settings.resident_runner_count,
         "rate_per_s_each": rate, "partitions_each": PARTITIONS, "measured_s": round(wall_s, 1),
         "cores_overlord_tree": round(sum(cores[k] for k in overlord_kinds), 3),
         "cores_by_kind": cores,
@@ -216,9 +233,11 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=500, help="events/s per supervisor")
     parser.add_argument("--seconds", type=float, default=300, help="the measured window")
     parser.add_argument("--warmup-s", type=float, default=30)
+    parser.add_argument("--resident-runners", type=int, help="OVERLORD_RESIDENT_RUNNERS (default: its default)")
     parser.add_argument("--out", help="results file name under benchmarks/results (default cost.json)")
     args = parser.parse_args()
-    save_results(run(args.supervisors, args.rate, args.seconds, args.warmup_s), args.out or "cost.json")
+    save_results(run(args.supervisors, args.rate, args.seconds, args.warmup_s, args.resident_runners),
+                 args.out or "cost.json")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
         with out.status("starting Spark and the overlord…"):
             settings = stack.settings()
             engine = metadata_engine(stack.database_url)
-            spark = get_spark("local[*]", resident_slots=settings.resident_runners)
+            spark = get_spark("local[*]", resident_slots=settings.resident_runner_count)
             overlord = Overlord(settings, engine, spark)
             overlord.start()
         url = f"http://127.0.0.1:{_port(port)}/"

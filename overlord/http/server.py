@@ -78,7 +78,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
     secrets = SecretRegistry()
     install_log_filter(secrets)
     engine = metadata_engine(settings.database_url)
-    spark = get_spark(settings.spark_master, settings.spark_conf, resident_slots=settings.resident_runners)
+    spark = get_spark(settings.spark_master, settings.spark_conf, resident_slots=settings.resident_runner_count)
     overlord = Overlord(settings, engine, spark, before_publish=before_publish)
     started, app = False, None
     try:

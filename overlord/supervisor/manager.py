@@ -67,7 +67,7 @@ class Overlord:
         self.settings = settings
         self.engine = engine
         self.store = MetadataStore(engine)
-        self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish, settings.resident_runners)
+        self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish, settings.resident_runner_count)
         self.metrics = Metrics(lambda: [sup.status for sup in list(self.supervisors.values())])
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
