@@ -625,9 +625,11 @@ def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, en
 def test_sql_and_compaction_endpoints(api: Api, stack: DevStack, make_topic, datasource):
     topic = make_topic(2)
     sample = make_sample_events(3_000)
-    produce(stack.bootstrap_servers, topic, sample.records, 2)
     submit(api, spec_json(datasource, topic))
-    wait_until(lambda: committed_total(api.engine, datasource) == len(sample.records), "ingestion", 90)
+    for part in (sample.records[:1_500], sample.records[1_500:]):  # two tasks: two files per interval to compact
+        produce(stack.bootstrap_servers, topic, part, 2)
+        wanted = sample.records.index(part[-1]) + 1
+        wait_until(lambda n=wanted: committed_total(api.engine, datasource) == n, "ingestion", 90)
     query = f'SELECT country, SUM("count") AS events, SUM(value_sum) AS v FROM "{datasource}" GROUP BY country'
 
     def ask(result_format: str = "object", sql: str = query) -> httpx.Response:
