@@ -54,6 +54,8 @@ class ResidentRunners:
         self._idle: queue.Queue[Connection] = queue.Queue()
         self._closed = threading.Event()
         self.restart_delay_s = _RESTART_DELAY_S
+        self.wait_s = 1.0
+        """How long a task waits for a busy runner before it runs as a Spark job (which costs more than most waits)."""
         for target, name in ((self._accept, "resident-accept"), (self._keep_running, "resident-job")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -63,12 +65,12 @@ class ResidentRunners:
         return self._idle.qsize()
 
     def run(self, payload: TaskPayload, splits: Sequence[int]) -> list[WorkerResult] | None:
-        """Index ``payload``'s ``splits`` on an idle runner; None when none is idle (run a Spark job instead).
+        """Index ``payload``'s ``splits`` on a runner; None when none was idle within ``wait_s`` (run a Spark job).
 
         Raises what the runner raised, or :class:`RunnerLost`.
         """
         try:
-            conn = self._idle.get_nowait()
+            conn = self._idle.get(timeout=self.wait_s)
         except queue.Empty:
             return None
         try:
