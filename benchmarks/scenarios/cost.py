@@ -142,10 +142,15 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
         due = int((now - started) * rate)
         for _ in range(due - sent):
             ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            value = json.dumps({"ts": ts, "country": "DE", "device": "mobile", "value": sent % 100,
+                                "price": 1.0}).encode()
             for topic in topics.values():
-                producer.produce(topic, json.dumps({"ts": ts, "country": "DE", "device": "mobile", "value": sent % 100,
-                                                    "price": 1.0}).encode(), partition=sent % PARTITIONS,
-                                 on_delivery=on_delivery)
+                while True:
+                    try:
+                        producer.produce(topic, value, partition=sent % PARTITIONS, on_delivery=on_delivery)
+                        break
+                    except BufferError:  # the client's queue is full: let the broker catch up
+                        producer.poll(0.05)
             sent += 1
         producer.poll(0.01)
     producer.flush(30)
