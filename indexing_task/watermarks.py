@@ -22,7 +22,7 @@ from indexing_task.errors import IndexingError
 from segment_store import Partition, TopicPartitionId, check_topic_ids, kafka_partition
 from specs import KafkaIOConfigSpec
 
-__all__ = ["TopicIdSource", "stream_topic_ids", "stream_watermarks", "topic_id_changes"]
+__all__ = ["TopicIdSource", "close_metadata_clients", "stream_topic_ids", "stream_watermarks", "topic_id_changes"]
 
 C = TypeVar("C", Consumer, AdminClient)
 
@@ -43,23 +43,44 @@ class _Clients(Generic[C]):
     @contextmanager
     def use(self, properties: Mapping[str, Any]) -> Iterator[C]:
         key = json.dumps(properties, sort_keys=True, default=str)
+        while True:  # until holding a client that is still kept (not evicted or closed meanwhile)
+            with self._lock:
+                entry = self._clients.get(key)
+                if entry is None:
+                    entry = self._clients[key] = (self._make(dict(properties)), threading.Lock())
+                self._clients.move_to_end(key)
+                evicted = [self._clients.popitem(last=False)[1] for _ in range(len(self._clients) - self._size)]
+            self._close_all(evicted)
+            client, lock = entry
+            lock.acquire()
+            with self._lock:
+                kept = self._clients.get(key) is entry
+            if kept:
+                break
+            lock.release()
+        try:
+            yield client
+        except BaseException:
+            with self._lock:
+                if self._clients.get(key) is entry:
+                    del self._clients[key]
+            _close(client)
+            raise
+        finally:
+            lock.release()
+
+    def close(self) -> None:
+        """Close every client (the next call makes a new one)."""
         with self._lock:
-            entry = self._clients.get(key)
-            if entry is None:
-                entry = self._clients[key] = (self._make(dict(properties)), threading.Lock())
-                while len(self._clients) > self._size:
-                    _close(self._clients.popitem(last=False)[1][0])
-            self._clients.move_to_end(key)
-        client, lock = entry
-        with lock:
-            try:
-                yield client
-            except BaseException:
-                with self._lock:
-                    if self._clients.get(key) is entry:
-                        del self._clients[key]
+            clients, self._clients = list(self._clients.values()), OrderedDict()
+        self._close_all(clients)
+
+    @staticmethod
+    def _close_all(entries: list[tuple[C, threading.Lock]]) -> None:
+        """Close clients that are no longer kept, each once its call in flight (if any) is done."""
+        for client, lock in entries:
+            with lock:
                 _close(client)
-                raise
 
 
 def _close(client: Consumer | AdminClient) -> None:
@@ -73,6 +94,12 @@ _consumers: _Clients[Consumer] = _Clients(lambda properties: Consumer({
     **properties}))
 _admins: _Clients[AdminClient] = _Clients(
     lambda properties: AdminClient({**properties, "log_level": 3}))  # consumer-only properties warn (level 4)
+
+
+def close_metadata_clients() -> None:
+    """Close the kept metadata clients: an overlord that stops leaves none reconnecting to its brokers."""
+    _consumers.close()
+    _admins.close()
 
 
 def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec,

@@ -83,10 +83,10 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
             overlord = Overlord(settings, engine, spark)
             overlord.start()
         url = f"http://127.0.0.1:{_port(port)}/"
+        producer = threading.Thread(target=produce_live, name="producer", daemon=True,
+                                    args=(stack.bootstrap_servers, topic, PARTITIONS, rate, stop))
         try:
             create_topic(stack.bootstrap_servers, topic, PARTITIONS)
-            producer = threading.Thread(target=produce_live, name="producer", daemon=True,
-                                        args=(stack.bootstrap_servers, topic, PARTITIONS, rate, stop))
             producer.start()
             out.print(f"[green]✓[/] producing {rate} sample events/s to topic '{topic}'")
             overlord.submit(spec.to_druid_json())
@@ -109,6 +109,8 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
             out.print("\nstopping: producer, overlord, Spark, Kafka and PostgreSQL…")
         finally:
             stop.set()
+            if producer.is_alive():  # its last flush goes to the broker before the broker stops
+                producer.join(15)
             overlord.stop(grace_s=15)
             spark.stop()
             engine.dispose()

@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from indexing_task.compaction import CompactionReport, compact
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
+from indexing_task.watermarks import close_metadata_clients
 from overlord.config import Settings
 from overlord.errors import NotFound, NotLeader, error_summary
 from overlord.metrics import Metrics
@@ -170,6 +171,7 @@ class Overlord:
             with sup.lock:
                 sup.update_task_status()
         self.runner.shutdown()
+        close_metadata_clients()
         for sup in self.supervisors.values():
             with sup.lock:
                 sup.update_task_status()
