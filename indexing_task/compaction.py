@@ -1,4 +1,4 @@
-"""The compaction job: rewrite an interval's visible segments into fewer, larger ones, then swap.
+"""The compaction job: rewrite an interval's visible segments (or some of them) into fewer, larger ones, then swap.
 
 The driver reads each interval's visible set from the timeline and runs one Spark job with one
 task per interval (an RDD job, like ingestion): the worker reads the interval's files, rolls
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -46,7 +46,7 @@ from segment_store.timeline import Interval, visible_by_interval, visible_segmen
 from segment_store.value_types import arrow_type, value_type, widest_types
 from specs import SupervisorSpec
 
-__all__ = ["CompactionError", "CompactionReport", "compact"]
+__all__ = ["CompactionError", "CompactionReport", "Selection", "compact"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,12 +175,21 @@ def _with_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
                      for f in schema], schema=schema)
 
 
-def _plan(engine: sa.Engine, datasource: str, within: Interval | None,
-          min_segments: int) -> dict[Interval, list[SegmentRecord]]:
-    """Visible segments of every exact interval inside ``within`` that has at least ``min_segments``."""
+Selection = Callable[[Interval, list[SegmentRecord]], list[SegmentRecord]]
+"""Given an exact interval and its visible segments, the ones to merge (all of one version; empty: none)."""
+
+
+def _at_least(min_segments: int) -> Selection:
+    return lambda _interval, segments: segments if len(segments) >= min_segments else []
+
+
+def _plan(engine: sa.Engine, datasource: str, within: Interval | None, select: Selection
+          ) -> dict[Interval, list[SegmentRecord]]:
+    """What ``select`` picks of every exact interval inside ``within``."""
     chunks = visible_by_interval(visible_segments(engine, datasource, within))
-    return {iv: segs for iv, segs in chunks.items()
-            if len(segs) >= min_segments and (within is None or (within[0] <= iv[0] and iv[1] <= within[1]))}
+    picked = {iv: select(iv, segs) for iv, segs in chunks.items()
+              if within is None or (within[0] <= iv[0] and iv[1] <= within[1])}
+    return {iv: segs for iv, segs in picked.items() if segs}
 
 
 def _run_job(spark: SparkSession, payload: _Payload) -> list[WorkerResult]:
@@ -195,20 +204,22 @@ def _run_job(spark: SparkSession, payload: _Payload) -> list[WorkerResult]:
 
 def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_storage: str,
             interval: Interval | None = None, *, storage_options: dict[str, Any] | None = None,
-            max_rows_per_segment: int | None = None, min_segments: int = 2, max_attempts: int = 3
-            ) -> list[CompactionReport]:
+            max_rows_per_segment: int | None = None, min_segments: int = 2, select: Selection | None = None,
+            max_attempts: int = 3) -> list[CompactionReport]:
     """Compact every exact interval of ``spec``'s datasource inside ``interval`` (all when None).
 
-    The spec's metrics say how rows merge and its
-    ``maxRowsPerSegment`` caps the files (unless given). Intervals with fewer than
-    ``min_segments`` visible segments are skipped. An interval whose swap is retryable is
-    compacted again, up to ``max_attempts`` times. Raises :class:`CompactionError` if a job fails.
+    The spec's metrics say how rows merge and its ``maxRowsPerSegment`` caps the files (unless
+    given). ``select`` picks what to merge of each interval's visible segments (by default all
+    of them when there are ``min_segments`` or more; the others are kept as they are). An
+    interval whose swap is retryable is planned and compacted again, up to ``max_attempts``
+    times. Raises :class:`CompactionError` if a job fails.
     """
     datasource = spec.datasource
     schema = RollupSchema.from_spec(spec.spec.data_schema)
     max_rows = max_rows_per_segment or spec.spec.tuning_config.max_rows_per_segment
     reports: list[CompactionReport] = []
-    pending = _plan(engine, datasource, interval, min_segments)
+    select = select or _at_least(min_segments)
+    pending = _plan(engine, datasource, interval, select)
     for attempt in range(1, max_attempts + 1):
         if not pending:
             break
@@ -235,6 +246,6 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
                 continue
             reports.append(CompactionReport(datasource, start, end, len(read), row.records, segments,
                                             outcome, attempt, time.monotonic() - started))
-        replanned = _plan(engine, datasource, interval, min_segments) if retry else {}
+        replanned = _plan(engine, datasource, interval, select) if retry else {}
         pending = {iv: replanned[iv] for iv in retry if iv in replanned}  # again, from their current visible sets
     return sorted(reports, key=lambda r: r.interval_start)

@@ -112,8 +112,13 @@ class Settings(BaseSettings):
         default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
         "session; more wait for a slot (their `completionTimeout` starts when they run)")
     compaction_period_s: int = Field(
-        default=300, ge=0, description="how often the leader runs auto-compaction for the datasources with a "
-        "compaction config (`POST /druid/coordinator/v1/config/compaction`); 0 turns it off")
+        default=60, ge=0, description="how often the leader runs auto-compaction: merges a fresh interval's small "
+        "segments tier by tier and compacts older intervals whole (see the README's \"Good files by default\"); "
+        "0 turns it off")
+    auto_compaction: bool = Field(
+        default=True, description="compact every supervisor's datasource with the default config (intervals an "
+        "hour older than the newest compacted whole) unless it has its own "
+        "(`POST /druid/coordinator/v1/config/compaction`); false compacts only the datasources that have one")
     resident_runners: int | None = Field(
         default=None, ge=0, description="long-lived Spark tasks that index small tasks (under 50k records) without "
         "a Spark job each: a trickle then costs a fraction of the CPU. Each holds one Spark task slot: a local "

@@ -9,8 +9,10 @@ transaction (the ``datasource_offsets`` row, ``SELECT ... FOR UPDATE``) and in o
    the compaction again on the new visible set; this attempt's files are orphans);
 2. inserts the new segments at ``v + 1``, used;
 3. marks the segments it read unused (``used_status_updated_at = now()``);
-4. carries over every segment appended at ``v`` after the read (metadata only: new version
-   ``v + 1`` and a fresh partition number after the new segments; the file stays).
+4. carries over every other segment used at ``v``: left out of the merge, or appended after the
+   read (metadata only: new version ``v + 1`` and a fresh partition number after the new
+   segments; the file stays). The new segments record whether they hold the whole interval
+   (``compacted_by.whole_interval``: nothing was carried over).
 
 Publishes append at the interval's highest version and hold the same lock, so each appended
 segment either committed before the swap took the lock (and is carried over) or commits after
@@ -122,7 +124,7 @@ def _swap_in(conn: sa.Connection, swap: CompactionSwap, storage: DeepStorage | N
         return rejected
     version = swap.input_version + 1
     compacted_by = {"job_id": swap.job_id, "input_version": swap.input_version,
-                    "input_segments": len(swap.input_ids)}
+                    "input_segments": len(swap.input_ids), "whole_interval": not appended}
     if swap.segments:
         conn.execute(segments_t.insert(), [
             {"id": seg.id, "datasource": seg.datasource, "interval_start": seg.interval_start,
@@ -139,7 +141,7 @@ def _swap_in(conn: sa.Connection, swap: CompactionSwap, storage: DeepStorage | N
                       for n, seg_id in enumerate(appended)])
     message = (f"datasource {swap.datasource!r} interval {swap.interval_label}: version {swap.input_version} -> "
                f"{version}: {len(swap.segments)} new segment(s), {len(swap.input_ids)} replaced, "
-               f"{len(appended)} appended during compaction carried over")
+               f"{len(appended)} other(s) carried over")
     return SwapOutcome("ok", message, version, tuple(sorted(swap.input_ids)), tuple(appended))
 
 

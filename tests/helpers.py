@@ -145,9 +145,10 @@ def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: 
                    policy: SupervisorPolicy | None = None, database_url: str | None = None,
                    **settings: Any) -> Overlord:
     """A started overlord on a fresh database of the session's PostgreSQL, or on ``database_url``
-    (a restart); stop it when done.
+    (a restart), its compaction duty off unless ``compaction_period_s`` is given; stop it when done.
     """
     url = database_url or fresh_database(admin)
+    settings.setdefault("compaction_period_s", 0)  # tests run the duty by hand: deterministic
     overlord = Overlord(Settings(database_url=url, deep_storage=deep_storage,
                                  kafka_bootstrap_servers=stack.bootstrap_servers, **settings),
                         metadata_engine(url), spark, policy)

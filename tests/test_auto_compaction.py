@@ -10,6 +10,7 @@ import httpx
 
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.http.app import create_app
+from overlord.supervisor.auto_compaction import CompactionConfig
 from segment_store import visible_segments
 from tests.helpers import assert_exact, committed_total, merged, published_table, served, spec_json, wait_until
 
@@ -53,3 +54,44 @@ def test_the_duty_compacts_older_intervals_and_totals_stay_exact(stack, make_top
         assert httpx.delete(f"{url}{CONFIG}/{datasource}").status_code == 200
         assert httpx.get(f"{url}{CONFIG}/{datasource}").status_code == 404
         assert httpx.get(url + CONFIG).json() == {"compactionConfigs": []}
+
+
+def _by_interval(engine, datasource):
+    out: dict = {}
+    for s in visible_segments(engine, datasource):
+        out.setdefault((s.interval_start, s.interval_end), []).append(s)
+    return out
+
+
+def test_by_default_fresh_segments_are_tiered_and_settled_hours_compacted_whole(
+        stack, make_topic, datasource, make_overlord):
+    topic = make_topic(1)
+    overlord = make_overlord(task_min_interval_s=0)  # no compaction config: the default applies
+    raw = spec_json(datasource, topic)
+    raw["spec"]["tuningConfig"]["maxRowsPerSegment"] = 100  # segments of 50+ rows count as full
+    overlord.submit(raw)
+    samples = []
+    for seed, n in enumerate([600] + [8] * 8):  # one big publish, then eight small ones (both hours each)
+        samples.append(make_sample_events(n, bad_every=0, seed=90 + seed))
+        produce(stack.bootstrap_servers, topic, samples[-1].records, 1)
+        total = sum(len(s.records) for s in samples)
+        wait_until(lambda total=total: committed_total(overlord.engine, datasource) == total, "a publish")
+    older, newest = sorted(before := _by_interval(overlord.engine, datasource))
+    full = {s.id for s in before[newest] if s.num_rows >= 50}
+    assert full and len(before[newest]) - len(full) >= 8 and len(before[older]) >= 9
+
+    [(task_id, done)] = overlord.auto_compact()
+    reports = done.result(180)
+
+    assert all(r.outcome.ok for r in reports)
+    after = _by_interval(overlord.engine, datasource)
+    jobs = {(s.descriptor["compacted_by"]["job_id"], s.descriptor["compacted_by"]["whole_interval"])
+            for s in after[older]}
+    assert len(jobs) == 1 and jobs.pop()[1] is True  # the settled hour: one whole-interval compaction
+    assert {s.id for s in after[newest]} >= full and len(after[newest]) == len(full) + 1  # small ones: one tier merge
+    assert_exact(published_table(overlord.engine, datasource), merged(*samples))
+    wait_until(lambda: overlord.store.task(task_id).status == "SUCCESS", "the compaction task's row")
+    assert overlord.auto_compact() == []  # compacted whole stays put; one small segment is no full tier
+
+    overlord.set_compaction_config(CompactionConfig(dataSource=datasource, skipOffsetFromLatest="P1D"))
+    assert overlord.compaction_configs()[datasource].skip_offset_from_latest == "P1D"  # its own config wins

@@ -15,7 +15,6 @@ import os
 import socket
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
@@ -28,21 +27,21 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
-from indexing_task.compaction import CompactionReport, compact
+from indexing_task.compaction import CompactionReport, Selection, compact
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from indexing_task.watermarks import close_metadata_clients
 from overlord.config import Settings
 from overlord.errors import NotFound, NotLeader, error_summary
 from overlord.metrics import Metrics
-from overlord.supervisor.auto_compaction import CompactionConfig
+from overlord.supervisor.auto_compaction import CompactionConfig, default_config, merge_selection
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import Partition, create_schema, reset_offsets
-from segment_store.timeline import Interval, visible_segments
+from segment_store.timeline import Interval, visible_by_interval, visible_segments
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 from specs.masked import MASK, keep_masked_secrets
 
@@ -318,24 +317,29 @@ class Overlord:
             raise NotFound(f"no task {task_id!r}")
         self.runner.stop(task_id)
 
-    def compact(self, datasource: str, interval: Interval | None = None, max_rows_per_segment: int | None = None
-                ) -> tuple[str, Future[list[CompactionReport]]]:
+    def compact(self, datasource: str, interval: Interval | None = None, max_rows_per_segment: int | None = None,
+                select: Selection | None = None) -> tuple[str, Future[list[CompactionReport]]]:
         """Compact a datasource's intervals as a task: listed under /tasks, stoppable, stopped at shutdown.
 
-        Uses the datasource's current (or last, if terminated) supervisor spec to merge rows.
+        Uses the datasource's current (or last, if terminated) supervisor spec to merge rows;
+        ``select`` picks what to merge of each interval (see :func:`indexing_task.compaction.compact`).
         """
         self._require_leader()
-        sup = self.supervisors.get(datasource)  # a supervisor's id is its datasource
-        spec = sup.spec if sup is not None else load_supervisor_spec(self.history(datasource)[0].spec)
+        spec = self._spec_of(datasource)
         task_id = f"compact_{datasource}_{uuid.uuid4().hex[:8]}"
         self.store.insert_task(task_id, datasource, datasource, {}, {}, task_type="compact")
         future = self.runner.submit_work(
             task_id, f"compaction of {datasource}",
             lambda _stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
-                                  max_rows_per_segment=max_rows_per_segment), owner=datasource)
+                                  max_rows_per_segment=max_rows_per_segment, select=select), owner=datasource)
         future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all")
         return task_id, future
+
+    def _spec_of(self, datasource: str) -> SupervisorSpec:
+        """The datasource's current supervisor spec, or its last one if terminated."""
+        sup = self.supervisors.get(datasource)  # a supervisor's id is its datasource
+        return sup.spec if sup is not None else load_supervisor_spec(self.history(datasource)[0].spec)
 
     def set_compaction_config(self, config: CompactionConfig) -> None:
         """Store ``config`` (replacing the datasource's earlier one); the duty applies it from its next run."""
@@ -344,30 +348,35 @@ class Overlord:
         logger.info("auto-compaction config of %s: %s%s", config.data_source, config.to_druid_json(),
                     f" (ignored: {', '.join(config.ignored_fields)})" if config.ignored_fields else "")
 
+    def compaction_configs(self) -> dict[str, CompactionConfig]:
+        """The config the duty applies to each datasource: its own, or the default for a supervisor's."""
+        configs = {c.data_source: c for c in map(CompactionConfig.model_validate, self.store.compaction_configs())}
+        if self.settings.auto_compaction:
+            for datasource in list(self.supervisors):
+                configs.setdefault(datasource, default_config(datasource))
+        return configs
+
     def auto_compact(self) -> list[tuple[str, Future[list[CompactionReport]]]]:
         """One run of the auto-compaction duty; the compaction tasks it started.
 
-        A task for each configured datasource whose intervals older than its
-        ``skipOffsetFromLatest`` have several visible segments (none while one of its compactions runs).
+        A task for each datasource with a config (:meth:`compaction_configs`) where
+        :func:`segments_to_merge` finds something to merge (none while one of its compactions runs).
         """
         if not self.leading:
             return []
         running = {t.datasource for t in self.store.tasks(status="RUNNING") if t.type == "compact"}
         started = []
-        for raw in self.store.compaction_configs():
-            config = CompactionConfig.model_validate(raw)
-            datasource = config.data_source
+        for datasource, config in self.compaction_configs().items():
             if datasource in running or not self.store.history(datasource):
                 continue
-            segments = visible_segments(self.engine, datasource)
-            cutoff = max((s.interval_end for s in segments), default=None)
-            if cutoff is None:
+            chunks = visible_by_interval(visible_segments(self.engine, datasource))
+            if not chunks:
                 continue
-            interval = (min(s.interval_start for s in segments), cutoff - config.skip)
-            by_interval = Counter((s.interval_start, s.interval_end) for s in segments
-                                  if s.interval_end <= interval[1])
-            if any(n > 1 for n in by_interval.values()):
-                started.append(self.compact(datasource, interval, config.rows_per_segment))
+            cutoff = max(end for _, end in chunks) - config.skip
+            rows = config.rows_per_segment or self._spec_of(datasource).spec.tuning_config.max_rows_per_segment
+            select = merge_selection(cutoff, rows)
+            if any(select(iv, segs) for iv, segs in chunks.items()):
+                started.append(self.compact(datasource, None, rows, select))
         return started
 
     def _auto_compact_logged(self) -> None:
