@@ -8,6 +8,7 @@ from segment_store.compaction import CompactionSwap, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage, segment_file_path
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.errors import SegmentStoreError
+from segment_store.lifecycle import mark_unused, mark_used
 from segment_store.offsets import OffsetRange, Offsets, Partition, TopicPartitionId, kafka_partition
 from segment_store.publish import PublishOutcome, PublishRequest, publish
 from segment_store.records import (
@@ -45,6 +46,8 @@ __all__ = [
     "create_schema",
     "datasources",
     "kafka_partition",
+    "mark_unused",
+    "mark_used",
     "pin_offsets",
     "publish",
     "reset_offsets",

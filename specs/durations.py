@@ -29,6 +29,8 @@ __all__ = [
     "parse_iso_duration",
     "parse_iso_period",
     "parse_utc_timestamp",
+    "parse_utc_interval",
+    "plus_period",
 ]
 
 _PERIOD_RE = re.compile(
@@ -118,10 +120,10 @@ def parse_utc_interval(text: str) -> tuple[datetime, datetime]:
         first, second = text.split("/")
         if first[:1] in ("p", "P"):
             end = _instant(second)
-            start = _plus_period(end, parse_iso_period(first), -1)
+            start = plus_period(end, parse_iso_period(first), -1)
         else:
             start = _instant(first)
-            end = _plus_period(start, parse_iso_period(second), 1) if second[:1] in ("p", "P") else _instant(second)
+            end = plus_period(start, parse_iso_period(second), 1) if second[:1] in ("p", "P") else _instant(second)
     except (ValueError, SpecError):
         raise ValueError(f"expected START/END, START/PERIOD or PERIOD/END in ISO-8601, got {text!r}") from None
     if not start < end:
@@ -137,7 +139,7 @@ def _instant(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _plus_period(value: datetime, period: PeriodParts, sign: int) -> datetime:
+def plus_period(value: datetime, period: PeriodParts, sign: int) -> datetime:
     """``value`` plus (``sign`` 1) or minus (-1) ``period``: months first, the day clamped to the month's last."""
     index = value.year * 12 + value.month - 1 + sign * period.months
     year, month = divmod(index, 12)

@@ -143,7 +143,7 @@ def fresh_database(admin: sa.Engine) -> str:
 
 def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: str, *,
                    policy: SupervisorPolicy | None = None, database_url: str | None = None,
-                   **settings: Any) -> Overlord:
+                   before_publish: Any = None, **settings: Any) -> Overlord:
     """A started overlord on a fresh database of the session's PostgreSQL, or on ``database_url``
     (a restart), its compaction duty off unless ``compaction_period_s`` is given; stop it when done.
     """
@@ -151,7 +151,7 @@ def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: 
     settings.setdefault("compaction_period_s", 0)  # tests run the duty by hand: deterministic
     overlord = Overlord(Settings(database_url=url, deep_storage=deep_storage,
                                  kafka_bootstrap_servers=stack.bootstrap_servers, **settings),
-                        metadata_engine(url), spark, policy)
+                        metadata_engine(url), spark, policy, before_publish)
     overlord.start()
     return overlord
 

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import replace
@@ -39,8 +39,19 @@ from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
+from overlord.supervisor.retention import DEFAULT_RULES, DEFAULT_RULES_KEY, RULES, Rule, dropped
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import Partition, create_schema, reset_offsets
+from segment_store import (
+    CleanupReport,
+    DeepStorage,
+    Partition,
+    cleanup,
+    create_schema,
+    datasources,
+    mark_unused,
+    mark_used,
+    reset_offsets,
+)
 from segment_store.timeline import Interval, visible_by_interval, visible_segments
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 from specs.masked import MASK, keep_masked_secrets
@@ -93,9 +104,12 @@ class Overlord:
         create_schema(self.engine)
         self.store.create_schema()
         self.scheduler.start()
-        if self.settings.compaction_period_s:
-            self.scheduler.add_job(self._auto_compact_logged, "interval", id="auto-compaction",
-                                   seconds=self.settings.compaction_period_s)
+        duties = (("auto-compaction", self.auto_compact, self.settings.compaction_period_s),
+                  ("retention", self.apply_retention, self.settings.retention_period_s),
+                  ("kill", self.kill_unused, self.settings.kill_period_s))
+        for name, duty, period_s in duties:
+            if period_s:
+                self.scheduler.add_job(self._run_duty, "interval", args=[name, duty], id=name, seconds=period_s)
         self.elector.start()
         logger.info("overlord %s started (%s)", self.elector.name, "leader" if self.leading else "standby")
 
@@ -379,11 +393,55 @@ class Overlord:
                 started.append(self.compact(datasource, None, rows, select))
         return started
 
-    def _auto_compact_logged(self) -> None:
+    @staticmethod
+    def _run_duty(name: str, duty: Callable[[], object]) -> None:
         try:
-            self.auto_compact()
+            duty()
         except Exception:  # PostgreSQL unreachable and the like: the next run tries again
-            logger.exception("auto-compaction run failed")
+            logger.exception("%s run failed", name)
+
+    # --- retention and lifecycle -------------------------------------------------------------
+
+    def set_rules(self, datasource: str, rules: list[Rule]) -> None:
+        """Store a datasource's retention rules (``_default``: the cluster's); applied from the next run."""
+        self._require_leader()
+        self.store.set_rules(datasource, [r.model_dump(by_alias=True, exclude_none=True) for r in rules])
+        logger.info("retention rules of %s: %s", datasource, [r.type for r in rules] or "none")
+
+    def rules(self) -> dict[str, list[Rule]]:
+        """Every datasource's own rules, and ``_default`` (``loadForever`` unless set)."""
+        stored = {name: RULES.validate_python(raw) for name, raw in self.store.rules().items()}
+        return {DEFAULT_RULES_KEY: DEFAULT_RULES, **stored}
+
+    def apply_retention(self, now: datetime | None = None) -> dict[str, list[str]]:
+        """One run of the retention duty: drop what the rules drop; the ids dropped, by datasource."""
+        if not self.leading:
+            return {}
+        now = now or datetime.now(UTC)
+        rules = self.rules()
+        out = {}
+        for datasource in datasources(self.engine):
+            ruled = [*rules.get(datasource, []), *rules[DEFAULT_RULES_KEY]]
+            doomed = [s.id for iv, segs in visible_by_interval(visible_segments(self.engine, datasource)).items()
+                      if dropped(ruled, iv, now) for s in segs]
+            if doomed and (ids := mark_unused(self.engine, datasource, segment_ids=doomed)):
+                logger.info("retention dropped %d segment(s) of %s", len(ids), datasource)
+                out[datasource] = ids
+        return out
+
+    def mark(self, datasource: str, used: bool, interval: Interval | None = None,
+             segment_ids: list[str] | None = None) -> list[str]:
+        """Mark segments used or unused (see :mod:`segment_store.lifecycle`); the ids changed."""
+        self._require_leader()
+        change = mark_used if used else mark_unused
+        return change(self.engine, datasource, interval=interval, segment_ids=segment_ids)
+
+    def kill_unused(self) -> CleanupReport | None:
+        """One run of the kill duty: delete what was unused for ``kill_unused_after_s``, and orphans as old."""
+        if not self.leading:
+            return None
+        after = timedelta(seconds=self.settings.kill_unused_after_s)
+        return cleanup(self.engine, DeepStorage(self.settings.deep_storage), retention=after, orphan_grace=after)
 
     def _finish_compaction(self, task_id: str, datasource: str, done: Future[list[CompactionReport]]) -> None:
         error = done.exception()

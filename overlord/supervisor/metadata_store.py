@@ -59,6 +59,13 @@ compaction_configs = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 
+retention_rules = sa.Table(
+    "retention_rules", metadata,
+    sa.Column("datasource", sa.Text, primary_key=True),  # "_default": the cluster's default rules
+    sa.Column("rules", JSONB, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
 
 @dataclass(frozen=True)
 class SupervisorRecord:
@@ -154,6 +161,18 @@ class MetadataStore:
         with self.engine.begin() as conn:
             return bool(conn.execute(compaction_configs.delete().where(
                 compaction_configs.c.datasource == datasource)).rowcount)
+
+    def set_rules(self, datasource: str, rules: list[Mapping[str, Any]]) -> None:
+        stmt = pg_insert(retention_rules).values(datasource=datasource, rules=[dict(r) for r in rules])
+        with self.engine.begin() as conn:
+            conn.execute(stmt.on_conflict_do_update(index_elements=[retention_rules.c.datasource], set_={
+                "rules": stmt.excluded.rules, "updated_at": sa.func.now()}))
+
+    def rules(self) -> dict[str, list[dict[str, Any]]]:
+        """Every datasource's stored retention rules (Druid's JSON), by datasource."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(retention_rules).order_by(retention_rules.c.datasource))
+            return {row.datasource: list(row.rules) for row in rows}
 
     def current_specs(self) -> list[SupervisorRecord]:
         """The newest row of every supervisor id, terminated ones included."""

@@ -1,0 +1,163 @@
+"""Retention and lifecycle on a live overlord: Druid's rules drop what they match, segments are marked
+unused and used again by interval, id or datasource, drops racing a publish or a compaction leave each
+row visible once, and the kill duty deletes only what was dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from indexing_task.compaction import compact
+from overlord.dev.sample_data import SampleEvents, make_sample_events, produce
+from overlord.http.app import create_app
+from overlord.supervisor.retention import RULES, dropped
+from segment_store import visible_segments
+from tests.helpers import (
+    assert_exact,
+    committed_total,
+    events_spec,
+    file_exists,
+    merged,
+    published_table,
+    served,
+    spec_json,
+    wait_until,
+)
+
+HOUR_0 = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 1, 1, tzinfo=UTC))
+HOUR_1 = (HOUR_0[1], datetime(2026, 11, 1, 2, tzinfo=UTC))
+NOW = datetime(2026, 11, 26, 12, tzinfo=UTC)
+
+
+def _within(sample: SampleEvents, interval: tuple[datetime, datetime]) -> SampleEvents:
+    """The expected totals of the sample's events inside ``interval``."""
+    out = SampleEvents()
+    for raw in sample.records:
+        event = json.loads(raw)
+        if interval[0] <= datetime.fromisoformat(event["ts"]) < interval[1]:
+            out.count_by_country[event["country"]] += 1
+            out.value_by_country[event["country"]] += event["value"]
+            out.price_by_country[event["country"]] += event["price"]
+    return out
+
+
+def _rules(*raw: dict) -> list:
+    return RULES.validate_python(list(raw))
+
+
+@pytest.mark.parametrize(("rule", "interval", "drops"), [
+    ({"type": "dropBeforeByPeriod", "period": "P1M"}, (NOW - timedelta(days=40), NOW - timedelta(days=31)), True),
+    ({"type": "dropBeforeByPeriod", "period": "P1M"}, (NOW - timedelta(days=31), NOW - timedelta(days=29)), False),
+    ({"type": "dropByPeriod", "period": "P1D"}, (NOW - timedelta(hours=3), NOW - timedelta(hours=2)), True),
+    ({"type": "dropByPeriod", "period": "P1D"}, (NOW + timedelta(hours=1), NOW + timedelta(hours=2)), True),
+    ({"type": "dropByPeriod", "period": "P1D", "includeFuture": False},
+     (NOW + timedelta(hours=1), NOW + timedelta(hours=2)), False),
+    ({"type": "dropByPeriod", "period": "P1D"}, (NOW - timedelta(days=2), NOW - timedelta(hours=2)), False),
+    ({"type": "dropByInterval", "interval": "2026-11-01/2026-11-02"}, HOUR_0, True),
+    ({"type": "dropByInterval", "interval": "2026-11-01T00:30Z/2026-11-02"}, HOUR_0, False),  # must hold it
+    ({"type": "dropForever"}, HOUR_0, True),
+])
+def test_the_first_rule_that_applies_decides_as_in_druid(rule, interval, drops):
+    assert dropped(_rules(rule), interval, NOW) is drops
+
+
+def test_load_rules_keep_what_they_match_and_later_rules_drop_the_rest():
+    rules = _rules({"type": "loadByPeriod", "period": "P7D", "tieredReplicants": {"_default_tier": 2}},
+                   {"type": "dropForever"})
+    assert not dropped(rules, (NOW - timedelta(days=8), NOW - timedelta(days=6, hours=23)), NOW)  # overlaps: kept
+    assert dropped(rules, (NOW - timedelta(days=9), NOW - timedelta(days=8)), NOW)
+    assert not dropped([], HOUR_0, NOW)  # no rule applies: kept
+
+
+def test_rules_drop_and_segments_come_back_by_interval_id_and_datasource(stack, make_topic, datasource,
+                                                                          make_overlord):
+    topic = make_topic(1)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic))
+    sample = make_sample_events(2_000, bad_every=0, seed=31)
+    produce(stack.bootstrap_servers, topic, sample.records, 1)
+    wait_until(lambda: committed_total(overlord.engine, datasource) == len(sample.records), "a publish")
+    with served(create_app(overlord, authenticator=None)) as url:
+        rules_url = f"{url}/druid/coordinator/v1/rules/{datasource}"
+        bad = httpx.post(rules_url, json=[{"type": "dropByPeriod", "period": "soon"}])
+        assert bad.status_code == 400 and "period" in bad.json()["errors"][0]["path"]
+        assert httpx.post(rules_url, json=[{"type": "keepForever"}]).status_code == 400
+        keep_first_hour = [{"type": "loadByInterval", "interval": "2026-11-01T00:00Z/2026-11-01T01:00Z",
+                            "tieredReplicants": {"_default_tier": 2}}, {"type": "dropForever"}]
+        assert httpx.post(rules_url, json=keep_first_hour).status_code == 200
+        assert [r["type"] for r in httpx.get(rules_url, params={"full": ""}).json()] == [
+            "loadByInterval", "dropForever", "loadForever"]
+
+        dropped_ids = overlord.apply_retention()[datasource]
+
+        assert dropped_ids and all(s.interval_start == HOUR_0[0] for s in visible_segments(overlord.engine, datasource))
+        assert_exact(published_table(overlord.engine, datasource), _within(sample, HOUR_0))
+        assert overlord.apply_retention() == {}  # nothing left to drop
+        assert httpx.post(rules_url, json=[]).status_code == 200  # no rules of its own: _default keeps all
+
+        mark = f"{url}/druid/coordinator/v1/datasources/{datasource}"
+        restored = httpx.post(f"{mark}/markUsed", json={"interval": "2026-11-01T01:00Z/2026-11-01T02:00Z"})
+        assert restored.json() == {"numChangedSegments": len(dropped_ids)}
+        assert_exact(published_table(overlord.engine, datasource), sample)
+        assert httpx.post(f"{mark}/markUsed", json={"interval": "2026-11-01/P1D", "segmentIds": ["x"]}
+                          ).status_code == 400  # one of the two
+
+        one = visible_segments(overlord.engine, datasource)[0]
+        assert httpx.delete(f"{mark}/segments/{one.id}").json() == {"numChangedSegments": 1}
+        assert one.id not in {s.id for s in visible_segments(overlord.engine, datasource)}
+        everything = len(visible_segments(overlord.engine, datasource))
+        assert httpx.delete(mark).json() == {"numChangedSegments": everything}
+        assert visible_segments(overlord.engine, datasource) == []
+        assert httpx.post(mark).json() == {"numChangedSegments": everything + 1}  # the whole datasource back
+        assert_exact(published_table(overlord.engine, datasource), sample)
+
+
+def test_a_drop_racing_a_publish_or_a_compaction_leaves_each_row_visible_once(
+        stack, make_topic, datasource, make_overlord, spark, deep_storage):
+    topic = make_topic(1)
+    race = threading.Event()
+    holder: dict = {}
+
+    def drop_first(_request):  # runs after the task wrote its files, before its publish transaction
+        if race.is_set():
+            race.clear()
+            holder["dropped"] = holder["overlord"].mark(datasource, False, HOUR_1)
+
+    overlord = holder["overlord"] = make_overlord(before_publish=drop_first, kill_unused_after_s=0)
+    overlord.submit(spec_json(datasource, topic))
+    first, second = (make_sample_events(800, bad_every=0, seed=s) for s in (41, 42))
+    produce(stack.bootstrap_servers, topic, first.records, 1)
+    wait_until(lambda: committed_total(overlord.engine, datasource) == len(first.records), "a publish")
+    race.set()
+    produce(stack.bootstrap_servers, topic, second.records, 1)
+    wait_until(lambda: committed_total(overlord.engine, datasource) == len(first.records) + len(second.records),
+               "the racing publish")
+
+    assert holder["dropped"]  # the first sample's HOUR_1 segments were dropped; the racing publish's stay
+    expected = merged(_within(first, HOUR_0), second)
+    assert_exact(published_table(overlord.engine, datasource), expected)
+
+    read = visible_segments(overlord.engine, datasource, HOUR_0)
+
+    def drop_while_compacting(interval, segments):  # planned: compaction has read the set, then the drop
+        overlord.mark(datasource, False, HOUR_0)
+        return segments
+
+    reports = compact(spark, overlord.engine, events_spec(datasource), deep_storage, HOUR_0,
+                      select=drop_while_compacting)
+
+    assert [r.outcome.status for r in reports] in ([], ["retryable"])  # it swapped nothing
+    assert visible_segments(overlord.engine, datasource, HOUR_0) == []
+    assert_exact(published_table(overlord.engine, datasource), _within(second, HOUR_1))
+
+    report = overlord.kill_unused()  # kill_unused_after_s=0: everything dropped goes now
+    killed = set(report.unused_segments)
+    assert {s.id for s in read} <= killed and not any(file_exists(s.path) for s in read)
+    assert all(file_exists(s.path) for s in visible_segments(overlord.engine, datasource))
+    assert overlord.mark(datasource, True) == []  # killed: nothing left to restore
+    assert_exact(published_table(overlord.engine, datasource), _within(second, HOUR_1))
