@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 
 from benchmarks.scenarios.freshness import save_results
 from indexing_task.spark import get_spark
-from overlord.dev.sample_data import create_topic
+from overlord.dev.sample_data import COUNTRIES, DEVICES, create_topic
 from overlord.dev.stack import dev_stack
 from overlord.supervisor.manager import Overlord
 from segment_store.schema import datasource_offsets
@@ -137,13 +137,16 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     started, sent = time.monotonic(), 0
+    by_hour: Counter[str] = Counter()
     end = started + warmup_s + seconds
     while (now := time.monotonic()) < end:
         due = int((now - started) * rate)
         for _ in range(due - sent):
             ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-            value = json.dumps({"ts": ts, "country": "DE", "device": "mobile", "value": sent % 100,
-                                "price": 1.0}).encode()
+            by_hour[ts[:13]] += 1
+            value = json.dumps({"ts": ts, "country": COUNTRIES[sent % len(COUNTRIES)],
+                                "device": DEVICES[sent // 7 % len(DEVICES)], "value": sent % 1000,
+                                "price": sent % 10_000 / 100}).encode()
             for topic in topics.values():
                 while True:
                     try:
@@ -170,7 +173,7 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
         seen = next((t for t, c in visible[(topic, p)] if c > offset), float("inf"))
         by_minute[int((at - measured_from) // 60)].append(seen - at)
     latencies = sorted(x for minute in by_minute.values() for x in minute)
-    results.put({"records_measured": len(latencies), "sent_per_topic": sent,
+    results.put({"records_measured": len(latencies), "sent_per_topic": sent, "sent_by_hour": dict(by_hour),
                  "freshness_p50_s": round(latencies[len(latencies) // 2], 3),
                  "freshness_p95_s": round(_p95(latencies), 3),
                  "freshness_max_s": round(latencies[-1], 3),
@@ -213,6 +216,7 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_r
               f"{seconds:.0f} s measured")
         wall_s, used = measured.get(timeout=warmup_s + seconds + 120)
         freshness = results.get(timeout=300)
+        freshness.pop("sent_by_hour")
         load.join(30)
         sampler.join(30)
         tasks = overlord.store.tasks(limit=100_000)

@@ -1,0 +1,201 @@
+"""Storage over a long run with default settings: files per interval, metadata rows, query latency, freshness.
+
+Starts ``overlord serve`` on the embedded stack with every setting at its default (compaction on
+by default, nothing configured), submits the example ``events`` spec with rollup off (every
+event a row, as a raw-events datasource: files grow with the rate) and feeds it ``--rate``
+events/s (the cost benchmark's load process, which also measures freshness). Every
+``--sample-s`` it records, per interval, the visible segments, their average and median size
+and whether the interval is settled (older than the default compaction lag); the segment rows
+in PostgreSQL (used and unused); the bytes under deep storage; and the latency of a Druid SQL
+query over the whole datasource. At the end it checks the query's total against what was sent,
+then sets Druid's "keep the last 45 minutes" rules (``loadByPeriod PT45M``, ``dropForever``),
+times how long the retention duty takes to drop the older intervals, checks the total again
+against what was sent within the kept ones, and compares the deep-storage bytes with the
+Parquet size of one compacted copy of the visible rows.
+
+    python -m benchmarks.scenarios.storage --rate 500 --minutes 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+
+from benchmarks.scenarios.auth_flood import _wait_healthy
+from benchmarks.scenarios.cost import PARTITIONS, _load
+from benchmarks.scenarios.freshness import save_results
+from overlord.dev.sample_data import create_topic
+from overlord.dev.stack import dev_stack, free_port
+from overlord.supervisor.auto_compaction import DEFAULT_SKIP
+from segment_store import visible_by_interval, visible_segments
+from segment_store.schema import segments as segments_t
+from specs import load_example
+from specs.durations import parse_iso_duration
+
+DATASOURCE = "raw_events"
+KEEP = [{"type": "loadByPeriod", "period": "PT45M"}, {"type": "dropForever"}]
+
+
+def _query_s(url: str) -> tuple[float, int]:
+    """One Druid SQL query over the whole datasource: (seconds, its total event count)."""
+    started = time.monotonic()
+    answer = httpx.post(f"{url}/druid/v2/sql", timeout=120, json={
+        "query": f'SELECT country, SUM("count") AS n, SUM(value_sum) AS v FROM "{DATASOURCE}" GROUP BY 1'})
+    answer.raise_for_status()
+    return time.monotonic() - started, sum(int(row["n"]) for row in answer.json())
+
+
+def _timeline(engine: sa.Engine) -> list[dict[str, Any]]:
+    """Per visible interval: segments, sizes, rows, and whether it is older than the default compaction lag."""
+    chunks = visible_by_interval(visible_segments(engine, DATASOURCE))
+    cutoff = max((end for _, end in chunks), default=None)
+    out = []
+    for (start, end), segments in chunks.items():
+        sizes = [s.size_bytes for s in segments]
+        out.append({"interval": f"{start.isoformat()}/{end.isoformat()}", "segments": len(segments),
+                    "rows": sum(s.num_rows for s in segments), "bytes": sum(sizes),
+                    "avg_bytes": round(statistics.mean(sizes)), "median_bytes": round(statistics.median(sizes)),
+                    "settled": cutoff is not None and end <= cutoff - parse_iso_duration(DEFAULT_SKIP)})
+    return out
+
+
+def _sample(engine: sa.Engine, deep_storage: str, url: str, started: float) -> dict[str, Any]:
+    s = segments_t.c
+    with engine.connect() as conn:
+        total, used = conn.execute(sa.select(sa.func.count(), sa.func.count().filter(s.used))
+                                   .where(s.datasource == DATASOURCE)).one()
+    fs, root = fsspec.core.url_to_fs(f"{deep_storage}/{DATASOURCE}")
+    query_s, events = _query_s(url)
+    return {"minute": round((time.monotonic() - started) / 60, 2), "query_s": round(query_s, 3),
+            "events_visible": events, "segment_rows": total, "segment_rows_used": used,
+            "deep_storage_bytes": fs.du(root) if fs.exists(root) else 0, "intervals": _timeline(engine)}
+
+
+def _compacted_copy_bytes(engine: sa.Engine) -> int:
+    """The Parquet size of the visible rows written once, as the indexer writes them (zstd)."""
+    tables = [pq.read_table(s.path) for s in visible_segments(engine, DATASOURCE)]
+    out = io.BytesIO()
+    if tables:
+        pq.write_table(pa.concat_tables(tables, promote_options="default"), out, compression="zstd",
+                       row_group_size=1_000_000)
+    return out.tell()
+
+
+def _summary(sample: dict[str, Any]) -> str:
+    settled = [i for i in sample["intervals"] if i["settled"]]
+    fresh = [i for i in sample["intervals"] if not i["settled"]]
+    return (f"minute {sample['minute']:6.1f}: query {sample['query_s']:.2f} s, rows {sample['segment_rows_used']} "
+            f"used / {sample['segment_rows']}, {sample['deep_storage_bytes'] / 1e6:.1f} MB stored; "
+            f"settled {[(i['segments'], round(i['avg_bytes'] / 1e6, 2)) for i in settled]} "
+            f"fresh {[(i['segments'], round(i['avg_bytes'] / 1e6, 2)) for i in fresh]} (segments, avg MB)")
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+
+def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
+    begun = datetime.now(UTC).isoformat()
+    with dev_stack() as stack:
+        engine = sa.create_engine(stack.database_url)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"storage-overlord-{port}.log"
+        env = {**os.environ, **stack.as_env(), "SPARK_LOCAL_IP": "127.0.0.1"}
+        with log.open("wb") as out:
+            server = subprocess.Popen([sys.executable, "-m", "overlord.cli", "serve", "--port", str(port)],
+                                      env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait_healthy(url, server, log)
+            topic = f"storage-{uuid.uuid4().hex[:6]}"
+            create_topic(stack.bootstrap_servers, topic, PARTITIONS)
+            spec = load_example("events").to_druid_json()
+            spec["spec"]["dataSchema"]["dataSource"] = DATASOURCE
+            spec["spec"]["dataSchema"]["granularitySpec"]["rollup"] = False
+            spec["spec"]["ioConfig"]["topic"] = topic
+            httpx.post(f"{url}/druid/indexer/v1/supervisor", json=spec, timeout=30).raise_for_status()
+            time.sleep(3)  # the supervisor pins its initial offsets before the first record
+            spawn = multiprocessing.get_context("spawn")
+            results: Any = spawn.Queue()
+            load = spawn.Process(target=_load, args=(stack.bootstrap_servers, stack.database_url,
+                                                     {DATASOURCE: topic}, rate, 0.0, minutes * 60, results))
+            load.start()
+            print(f"{rate} events/s for {minutes} min, defaults; a sample every {sample_s:.0f} s", flush=True)
+            started, samples = time.monotonic(), []
+            while load.is_alive() and results.empty():
+                time.sleep(max(0.0, started + sample_s * (len(samples) + 1) - time.monotonic()))
+                samples.append(_sample(engine, stack.deep_storage, url, started))
+                print(_summary(samples[-1]), flush=True)
+            freshness = results.get(timeout=600)
+            load.join(30)
+            sent_by_hour = freshness.pop("sent_by_hour")
+            final = _sample(engine, stack.deep_storage, url, started)
+            print(_summary(final), flush=True)
+            sent = freshness["sent_per_topic"] + PARTITIONS  # the load ends each partition with one record
+            exact_before = final["events_visible"] == sent
+
+            httpx.post(f"{url}/druid/coordinator/v1/rules/{DATASOURCE}", json=KEEP, timeout=30).raise_for_status()
+            ruled = time.monotonic()
+            horizon = datetime.now(UTC) - timedelta(minutes=45)
+            kept_hours = {h for h in sent_by_hour if datetime.fromisoformat(h + ":00+00:00") + timedelta(hours=1)
+                          > horizon}
+            while any(s.interval_end <= horizon for s in visible_segments(engine, DATASOURCE)):
+                if time.monotonic() - ruled > 180:
+                    break
+                time.sleep(1)
+            dropped_after_s = round(time.monotonic() - ruled, 1)
+            after_drop = _sample(engine, stack.deep_storage, url, started)
+            print(_summary(after_drop), flush=True)
+            kept = sum(n for h, n in sent_by_hour.items() if h in kept_hours)
+            compacted_copy = _compacted_copy_bytes(engine)
+        finally:
+            server.terminate()
+            server.wait(120)
+    queries = [s["query_s"] for s in samples]
+    sixth = max(1, len(queries) // 6)
+    return {
+        "benchmark": "storage", "started": begun, "rate_per_s": rate, "minutes": minutes,
+        "settings": "defaults (OVERLORD_* unset but the stack's addresses)", "spec": "events example, rollup off",
+        "events_sent": sent, "exact_before_retention": exact_before,
+        "final": final,
+        "query_p50_s": round(statistics.median(queries), 3), "query_p95_s": round(_p95(queries), 3),
+        "query_p95_by_sixth_s": [round(_p95(queries[i:i + sixth]), 3) for i in range(0, len(queries), sixth)],
+        **freshness,
+        "retention": {"rules": KEEP, "dropped_after_s": dropped_after_s, "kept_hours": sorted(kept_hours),
+                      "events_expected": kept, "events_visible": after_drop["events_visible"],
+                      "exact": after_drop["events_visible"] == kept, "after": after_drop},
+        "compacted_copy_bytes": compacted_copy,
+        "deep_storage_bytes_over_compacted_copy": round(after_drop["deep_storage_bytes"] / max(compacted_copy, 1), 2),
+        "samples": samples,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=500, help="events/s")
+    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--sample-s", type=float, default=30)
+    parser.add_argument("--out", help="results file name under benchmarks/results (default storage_{rate}.json)")
+    args = parser.parse_args()
+    save_results(run(args.rate, args.minutes, args.sample_s), args.out or f"storage_{args.rate}.json")
+
+
+if __name__ == "__main__":
+    main()
