@@ -120,7 +120,8 @@ def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"storage-overlord-{port}.log"
         env = {**os.environ, **stack.as_env(), "SPARK_LOCAL_IP": "127.0.0.1"}
         with log.open("wb") as out:
-            server = subprocess.Popen([sys.executable, "-m", "overlord.cli", "serve", "--port", str(port)],
+            server = subprocess.Popen([sys.executable, "-m", "overlord.cli", "serve", "--port", str(port),
+                                       "--insecure-open"],  # loopback only
                                       env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             _wait_healthy(url, server, log)
