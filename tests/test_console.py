@@ -19,7 +19,18 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.http.app import create_app
-from tests.helpers import READER, committed_total, merged, served, spec_json, start_overlord, wait_until
+from segment_store import visible_segments
+from tests.helpers import (
+    READER,
+    assert_exact,
+    committed_total,
+    merged,
+    published_table,
+    served,
+    spec_json,
+    start_overlord,
+    wait_until,
+)
 
 ARTIFACTS = Path(__file__).parent.parent / "test-artifacts" / "console"
 
@@ -55,9 +66,19 @@ def live(stack, engine, spark, tmp_path_factory) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture()
-def page(browser: Browser, live: dict[str, Any]) -> Iterator[Page]:
+def prompt_answers() -> list[str]:
+    """What the next prompts are answered with, in order (the default value once it is empty)."""
+    return []
+
+
+@pytest.fixture()
+def page(browser: Browser, live: dict[str, Any], prompt_answers: list[str]) -> Iterator[Page]:
     opened = browser.new_page(viewport={"width": 1400, "height": 1000})
-    opened.on("dialog", lambda dialog: dialog.accept())  # every action asks for a confirmation: say yes
+
+    def answer(dialog: Any) -> None:  # every action asks for a confirmation: say yes
+        dialog.accept(prompt_answers.pop(0) if dialog.type == "prompt" and prompt_answers else None)
+
+    opened.on("dialog", answer)
     opened.goto(live["url"])
     yield opened
     opened.close()
@@ -87,6 +108,32 @@ def test_supervisor_lag_tasks_segments_and_parse_errors_appear_and_update_in_pla
     wait_until(lambda: committed_total(live["overlord"].engine, datasource) == total, "the second publish")
     expect(card).to_contain_text(f"processed {len(sample.records) - sample.bad + len(more.records):,}")
     assert page.evaluate("window.stillTheSamePage") is True  # updated without a reload
+
+
+def test_the_datasource_card_sets_compaction_and_retention_and_drops_and_restores(page, live, prompt_answers):
+    datasource, overlord = live["datasource"], live["overlord"]
+    card = page.locator(f'.datasource[data-name="{datasource}"]')
+    expect(card.locator('[data-role="compaction"]')).to_contain_text("default config: intervals settle PT1H")
+
+    prompt_answers.append(json.dumps({"dataSource": datasource, "skipOffsetFromLatest": "P1D"}))
+    card.get_by_role("button", name="Compaction config…").click()
+    expect(card.locator('[data-role="compaction"]')).to_contain_text("own config: intervals settle P1D")
+    prompt_answers.append(json.dumps([{"type": "dropBeforeByPeriod", "period": "P3650D"}]))
+    card.get_by_role("button", name="Retention rules…").click()
+    expect(card.locator('[data-role="rules"]')).to_contain_text("dropBeforeByPeriod P3650D")
+    assert overlord.rules()[datasource][0].type == "dropBeforeByPeriod"
+
+    card.locator('[data-role="drop-interval"]').first.click()  # the newest hour
+    expect(card.locator("tr")).to_have_count(2)
+    assert len({s.interval_start for s in visible_segments(overlord.engine, datasource)}) == 1
+    card.get_by_role("button", name="Restore dropped").click()
+    expect(card.locator("tr")).to_have_count(3)
+    assert_exact(published_table(overlord.engine, datasource), merged(*live["produced"]))
+    card.screenshot(path=ARTIFACTS / "datasource.png")
+
+    prompt_answers.append("")  # emptied: back to the default config
+    card.get_by_role("button", name="Compaction config…").click()
+    expect(card.locator('[data-role="compaction"]')).to_contain_text("default config")
 
 
 def test_a_refused_spec_shows_each_error_at_its_field(page, live):

@@ -9,11 +9,9 @@ does not allow (authentication included: the browser's Basic credentials go with
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, Response
 
@@ -21,6 +19,8 @@ from overlord.errors import NotFound
 from overlord.http.replies import Replies
 from overlord.http.status import status_payload
 from overlord.http.views import task_view
+from overlord.supervisor.manager import Overlord
+from overlord.supervisor.retention import Rule
 from segment_store import visible_by_interval
 from segment_store.timeline import datasources, read_segments
 
@@ -54,23 +54,24 @@ def console_routes(out: Replies) -> APIRouter:
         tasks = [{**task_view(t, active), "report": t.report} for t in overlord.store.tasks(limit=50)]
         supervisors = [{**status_payload(s), "history": s.history} for s in out.supervisors()]
         names = sorted({s["payload"]["dataSource"] for s in supervisors} | set(datasources(overlord.engine)))
+        rules = overlord.rules()
         return out.reply({"leader": overlord.leading, "supervisors": supervisors, "tasks": tasks,
-                          "datasources": [_datasource(overlord.engine, name, tasks) for name in names]})
+                          "datasources": [_datasource(overlord, name, rules.get(name, [])) for name in names]})
 
     return router
 
 
-def _datasource(engine: sa.Engine, name: str, tasks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Visible segments by interval (newest first) and the compaction state of one datasource."""
-    with engine.connect() as conn:
+def _datasource(overlord: Overlord, name: str, rules: list[Rule]) -> dict[str, Any]:
+    """Visible segments by interval (newest first), the compaction state and the retention rules of one datasource."""
+    with overlord.engine.connect() as conn:
         by_interval = visible_by_interval(read_segments(conn, name))
-    intervals = [{"interval": f"{start.isoformat()}/{end.isoformat()}", "segments": len(segs),
+    compaction = overlord.compaction_status(name)
+    state = {i["interval"]: i for i in compaction.pop("intervals")}
+    intervals = [{"interval": (key := f"{start.isoformat()}/{end.isoformat()}"), "segments": len(segs),
                   "rows": sum(s.num_rows for s in segs), "bytes": sum(s.size_bytes for s in segs),
-                  "version": segs[0].version}
+                  "version": segs[0].version, "settled": state.get(key, {}).get("settled", False),
+                  "awaitingCompaction": state.get(key, {}).get("awaitingCompaction", 0)}
                  for (start, end), segs in sorted(by_interval.items(), reverse=True)]
-    counts = Counter(i["segments"] > 1 for i in intervals)
-    compactions = [t for t in tasks if t["type"] == "compact" and t["dataSource"] == name]
     return {"name": name, "intervals": intervals[:MAX_INTERVALS], "intervalCount": len(intervals),
             "segmentCount": sum(i["segments"] for i in intervals), "rows": sum(i["rows"] for i in intervals),
-            "compaction": {"intervalsWithSeveralSegments": counts[True], "compactIntervals": counts[False],
-                           "lastTask": compactions[0] if compactions else None}}
+            "compaction": compaction, "rules": [r.model_dump(by_alias=True, exclude_none=True) for r in rules]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -19,6 +19,7 @@ from overlord.errors import NotFound
 from overlord.http.replies import Replies
 from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.retention import DEFAULT_RULES_KEY, Rule
+from segment_store import datasources
 from specs.durations import parse_utc_interval
 
 __all__ = ["coordinator_routes"]
@@ -75,6 +76,13 @@ def coordinator_routes(out: Replies) -> APIRouter:
         if not overlord.store.delete_compaction_config(datasource):
             raise NotFound(f"no compaction config for {datasource!r}")
         return reply({"dataSource": datasource})
+
+    @router.get("/druid/coordinator/v1/compaction/status", tags=["compaction"],
+                summary="Compaction state per datasource: config, last and next run, segments awaiting per interval")
+    def compaction_status(data_source: Annotated[str | None, Query(alias="dataSource")] = None) -> Response:
+        names = [data_source] if data_source else sorted(set(overlord.compaction_configs()) | set(
+            datasources(overlord.engine)))
+        return reply({"latestStatus": [overlord.compaction_status(name) for name in names]})
 
     def dumped(rules: list[Rule]) -> list[dict[str, object]]:
         return [r.model_dump(by_alias=True, exclude_none=True) for r in rules]

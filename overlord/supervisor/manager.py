@@ -45,6 +45,7 @@ from segment_store import (
     CleanupReport,
     DeepStorage,
     Partition,
+    SegmentRecord,
     cleanup,
     create_schema,
     datasources,
@@ -370,6 +371,15 @@ class Overlord:
                 configs.setdefault(datasource, default_config(datasource))
         return configs
 
+    def _compaction_plan(self, datasource: str, config: CompactionConfig
+                         ) -> tuple[dict[Interval, list[SegmentRecord]], datetime | None, Selection]:
+        """The datasource's visible segments by interval, when an interval is settled, and what to merge."""
+        chunks = visible_by_interval(visible_segments(self.engine, datasource))
+        cutoff = max(end for _, end in chunks) - config.skip if chunks else None
+        spec_rows = self._spec_of(datasource).spec.tuning_config.max_rows_per_segment
+        rows = config.rows_per_segment or spec_rows
+        return chunks, cutoff, merge_selection(cutoff or datetime.min.replace(tzinfo=UTC), rows)
+
     def auto_compact(self) -> list[tuple[str, Future[list[CompactionReport]]]]:
         """One run of the auto-compaction duty; the compaction tasks it started.
 
@@ -378,20 +388,47 @@ class Overlord:
         """
         if not self.leading:
             return []
-        running = {t.datasource for t in self.store.tasks(status="RUNNING") if t.type == "compact"}
+        running = {t.datasource for t in self.store.tasks(status="RUNNING", task_type="compact")}
         started = []
         for datasource, config in self.compaction_configs().items():
             if datasource in running or not self.store.history(datasource):
                 continue
-            chunks = visible_by_interval(visible_segments(self.engine, datasource))
-            if not chunks:
-                continue
-            cutoff = max(end for _, end in chunks) - config.skip
-            rows = config.rows_per_segment or self._spec_of(datasource).spec.tuning_config.max_rows_per_segment
-            select = merge_selection(cutoff, rows)
+            chunks, _, select = self._compaction_plan(datasource, config)
             if any(select(iv, segs) for iv, segs in chunks.items()):
-                started.append(self.compact(datasource, None, rows, select))
+                started.append(self.compact(datasource, None, config.rows_per_segment, select))
         return started
+
+    def compaction_status(self, datasource: str) -> dict[str, Any]:
+        """A datasource's compaction state: its config (own or default), the duty's last and next run.
+
+        Per interval (newest first): segments, bytes, settled or not, and how many the duty would merge.
+        """
+        config = self.compaction_configs().get(datasource)
+        own = any(c["dataSource"] == datasource for c in self.store.compaction_configs())
+        job = self.scheduler.get_job("auto-compaction")
+        last = next(iter(self.store.tasks(datasource=datasource, task_type="compact", limit=1)), None)
+        chunks = visible_by_interval(visible_segments(self.engine, datasource))
+        cutoff, select = None, None
+        if config is not None and self.store.history(datasource):
+            chunks, cutoff, select = self._compaction_plan(datasource, config)
+        intervals = [{"interval": f"{start.isoformat()}/{end.isoformat()}", "segments": len(segs),
+                      "bytes": sum(s.size_bytes for s in segs),
+                      "avgBytes": sum(s.size_bytes for s in segs) // len(segs),
+                      "settled": cutoff is not None and end <= cutoff,
+                      "awaitingCompaction": len(select((start, end), segs)) if select else 0}
+                     for (start, end), segs in sorted(chunks.items(), reverse=True)]
+        return {
+            "dataSource": datasource, "config": config.to_druid_json() if config else None,
+            "defaultConfig": config is not None and not own,
+            "scheduleStatus": "RUNNING" if config is not None and job is not None and self.leading else "NOT_ENABLED",
+            "nextRun": job.next_run_time.isoformat() if job is not None and job.next_run_time else None,
+            "lastRun": None if last is None else {
+                "task": last.id, "status": last.status, "detail": last.status_detail,
+                "started": last.created_at.isoformat(),
+                "finished": last.finished_at.isoformat() if last.finished_at else None},
+            "segmentCountAwaitingCompaction": sum(i["awaitingCompaction"] for i in intervals),
+            "intervals": intervals,
+        }
 
     @staticmethod
     def _run_duty(name: str, duty: Callable[[], object]) -> None:

@@ -211,9 +211,11 @@ class MetadataStore:
                 status="FAILED", status_detail=detail, finished_at=sa.func.now()))
             return int(result.rowcount)
 
-    def tasks(self, *, status: str | None = None, datasource: str | None = None,
+    def tasks(self, *, status: str | None = None, datasource: str | None = None, task_type: str | None = None,
               limit: int = 200) -> list[TaskRecord]:
         query = tasks.select().order_by(tasks.c.created_at.desc()).limit(limit)
+        if task_type is not None:
+            query = query.where(tasks.c.type == task_type)
         if status is not None:
             query = query.where(tasks.c.status == status.upper())
         if datasource is not None:

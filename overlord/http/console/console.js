@@ -154,15 +154,56 @@ function taskRows(tasks) {
   });
 }
 
+const COORDINATOR = "/druid/coordinator/v1";
+
+async function editJson(label, current, save, remove) {
+  // Ask for a JSON value (prefilled with the current one); an emptied box removes it, when it can be removed.
+  const text = window.prompt(`${label} (JSON${remove ? "; empty to remove" : ""})`, JSON.stringify(current));
+  if (text === null) return;
+  if (!text.trim() && remove) return act(`Remove the ${label}`, ...remove);
+  let value;
+  try { value = JSON.parse(text); } catch (e) { return say(`${label}: not JSON: ${e.message}`, true); }
+  await act(`Save the ${label}`, "POST", save, value);
+}
+
+function compactionLine(c) {
+  const config = c.config;
+  const which = !config ? "off (OVERLORD_AUTO_COMPACTION=false and no config)"
+    : `${c.defaultConfig ? "default config" : "own config"}: intervals settle ${config.skipOffsetFromLatest} ` +
+      "after the newest, fresh ones are tiered";
+  const last = c.lastRun ? `; last run ${c.lastRun.status} at ${new Date(c.lastRun.started).toLocaleTimeString()}` +
+    (c.lastRun.detail ? ` (${c.lastRun.detail})` : "") : "; not run yet";
+  const next = c.nextRun ? `; next run ${new Date(c.nextRun).toLocaleTimeString()}` : "";
+  return `compaction: ${which}; ${fmt(c.segmentCountAwaitingCompaction)} segments awaiting${last}${next}`;
+}
+
 function datasourceCard(d) {
-  const c = d.compaction, last = c.lastTask;
+  const name = encodeURIComponent(d.name), c = d.compaction;
+  const rules = d.rules.length ? d.rules.map((r) => r.type + (r.period ? ` ${r.period}` : "") +
+    (r.interval ? ` ${r.interval}` : "")).join(", ") : "none (the _default rules: keep everything)";
   return el("div", { class: "card datasource", "data-name": d.name },
     el("h3", {}, d.name),
-    el("p", {}, `${fmt(d.segmentCount)} visible segments, ${fmt(d.rows)} rows in ${fmt(d.intervalCount)} intervals; `,
-      `compaction: ${fmt(c.compactIntervals)} intervals in one segment, ${fmt(c.intervalsWithSeveralSegments)} with several`,
-      last ? `; last compaction ${last.status} (${last.statusDetail || ""})` : ""),
-    table(["interval", "segments", "rows", "bytes", "version"],
-      d.intervals.map((i) => [i.interval, i.segments, fmt(i.rows), fmt(i.bytes), i.version]), [1, 2, 3, 4]));
+    el("p", {}, `${fmt(d.segmentCount)} visible segments, ${fmt(d.rows)} rows in ${fmt(d.intervalCount)} intervals`),
+    el("p", { "data-role": "compaction" }, compactionLine(c)),
+    el("p", { "data-role": "rules" }, `retention rules: ${rules}`),
+    el("div", { class: "actions" },
+      el("button", { onclick: () => editJson(`compaction config of ${d.name}`,
+        c.config && !c.defaultConfig ? c.config : { dataSource: d.name, skipOffsetFromLatest: "PT1H" },
+        `${COORDINATOR}/config/compaction`, ["DELETE", `${COORDINATOR}/config/compaction/${name}`]) },
+        "Compaction config…"),
+      el("button", { onclick: () => editJson(`retention rules of ${d.name}`,
+        d.rules.length ? d.rules : [{ type: "loadByPeriod", period: "P30D" }, { type: "dropForever" }],
+        `${COORDINATOR}/rules/${name}`) }, "Retention rules…"),
+      el("button", { onclick: () => act(`Restore the dropped segments of ${d.name} (until they are killed)`, "POST",
+        `${COORDINATOR}/datasources/${name}`) }, "Restore dropped"),
+      el("button", { class: "danger", onclick: () => act(`Drop every segment of ${d.name} (queries stop seeing ` +
+        "them; ingestion goes on)", "DELETE", `${COORDINATOR}/datasources/${name}`) }, "Drop datasource")),
+    table(["interval", "segments", "rows", "bytes", "version", "compaction", ""],
+      d.intervals.map((i) => [i.interval, i.segments, fmt(i.rows), fmt(i.bytes), i.version,
+        `${i.settled ? "settled" : "fresh"}${i.awaitingCompaction ? `, ${i.awaitingCompaction} awaiting` : ""}`,
+        el("button", { class: "danger small", "data-role": "drop-interval",
+          onclick: () => act(`Drop ${d.name} ${i.interval}`, "POST", `${COORDINATOR}/datasources/${name}/markUnused`,
+            { interval: i.interval }) }, "Drop")]), [1, 2, 3, 4]));
 }
 
 function render(o) {
