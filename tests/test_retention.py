@@ -23,6 +23,7 @@ from tests.helpers import (
     events_spec,
     file_exists,
     merged,
+    overlord_cli,
     published_table,
     served,
     spec_json,
@@ -161,3 +162,41 @@ def test_a_drop_racing_a_publish_or_a_compaction_leaves_each_row_visible_once(
     assert all(file_exists(s.path) for s in visible_segments(overlord.engine, datasource))
     assert overlord.mark(datasource, True) == []  # killed: nothing left to restore
     assert_exact(published_table(overlord.engine, datasource), _within(second, HOUR_1))
+
+
+def test_the_cli_shows_compaction_sets_rules_and_drops_only_when_confirmed(stack, make_topic, datasource,
+                                                                            make_overlord):
+    topic = make_topic(1)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic))
+    sample = make_sample_events(300, bad_every=0, seed=51)
+    produce(stack.bootstrap_servers, topic, sample.records, 1)
+    wait_until(lambda: committed_total(overlord.engine, datasource) == len(sample.records), "a publish")
+    with served(create_app(overlord, authenticator=None)) as url:
+        status = overlord_cli("compaction", "status", datasource, "--url", url)
+        assert status.returncode == 0, status.stderr
+        assert f"{datasource}: default config, skipOffsetFromLatest PT1H" in status.stdout
+        assert "2026-11-01T01:00:00+00:00/2026-11-01T02:00:00+00:00" in status.stdout  # one row per interval
+        assert overlord_cli("compaction", "set", datasource, "--skip-offset-from-latest", "P2D",
+                            "--url", url).returncode == 0
+        as_json = json.loads(overlord_cli("compaction", "status", datasource, "--json", "--url", url).stdout)
+        [state] = as_json["latestStatus"]
+        assert state["config"]["skipOffsetFromLatest"] == "P2D" and state["defaultConfig"] is False
+        assert len(state["intervals"]) == 2
+
+        bad_rules = overlord_cli("retention", "set", datasource, '[{"type": "dropByPeriod"}]', "--url", url)
+        assert bad_rules.returncode == 2 and "period" in bad_rules.stderr
+        assert overlord_cli("retention", "set", datasource, '[{"type": "dropForever"}]', "--url", url).returncode == 0
+        shown = overlord_cli("retention", "show", datasource, "--url", url).stdout.splitlines()
+        assert [json.loads(line)["type"] for line in shown] == ["dropForever", "loadForever"]
+
+        hour = "2026-11-01T00:00Z/2026-11-01T01:00Z"
+        unconfirmed = overlord_cli("datasource", "drop", datasource, "--interval", hour, "--url", url)
+        assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr
+        assert_exact(published_table(overlord.engine, datasource), sample)  # nothing was dropped
+        dropped_hour = overlord_cli("datasource", "drop", datasource, "--interval", hour, "--yes", "--url", url)
+        assert dropped_hour.returncode == 0 and "dropped" in dropped_hour.stdout, dropped_hour.stderr
+        assert_exact(published_table(overlord.engine, datasource), _within(sample, HOUR_1))
+        restored = overlord_cli("datasource", "restore", datasource, "--url", url)
+        assert restored.returncode == 0 and "restored" in restored.stdout
+        assert_exact(published_table(overlord.engine, datasource), sample)

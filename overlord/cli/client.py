@@ -27,7 +27,8 @@ import httpx
 
 from overlord.errors import OverlordError
 
-__all__ = ["ClientError", "OverlordClient", "add_commands", "format_rows", "format_status"]
+__all__ = ["ClientError", "Command", "OverlordClient", "Output", "add_commands", "common_options", "format_rows",
+           "format_status", "run_command", "table"]
 
 DEFAULT_URL = "http://127.0.0.1:8090"
 PREFIX = "/druid/indexer/v1"
@@ -102,7 +103,8 @@ def _error_message(response: httpx.Response) -> str:
     return f"{head}: {body.get('errorMessage', body)}"
 
 
-def _table(rows: list[list[str]]) -> str:
+def table(rows: list[list[str]]) -> str:
+    """Rows (the first is the header) as plain-text columns."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
@@ -111,8 +113,8 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     """Query rows as a plain-text table, then the row count."""
     if not rows:
         return "(0 rows)"
-    table = [[str(c) for c in rows[0]], *([("" if v is None else str(v)) for v in r.values()] for r in rows)]
-    return _table(table) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    cells = [[str(c) for c in rows[0]], *([("" if v is None else str(v)) for v in r.values()] for r in rows)]
+    return table(cells) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
 
 
 def _offsets(offsets: dict[str, int]) -> str:
@@ -135,7 +137,7 @@ def format_status(status: dict[str, Any]) -> str:
     rows = [["partition", "committed", "latest", "lag", "waiting s"]]
     rows += [[part, str(p["committedOffsets"].get(part, "-")), str(latest), str(p["minimumLag"].get(part, "-")),
               f"{waited.get(part, 0) / 1000:.1f}"] for part, latest in p["latestOffsets"].items()]
-    lines.append(_table(rows) if len(rows) > 1 else "no partitions seen yet")
+    lines.append(table(rows) if len(rows) > 1 else "no partitions seen yet")
     lines.append(f"active tasks: {len(p['activeTasks']) or 'none'}")
     lines += [f"  {t['id']}  {_offsets(t['startingOffsets'])} -> {_offsets(t['endOffsets'])}  "
               f"running {t['runningSeconds']:.1f} s" for t in p["activeTasks"]]
@@ -152,7 +154,8 @@ Output = tuple[str, Any]
 Command = Callable[[OverlordClient, argparse.Namespace], Output]
 
 
-def _run(command: Command) -> Callable[[argparse.Namespace], int]:
+def run_command(command: Command) -> Callable[[argparse.Namespace], int]:
+    """``command`` as an argparse ``func``: prints its text (or ``--json``), maps refusals to exit codes."""
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
         try:
@@ -182,7 +185,7 @@ def _list(client: OverlordClient, _args: argparse.Namespace) -> Output:
     rows = [["id", "state", "detailed state", "healthy", "suspended"]]
     rows += [[e["id"], e["state"], e["detailedState"], "yes" if e["healthy"] else "NO",
               "yes" if e["suspended"] else "no"] for e in entries]
-    return _table(rows) if entries else "no supervisors", entries
+    return table(rows) if entries else "no supervisors", entries
 
 
 def _path(supervisor_id: str, tail: str = "") -> str:
@@ -210,7 +213,7 @@ def _history(client: OverlordClient, args: argparse.Namespace) -> Output:
         io = entry["spec"].get("spec", {}).get("ioConfig", {})
         state = "terminated" if entry["terminated"] else ("suspended" if entry["suspended"] else "running")
         rows.append([entry["version"], str(io.get("topic", "")), str(io.get("taskCount", "")), state])
-    return _table(rows) if len(rows) > 1 else f"no history for {args.id}", history
+    return table(rows) if len(rows) > 1 else f"no history for {args.id}", history
 
 
 def _stats(client: OverlordClient, args: argparse.Namespace) -> Output:
@@ -220,7 +223,7 @@ def _stats(client: OverlordClient, args: argparse.Namespace) -> Output:
     totals, rates = stats["totals"]["buildSegments"], stats["movingAverages"]["buildSegments"]
     rows = [["", "processed", "unparseable", "thrown away"],
             ["total", *(str(totals[k]) for k in ("processed", "unparseable", "thrownAway"))]]
-    return _table(rows) + "\n" + "records/s: " + ", ".join(
+    return table(rows) + "\n" + "records/s: " + ", ".join(
         f"{window} {rate['processed']:g}" for window, rate in rates.items()), answer
 
 
@@ -231,7 +234,7 @@ def _tasks(client: OverlordClient, args: argparse.Namespace) -> Output:
     rows += [[t["id"], t["type"], t["dataSource"], t["status"],
               "running" if t["duration"] < 0 else f"{t['duration'] / 1000:.1f}", (t.get("statusDetail") or "")[:80]]
              for t in tasks]
-    return _table(rows) if len(rows) > 1 else "no tasks", tasks
+    return table(rows) if len(rows) > 1 else "no tasks", tasks
 
 
 def _reset_offsets(client: OverlordClient, args: argparse.Namespace) -> Output:
@@ -248,7 +251,7 @@ def _compact(client: OverlordClient, args: argparse.Namespace) -> Output:
     rows = [["interval", "segments", "rows", "status"]]
     rows += [[i["interval"], f"{i['inputSegments']} -> {i['outputSegments']}", f"{i['inputRows']} -> {i['outputRows']}",
               i["status"]] for i in answer["intervals"]]
-    return f"compaction task {answer['task']}:\n" + (_table(rows) if len(rows) > 1 else "nothing to compact"), answer
+    return f"compaction task {answer['task']}:\n" + (table(rows) if len(rows) > 1 else "nothing to compact"), answer
 
 
 _PARTITION = re.compile(r"(?:[A-Za-z0-9._-]{1,249}:)?[0-9]+")
@@ -306,6 +309,15 @@ def _cmd_new_token(_args: argparse.Namespace) -> int:
     return 0
 
 
+def common_options() -> argparse.ArgumentParser:
+    """``--url`` and ``--json``, shared by every command that talks to a running overlord."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=os.environ.get("OVERLORD_URL", DEFAULT_URL),
+                        help=f"overlord base URL (default: $OVERLORD_URL or {DEFAULT_URL})")
+    common.add_argument("--json", action="store_true", help="print the overlord's answer as JSON")
+    return common
+
+
 def add_commands(sub: Any) -> None:
     """Register ``serve`` and ``supervisor ...`` on the ``overlord`` command's subparsers."""
     serve = sub.add_parser("serve", help="run the overlord: supervisors, the HTTP API, the console and metrics")
@@ -327,16 +339,14 @@ def add_commands(sub: Any) -> None:
     auth.add_parser("new-token", help="print a new bearer token and its tokenSha256").set_defaults(
         func=_cmd_new_token)
 
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=os.environ.get("OVERLORD_URL", DEFAULT_URL),
-                        help=f"overlord base URL (default: $OVERLORD_URL or {DEFAULT_URL})")
-    common.add_argument("--json", action="store_true", help="print the overlord's answer as JSON")
+    common = common_options()
     supervisor = sub.add_parser("supervisor", help="manage supervisors of a running overlord over HTTP")
     commands = supervisor.add_subparsers(dest="supervisor_command", required=True)
     submit = commands.add_parser("submit", parents=[common], help="create or update a supervisor from a spec file")
     submit.add_argument("file", help="supervisor spec JSON (Druid's Kafka supervisor format)")
-    submit.set_defaults(func=_run(_submit))
-    commands.add_parser("list", parents=[common], help="supervisors and their state").set_defaults(func=_run(_list))
+    submit.set_defaults(func=run_command(_submit))
+    commands.add_parser("list", parents=[common], help="supervisors and their state").set_defaults(
+        func=run_command(_list))
     verbs = {
         "status": ("state, lag per partition, active tasks (--watch: a live view)", _status),
         "history": ("the supervisor's spec versions, newest first", _history),
@@ -352,7 +362,7 @@ def add_commands(sub: Any) -> None:
     for name, (help_text, command) in verbs.items():
         parsers[name] = parser = commands.add_parser(name, parents=[common], help=help_text)
         parser.add_argument("id", help="supervisor id (the datasource name)")
-        parser.set_defaults(func=_run(command))
+        parser.set_defaults(func=run_command(command))
     parsers["status"].add_argument("--watch", action="store_true", help="redraw until Ctrl-C")
     parsers["status"].add_argument("--every", type=float, default=2.0, metavar="SECONDS",
                                    help="--watch's refresh interval (default: %(default)s)")
@@ -362,11 +372,11 @@ def add_commands(sub: Any) -> None:
     for name, (action, done) in {"suspend-all": ("suspendAll", "suspended"), "resume-all": ("resumeAll", "resumed"),
                                  "terminate-all": ("terminateAll", "terminated")}.items():
         commands.add_parser(name, parents=[common], help=f"Druid's {action}: every supervisor {done}").set_defaults(
-            func=_run(_action_on_all(action, done)))
+            func=run_command(_action_on_all(action, done)))
     parsers["compact"].add_argument("--interval", help="START/END (ISO-8601): only intervals inside it")
     parsers["compact"].add_argument("--max-rows-per-segment", type=int, help="default: the spec's")
     tasks = commands.add_parser("tasks", parents=[common], help="tasks, newest first")
     tasks.add_argument("--datasource", help="only this datasource's tasks")
     tasks.add_argument("--state", choices=["running", "complete", "success", "failed"], help="only tasks in this state")
     tasks.add_argument("--max", type=int, default=50, help="at most this many (default: %(default)s)")
-    tasks.set_defaults(func=_run(_tasks))
+    tasks.set_defaults(func=run_command(_tasks))

@@ -230,7 +230,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from overlord.cli.client import DEFAULT_URL, add_commands  # serve, supervisor ...
+    from overlord.cli.client import DEFAULT_URL, add_commands, common_options  # serve, supervisor ...
+    from overlord.cli.storage import add_storage_commands  # compaction, retention, datasource
 
     parser = argparse.ArgumentParser(prog="overlord", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -295,6 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     clean.set_defaults(func=_cmd_cleanup)
 
     add_commands(sub)
+    add_storage_commands(sub, common_options())
     return parser
 
 
