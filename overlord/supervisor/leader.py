@@ -2,8 +2,10 @@
 
 The leader holds a PostgreSQL session advisory lock on a connection of its own; PostgreSQL
 releases it when that session ends (the process died, or the network to it is gone: server
-and client TCP keepalives notice within ~11 s). Standbys try to take the lock every
-``poll_s``. A new leader claims the next leader epoch (:func:`segment_store.leadership.claim_leadership`),
+and client TCP keepalives notice within ~11 s), and ends the session when it has been idle for
+``LEASE_S`` (a leader stalled, e.g. stopped or paused, still answers keepalives from its kernel:
+only its silence shows). The leader checks its session every ``poll_s``, which renews that
+lease; standbys try to take the lock as often. A new leader claims the next leader epoch (:func:`segment_store.leadership.claim_leadership`),
 which its tasks carry and the publish transaction checks, so a deposed leader's in-flight
 tasks cannot publish. A leader that loses its session deposes itself and stops its tasks.
 """
@@ -23,8 +25,12 @@ __all__ = ["LeaderElector"]
 
 logger = logging.getLogger(__name__)
 
-_KEEPALIVE = "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
-"""Server-side keepalives of the lock session: a vanished leader's lock is released within ~11 s."""
+LEASE_S = 15
+"""A lock session silent this long is ended by PostgreSQL (``idle_session_timeout``): a stalled leader's lease."""
+_SESSION_OPTIONS = ("-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3 "
+                    f"-c idle_session_timeout={LEASE_S * 1000}")
+"""The lock session's server settings: a vanished leader's lock is released within ~11 s, a stalled one's
+after ``LEASE_S``."""
 
 
 class LeaderElector:
@@ -39,7 +45,7 @@ class LeaderElector:
         self.poll_s = poll_s
         self._on_elected, self._on_deposed = on_elected, on_deposed
         self._engine = sa.create_engine(url, poolclass=NullPool, connect_args={
-            "options": _KEEPALIVE, "connect_timeout": 5,
+            "options": _SESSION_OPTIONS, "connect_timeout": 5,
             "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3})
         self._conn: sa.Connection | None = None
         self._stop = threading.Event()
