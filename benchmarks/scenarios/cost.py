@@ -103,9 +103,13 @@ def _sample(overlord_pid: int, load_pid: int, postgres_port: int, warmup_s: floa
 
 
 def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, warmup_s: float,
-          seconds: float, results: Any) -> None:
-    """The load process: ``rate`` events/s to each topic; returns the freshness of the measured records."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+          seconds: float, results: Any, linger_ms: int = 5) -> None:
+    """The load process: ``rate`` events/s to each topic; returns the freshness of the measured records.
+
+    Runs longer than ~10 minutes need a ``linger_ms`` that keeps the embedded broker under ~80k record
+    batches per partition (Tansu 0.6 stalls past that).
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
     acked: dict[tuple[str, int, int], float] = {}
     measured_from = time.monotonic() + warmup_s
 

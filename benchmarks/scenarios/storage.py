@@ -50,6 +50,8 @@ from specs.durations import parse_iso_duration
 
 DATASOURCE = "raw_events"
 KEEP = [{"type": "loadByPeriod", "period": "PT45M"}, {"type": "dropForever"}]
+LINGER_MS = 100
+"""The producer's linger: an hour at 500 events/s stays under the embedded broker's ~80k batches per partition."""
 
 
 def _query_s(url: str) -> tuple[float, int]:
@@ -136,7 +138,8 @@ def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
             spawn = multiprocessing.get_context("spawn")
             results: Any = spawn.Queue()
             load = spawn.Process(target=_load, args=(stack.bootstrap_servers, stack.database_url,
-                                                     {DATASOURCE: topic}, rate, 0.0, minutes * 60, results))
+                                                     {DATASOURCE: topic}, rate, 0.0, minutes * 60, results,
+                                                     LINGER_MS))
             load.start()
             print(f"{rate} events/s for {minutes} min, defaults; a sample every {sample_s:.0f} s", flush=True)
             started, samples = time.monotonic(), []
