@@ -104,8 +104,11 @@ def segment_record(row: sa.RowMapping) -> SegmentRecord:
     return SegmentRecord(**values)
 
 
-def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[Partition, int] | None) -> CommittedOffsets:
+def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[Partition, int] | None
+                  ) -> tuple[Offsets, CommittedOffsets]:
     """Reset committed offsets, like Druid's supervisor reset (None) or resetOffsets (a map).
+
+    Returns the offsets it replaced (as committed when the reset took the lock) and the new row.
 
     None empties the offsets (and forgets the topic): every partition then starts from its
     initial offset. A map overwrites the given partitions and leaves the others. Both bump
@@ -120,7 +123,7 @@ def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[Partition
                            forget_topic=offsets is None)
     logger.info("reset offsets: datasource=%s %s, epoch %d", datasource,
                 "emptied" if offsets is None else f"partitions={dict(offsets)}", row.epoch)
-    return _committed(row)
+    return found.offsets, _committed(row)
 
 
 def skip_offsets(engine: sa.Engine, datasource: str, moves: Mapping[Partition, tuple[int, int]],

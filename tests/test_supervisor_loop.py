@@ -494,7 +494,7 @@ def test_an_automatic_skip_never_moves_offsets_back_past_a_publish_made_meanwhil
 
     def then_another_overlord_skips_and_publishes() -> None:
         read()  # this supervisor saw offset 10; another one (the new leader) moves on meanwhile
-        moved = reset_offsets(engine, datasource, {0: 25})
+        _, moved = reset_offsets(engine, datasource, {0: 25})
         assert publish(engine, PublishRequest(datasource, sup.spec.spec.io_config.stream, "other", {0: 25},
                                               {0: 40}, epoch=moved.epoch)).ok
 

@@ -299,9 +299,11 @@ class Overlord:
         with sup.lock:
             stopped = [task for task_id, task in sup.active.items() if self.runner.stop(task_id)]
             futures_wait([task.future for task in stopped], timeout=wait_s)
-            reset_offsets(self.engine, sup.spec.datasource, offsets)
-        logger.info("supervisor %s: offsets reset to %s", supervisor_id,
-                    "initial" if offsets is None else dict(offsets))
+            before, after = reset_offsets(self.engine, sup.spec.datasource, offsets)
+        what = "initial" if offsets is None else ", ".join(f"{p}:{o}" for p, o in dict(offsets).items())
+        self.store.record_reset(supervisor_id, sup.spec.datasource, before, after.offsets,
+                                f"reset by an operator to {what} (epoch {after.epoch})")
+        logger.info("supervisor %s: offsets reset to %s", supervisor_id, what)
         self.wake(supervisor_id)
         return sup
 
