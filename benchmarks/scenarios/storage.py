@@ -8,9 +8,10 @@ events/s (the cost benchmark's load process, which also measures freshness). Eve
 and whether the interval is settled (older than the default compaction lag); the segment rows
 in PostgreSQL (used and unused); the bytes under deep storage; and the latency of a Druid SQL
 query over the whole datasource. At the end it checks the query's total against what was sent,
-then sets Druid's "keep the last 45 minutes" rules (``loadByPeriod PT45M``, ``dropForever``),
-times how long the retention duty takes to drop the older intervals, checks the total again
-against what was sent within the kept ones, and compares the deep-storage bytes with the
+then sets Druid's "keep the recent ones, drop the rest" rules (``loadByPeriod``, ``dropForever``,
+the period reaching back to the start of the current hour: every older hour is dropped), times
+how long the retention duty takes to drop them, checks the total again against what was sent
+within the kept hour, and compares the deep-storage bytes with the
 Parquet size of one compacted copy of the visible rows.
 
     python -m benchmarks.scenarios.storage --rate 500 --minutes 60
@@ -49,7 +50,6 @@ from specs import load_example
 from specs.durations import parse_iso_duration
 
 DATASOURCE = "raw_events"
-KEEP = [{"type": "loadByPeriod", "period": "PT45M"}, {"type": "dropForever"}]
 LINGER_MS = 100
 """The producer's linger: an hour at 500 events/s stays under the embedded broker's ~80k batches per partition."""
 
@@ -155,9 +155,11 @@ def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
             sent = freshness["sent_per_topic"] + PARTITIONS  # the load ends each partition with one record
             exact_before = final["events_visible"] == sent
 
-            httpx.post(f"{url}/druid/coordinator/v1/rules/{DATASOURCE}", json=KEEP, timeout=30).raise_for_status()
+            now = datetime.now(UTC)
+            horizon = now - timedelta(minutes=max(1, now.minute))  # at or after this hour's start
+            keep = [{"type": "loadByPeriod", "period": f"PT{max(1, now.minute)}M"}, {"type": "dropForever"}]
+            httpx.post(f"{url}/druid/coordinator/v1/rules/{DATASOURCE}", json=keep, timeout=30).raise_for_status()
             ruled = time.monotonic()
-            horizon = datetime.now(UTC) - timedelta(minutes=45)
             kept_hours = {h for h in sent_by_hour if datetime.fromisoformat(h + ":00+00:00") + timedelta(hours=1)
                           > horizon}
             while any(s.interval_end <= horizon for s in visible_segments(engine, DATASOURCE)):
@@ -182,7 +184,7 @@ def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
         "query_p50_s": round(statistics.median(queries), 3), "query_p95_s": round(_p95(queries), 3),
         "query_p95_by_sixth_s": [round(_p95(queries[i:i + sixth]), 3) for i in range(0, len(queries), sixth)],
         **freshness,
-        "retention": {"rules": KEEP, "dropped_after_s": dropped_after_s, "kept_hours": sorted(kept_hours),
+        "retention": {"rules": keep, "dropped_after_s": dropped_after_s, "kept_hours": sorted(kept_hours),
                       "events_expected": kept, "events_visible": after_drop["events_visible"],
                       "exact": after_drop["events_visible"] == kept, "after": after_drop},
         "compacted_copy_bytes": compacted_copy,
