@@ -35,6 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -146,22 +147,25 @@ class Cluster:
                  topic: str, postgres: EmbeddedPostgres) -> None:
         self.stack, self.env, self.logs, self.store = stack, env, logs, store
         self.datasource, self.topic, self.postgres = datasource, topic, postgres
-        self.servers = [OverlordProcess(env, logs / f"overlord-{n}.log") for n in range(2)]
+        with ThreadPoolExecutor(2) as starting:  # each waits for its Spark: start both at once
+            self.servers = list(starting.map(lambda n: OverlordProcess(env, logs / f"overlord-{n}.log"), range(2)))
         self.expected = Expected()
         self.in_topic = 0
         """Records produced to the topic as it is now (a re-created topic starts again from 0)."""
         self.produced = 0
 
+    @staticmethod
+    def leads(server: OverlordProcess) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{server.url}{INDEXER}/isLeader", timeout=3).status_code == 200
+        return False  # not answering: stalled, or dead
+
     def leader(self) -> OverlordProcess:
         found: list[OverlordProcess] = []
 
         def elected() -> bool:
-            for server in self.servers:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{server.url}{INDEXER}/isLeader", timeout=3).status_code == 200:
-                        found.append(server)
-                        return True
-            return False
+            found[:] = [server for server in self.servers if self.leads(server)]
+            return bool(found)
 
         wait_until(elected, "an overlord to lead", 90)
         return found[0]
@@ -233,10 +237,12 @@ class Cluster:
                                             replaced))
 
     def freeze_leader(self) -> None:
+        """Stall the leader's whole process tree past its lease: the standby must take over meanwhile."""
         leader = self.leader()
         signal_tree(leader.process.pid, signal.SIGSTOP)
         try:
-            time.sleep(LEASE_S + 5)  # past the lease: the standby takes over meanwhile
+            wait_until(lambda: any(self.leads(s) for s in self.servers if s is not leader),
+                       "the standby to take over from the frozen leader", LEASE_S + 45)
         finally:
             signal_tree(leader.process.pid, signal.SIGCONT)
 

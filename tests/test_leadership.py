@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
-import psutil
 import pytest
 import sqlalchemy as sa
 
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.errors import NotLeader
 from segment_store.leadership import LEADER_LOCK_KEY
-from tests.helpers import (
-    OverlordProcess,
-    assert_exact,
-    committed_total,
-    fresh_database,
-    merged,
-    published_table,
-    spec_json,
-    wait_until,
-)
+from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
 
 
 def kill_lock_session(engine: sa.Engine) -> None:
@@ -110,50 +97,3 @@ def test_a_standby_whose_leader_advertises_no_url_says_who_leads(make_overlord):
     message = answer.json()["errorMessage"]
     assert leader.elector.name in message and "OVERLORD_ADVERTISED_URL" in message
 
-
-def _signal_tree(pid: int, sig: signal.Signals) -> None:
-    """Send ``sig`` to a process and all its descendants (SIGSTOP: the whole overlord stalls, as in a VM pause)."""
-    root = psutil.Process(pid)
-    for process in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.send_signal(sig)
-
-
-def _leads(server: OverlordProcess) -> bool:
-    return httpx.get(f"{server.url}/druid/indexer/v1/isLeader", timeout=5).status_code == 200
-
-
-def test_a_frozen_leader_loses_the_lead_and_the_standby_publishes_exactly(stack, engine, make_topic, datasource,
-                                                                         tmp_path):
-    """A leader stalled (SIGSTOP) keeps its TCP connection: only an idle session timeout frees the lock."""
-    topic = make_topic(2)
-    env = stack.as_env() | {"OVERLORD_DATABASE_URL": fresh_database(engine), "OVERLORD_SPARK_MASTER": "local[2]",
-                            "OVERLORD_DEEP_STORAGE": str(tmp_path / "deep")}
-    first = OverlordProcess(env, tmp_path / "first.log")
-    second = OverlordProcess(env, tmp_path / "second.log")
-    store = sa.create_engine(env["OVERLORD_DATABASE_URL"])
-    try:
-        assert _leads(first) and not _leads(second)
-        assert httpx.post(f"{first.url}/druid/indexer/v1/supervisor", json=spec_json(datasource, topic),
-                          timeout=30).status_code == 200
-        samples = [make_sample_events(1_000, bad_every=0, seed=s) for s in (81, 82, 83)]
-        produce(stack.bootstrap_servers, topic, samples[0].records, 2)
-        wait_until(lambda: committed_total(store, datasource) == 1_000, "the leader's publish")
-
-        _signal_tree(first.process.pid, signal.SIGSTOP)
-        try:
-            produce(stack.bootstrap_servers, topic, samples[1].records, 2)
-            wait_until(lambda: _leads(second), "the standby to take over from the frozen leader", 60)
-            wait_until(lambda: committed_total(store, datasource) == 2_000, "the new leader's publish")
-        finally:
-            _signal_tree(first.process.pid, signal.SIGCONT)
-        wait_until(lambda: not _leads(first), "the thawed leader to step down", 30)
-
-        produce(stack.bootstrap_servers, topic, samples[2].records, 2)
-        wait_until(lambda: committed_total(store, datasource) == 3_000, "the last publish")
-        assert_exact(published_table(store, datasource), merged(*samples))
-    finally:
-        store.dispose()
-        for server in (first, second):
-            if server.process.poll() is None:
-                server.kill()
