@@ -102,7 +102,7 @@ def read_bytes(path: str) -> bytes:
 def published_table(engine: sa.Engine, datasource: str) -> pa.Table:
     """Every row a query can see: the timeline's visible segments, read back from their files."""
     tables = [pq.read_table(seg.path) for seg in visible_segments(engine, datasource)]
-    return pa.concat_tables(tables) if tables else pa.table({})
+    return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})  # columns added later
 
 
 def merged(*parts: SampleEvents) -> SampleEvents:
