@@ -123,12 +123,16 @@ class Settings(BaseSettings):
         default=60, ge=0, description="how often the leader applies the retention rules "
         "(`/druid/coordinator/v1/rules`): segments a drop rule matches are marked unused; 0 turns it off")
     kill_period_s: int = Field(
-        default=3600, ge=0, description="how often the leader deletes the rows and files of segments unused for "
-        "`OVERLORD_KILL_UNUSED_AFTER_S` and orphan files as old (what `overlord cleanup` does); 0 turns it off")
+        default=600, ge=0, description="how often the leader deletes the rows and files of segments unused for "
+        "`OVERLORD_KILL_UNUSED_AFTER_S` (replaced ones: `OVERLORD_KILL_REPLACED_AFTER_S`) and orphan files as old "
+        "as the former (what `overlord cleanup` does); 0 turns it off")
     kill_unused_after_s: int = Field(
-        default=86400, ge=0, description="how long a dropped or replaced segment (and an orphan file) is kept "
-        "before it is deleted: it can be marked used again until then, and a query planned before the drop may "
-        "still read it, so keep it well above the longest query")
+        default=86400, ge=0, description="how long a dropped segment (and an orphan file) is kept before it is "
+        "deleted: it can be marked used again until then")
+    kill_replaced_after_s: int = Field(
+        default=1800, ge=0, description="how long a segment replaced by a newer version of its interval (a "
+        "compaction's inputs) is kept before it is deleted: a query planned before the swap may still read it, so "
+        "keep it well above `OVERLORD_QUERY_TIMEOUT_MS`")
     resident_runners: int | None = Field(
         default=None, ge=0, description="long-lived Spark tasks that index small tasks (under 50k records) without "
         "a Spark job each: a trickle then costs a fraction of the CPU. Each holds one Spark task slot: a local "

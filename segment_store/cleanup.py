@@ -3,7 +3,9 @@
 Two sweeps per datasource, like Druid's kill task:
 
 * **Unused segments.** Rows with ``used = false`` whose ``used_status_updated_at`` is older than
-  the retention period, and whose file lies under this deep storage root, are deleted
+  the retention period (or, for a segment *replaced*, i.e. overshadowed by a used segment of a
+  higher version of its interval, as a compaction's inputs are, than the shorter
+  ``replaced_retention``), and whose file lies under this deep storage root, are deleted
   (``DELETE ... RETURNING``, guarded again by ``NOT used`` and by "no used row has the same
   path"), then their files; the rows go, as with Druid's kill (the log keeps the history).
   The retention period must exceed the longest query: a query planned before a compaction
@@ -101,12 +103,19 @@ def _delete_files(storage: DeepStorage, paths: Iterable[str]) -> None:
 
 
 def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
-                  dry_run: bool) -> tuple[list[str], int]:
-    """Delete unused rows older than ``cutoff`` whose file no used row shares, then their files."""
+                  replaced_cutoff: datetime, dry_run: bool) -> tuple[list[str], int]:
+    """Delete unused rows older than ``cutoff`` (replaced ones: ``replaced_cutoff``), then their files.
+
+    A row whose file a used row shares is kept.
+    """
     st = segments_t.c
     other = segments_t.alias("other")
     shared = sa.select(sa.literal(1)).where((other.c.path == st.path) & other.c.used)
-    where = ((st.datasource == datasource) & sa.not_(st.used) & (st.used_status_updated_at < cutoff)
+    replaced = sa.select(sa.literal(1)).where(
+        (other.c.datasource == st.datasource) & (other.c.interval_start == st.interval_start)
+        & (other.c.interval_end == st.interval_end) & (other.c.version > st.version) & other.c.used).exists()
+    old_enough = (st.used_status_updated_at < cutoff) | ((st.used_status_updated_at < replaced_cutoff) & replaced)
+    where = ((st.datasource == datasource) & sa.not_(st.used) & old_enough
              & st.path.startswith(f"{storage.root}/{datasource}/", autoescape=True) & ~shared.exists())
     with engine.begin() as conn:
         if dry_run:
@@ -166,14 +175,18 @@ def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cut
 
 def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = None, *,
             retention: timedelta = timedelta(days=1), orphan_grace: timedelta = timedelta(days=1),
-            now: datetime | None = None, dry_run: bool = False) -> CleanupReport:
+            replaced_retention: timedelta | None = None, now: datetime | None = None,
+            dry_run: bool = False) -> CleanupReport:
     """Delete unused segments older than ``retention`` and orphan files older than ``orphan_grace``.
 
-    ``datasource`` None sweeps every datasource the metadata store knows and every directory at
-    the deep storage root. Raises only on infrastructure faults.
+    Segments a higher version of their interval replaced go after ``replaced_retention`` (default:
+    ``retention``). ``datasource`` None sweeps every datasource the metadata store knows and every
+    directory at the deep storage root. Raises only on infrastructure faults.
     """
-    if retention < timedelta(0) or orphan_grace < timedelta(0):
-        raise ValueError(f"expected non-negative retention and grace, found {retention} and {orphan_grace}")
+    replaced_retention = retention if replaced_retention is None else replaced_retention
+    if min(retention, orphan_grace, replaced_retention) < timedelta(0):
+        raise ValueError(f"expected non-negative retentions and grace, found {retention}, {replaced_retention} "
+                         f"and {orphan_grace}")
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
         raise ValueError("now must be UTC-aware")
@@ -182,7 +195,7 @@ def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = No
     orphans: list[str] = []
     young = size = 0
     for name in names:
-        ids, freed = _sweep_unused(engine, storage, name, now - retention, dry_run)
+        ids, freed = _sweep_unused(engine, storage, name, now - retention, now - replaced_retention, dry_run)
         found, kept, orphan_bytes = _sweep_orphans(engine, storage, name, now - orphan_grace, dry_run)
         unused += ids
         orphans += found

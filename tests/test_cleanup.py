@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from segment_store import DeepStorage, cleanup, visible_segments
+from segment_store import DeepStorage, cleanup, mark_unused, mark_used, visible_segments
 from segment_store.schema import segments as segments_t
 from tests.helpers import ON_EVERY_DEEP_STORAGE, file_exists, overlord_cli
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
@@ -96,3 +96,19 @@ def test_cleanup_command_line(stack, engine, datasource, deep_storage):
     assert result.returncode == 0, result.stderr
     assert "deleted 3 unused segment(s) and 2 orphan file(s)" in result.stdout
     assert _used_files_read_back(engine, datasource) == 100  # compacted hour 0 (60 rows) and hour 1 (40)
+
+
+def test_segments_compaction_replaced_go_sooner_than_dropped_ones(engine, datasource, deep_storage):
+    made = _setup(engine, deep_storage, datasource)
+    dropped = mark_unused(engine, datasource, interval=(T0 + HOUR, T0 + 2 * HOUR))  # hour 1: nothing replaces it
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE segments SET used_status_updated_at = now() - interval '1 hour' "
+                             "WHERE datasource = :ds AND NOT used"), {"ds": datasource})
+
+    report = cleanup(engine, DeepStorage(deep_storage), datasource, retention=timedelta(days=1),
+                     replaced_retention=timedelta(minutes=30))
+
+    replaced = made["replaced"]
+    assert sorted(report.unused_segments) == sorted(s.id for s in replaced)  # overshadowed by the compaction
+    assert not any(file_exists(s.path) for s in replaced)
+    assert dropped and mark_used(engine, datasource, segment_ids=dropped) == dropped  # a drop can still be undone

@@ -5,9 +5,10 @@ releases it when that session ends (the process died, or the network to it is go
 and client TCP keepalives notice within ~11 s), and ends the session when it has been idle for
 ``LEASE_S`` (a leader stalled, e.g. stopped or paused, still answers keepalives from its kernel:
 only its silence shows). The leader checks its session every ``poll_s``, which renews that
-lease; standbys try to take the lock as often. A new leader claims the next leader epoch (:func:`segment_store.leadership.claim_leadership`),
-which its tasks carry and the publish transaction checks, so a deposed leader's in-flight
-tasks cannot publish. A leader that loses its session deposes itself and stops its tasks.
+lease; standbys try to take the lock as often. A new leader claims the next leader epoch
+(:func:`segment_store.leadership.claim_leadership`), which its tasks carry and the publish
+transaction checks, so a deposed leader's in-flight tasks cannot publish. A leader that loses
+its session deposes itself and stops its tasks.
 """
 
 from __future__ import annotations

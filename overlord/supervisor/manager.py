@@ -476,11 +476,15 @@ class Overlord:
         return change(self.engine, datasource, interval=interval, segment_ids=segment_ids)
 
     def kill_unused(self) -> CleanupReport | None:
-        """One run of the kill duty: delete what was unused for ``kill_unused_after_s``, and orphans as old."""
+        """One run of the kill duty: delete what was dropped or replaced long enough ago, and old orphans.
+
+        Dropped: ``kill_unused_after_s`` (orphans as old); replaced: ``kill_replaced_after_s``.
+        """
         if not self.leading:
             return None
         after = timedelta(seconds=self.settings.kill_unused_after_s)
-        return cleanup(self.engine, DeepStorage(self.settings.deep_storage), retention=after, orphan_grace=after)
+        return cleanup(self.engine, DeepStorage(self.settings.deep_storage), retention=after, orphan_grace=after,
+                       replaced_retention=timedelta(seconds=self.settings.kill_replaced_after_s))
 
     def _finish_compaction(self, task_id: str, datasource: str, done: Future[list[CompactionReport]]) -> None:
         error = done.exception()
