@@ -88,6 +88,8 @@ def test_rules_drop_and_segments_come_back_by_interval_id_and_datasource(stack, 
         bad = httpx.post(rules_url, json=[{"type": "dropByPeriod", "period": "soon"}])
         assert bad.status_code == 400 and "period" in bad.json()["errors"][0]["path"]
         assert httpx.post(rules_url, json=[{"type": "keepForever"}]).status_code == 400
+        too_many = httpx.post(rules_url, json=[{"type": "loadForever"}] * 101)
+        assert too_many.status_code == 400 and "at most 100" in too_many.text
         keep_first_hour = [{"type": "loadByInterval", "interval": "2026-11-01T00:00Z/2026-11-01T01:00Z",
                             "tieredReplicants": {"_default_tier": 2}}, {"type": "dropForever"}]
         assert httpx.post(rules_url, json=keep_first_hour).status_code == 200

@@ -27,6 +27,8 @@ __all__ = ["coordinator_routes"]
 PREFIX = "/druid/coordinator/v1/config/compaction"
 RULES = "/druid/coordinator/v1/rules"
 DATASOURCES = "/druid/coordinator/v1/datasources"
+MAX_RULES = 100
+"""The most retention rules one datasource may have (each is tried against every interval every minute)."""
 
 
 class SegmentChoice(BaseModel):
@@ -99,7 +101,7 @@ def coordinator_routes(out: Replies) -> APIRouter:
         return reply(dumped(own + found[DEFAULT_RULES_KEY] if with_default else own))
 
     @router.post(f"{RULES}/{{datasource}}", tags=["retention"], summary="Set a datasource's retention rules")
-    def set_rules(datasource: str, rules: Annotated[list[Rule], Body()]) -> Response:
+    def set_rules(datasource: str, rules: Annotated[list[Rule], Body(max_length=MAX_RULES)]) -> Response:
         overlord.set_rules(datasource, rules)
         return reply({"dataSource": datasource, "rules": len(rules)})
 
