@@ -133,6 +133,13 @@ class Settings(BaseSettings):
         default=1800, ge=0, description="how long a segment replaced by a newer version of its interval (a "
         "compaction's inputs) is kept before it is deleted: a query planned before the swap may still read it, so "
         "keep it well above `OVERLORD_QUERY_TIMEOUT_MS`")
+    iceberg_period_s: int = Field(
+        default=10, ge=0, description="how often the leader commits an Apache Iceberg snapshot of each datasource "
+        "whose visible segments changed (catalog `overlord`, namespace `druid` in the metadata PostgreSQL; see the "
+        "README's \"Open tables\"); 0 turns the export off")
+    iceberg_snapshot_retention_s: int = Field(
+        default=600, ge=0, description="how long an Iceberg snapshot stays readable after a newer one: older ones "
+        "expire, and cleanup keeps every file a live snapshot references")
     resident_runners: int | None = Field(
         default=None, ge=0, description="long-lived Spark tasks that index small tasks (under 50k records) without "
         "a Spark job each: a trickle then costs a fraction of the CPU. Each holds one Spark task slot: a local "

@@ -17,21 +17,23 @@ Two sweeps per datasource, like Druid's kill task:
   either referenced by a committed row (and kept) or gone before any row can reference it, so
   a short grace period can cost a task a retry, never a published row without its file.
 
-A file referenced by a used row is never deleted. Nothing outside the segment layout is touched.
+A file referenced by a used row is never deleted, nor one in ``keep`` (the files live Iceberg
+snapshots reference, :func:`segment_store.open_tables.live_data_files`): its row stays until a
+later run. Nothing outside the segment layout is touched.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
-from segment_store.deep_storage import DeepStorage
+from segment_store.deep_storage import DeepStorage, modified_at
 from segment_store.records import lock_offsets_row
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
@@ -58,16 +60,6 @@ class CleanupReport:
     """Unreferenced files younger than the grace period (perhaps a task about to publish)."""
     bytes_deleted: int
     dry_run: bool
-
-
-def _modified(info: dict[str, Any]) -> datetime | None:
-    """A listed file's modification time, if the filesystem reports one."""
-    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(float(value), UTC)
-    if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    return None
 
 
 def _known_datasources(engine: sa.Engine, storage: DeepStorage) -> list[str]:
@@ -103,7 +95,7 @@ def _delete_files(storage: DeepStorage, paths: Iterable[str]) -> None:
 
 
 def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
-                  replaced_cutoff: datetime, dry_run: bool) -> tuple[list[str], int]:
+                  replaced_cutoff: datetime, keep: Collection[str], dry_run: bool) -> tuple[list[str], int]:
     """Delete unused rows older than ``cutoff`` (replaced ones: ``replaced_cutoff``), then their files.
 
     A row whose file a used row shares is kept.
@@ -117,6 +109,8 @@ def _sweep_unused(engine: sa.Engine, storage: DeepStorage, datasource: str, cuto
     old_enough = (st.used_status_updated_at < cutoff) | ((st.used_status_updated_at < replaced_cutoff) & replaced)
     where = ((st.datasource == datasource) & sa.not_(st.used) & old_enough
              & st.path.startswith(f"{storage.root}/{datasource}/", autoescape=True) & ~shared.exists())
+    if keep:
+        where &= st.path.not_in(list(keep))
     with engine.begin() as conn:
         if dry_run:
             rows = conn.execute(sa.select(st.id, st.path, st.size_bytes).where(where)).all()
@@ -134,7 +128,7 @@ def _referenced(conn: sa.Connection, storage: DeepStorage, datasource: str) -> s
 
 
 def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cutoff: datetime,
-                   dry_run: bool) -> tuple[list[str], int, int]:
+                   keep: Collection[str], dry_run: bool) -> tuple[list[str], int, int]:
     """Delete layout files under the datasource's directory that no row references, older than ``cutoff``.
 
     Candidates are listed without a lock; each batch is then checked and deleted under the
@@ -145,14 +139,14 @@ def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cut
     prefix = fs._strip_protocol(f"{storage.root}/{datasource}").rstrip("/") + "/"
     listed: dict[str, dict[str, Any]] = fs.find(prefix, detail=True)  # listed first: see module doc
     with engine.connect() as conn:
-        referenced = _referenced(conn, storage, datasource)
+        referenced = _referenced(conn, storage, datasource) | {fs._strip_protocol(p) for p in keep}
     candidates: dict[str, int] = {}
     young = 0
     for name, info in sorted(listed.items()):
         path = fs._strip_protocol(name)
         if not path.startswith(prefix) or not _LAYOUT.fullmatch(path[len(prefix):]) or path in referenced:
             continue
-        modified = _modified(info)
+        modified = modified_at(info)
         if modified is None or modified >= cutoff:
             young += 1
             continue
@@ -176,7 +170,7 @@ def _sweep_orphans(engine: sa.Engine, storage: DeepStorage, datasource: str, cut
 def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = None, *,
             retention: timedelta = timedelta(days=1), orphan_grace: timedelta = timedelta(days=1),
             replaced_retention: timedelta | None = None, now: datetime | None = None,
-            dry_run: bool = False) -> CleanupReport:
+            keep: Collection[str] = frozenset(), dry_run: bool = False) -> CleanupReport:
     """Delete unused segments older than ``retention`` and orphan files older than ``orphan_grace``.
 
     Segments a higher version of their interval replaced go after ``replaced_retention`` (default:
@@ -195,8 +189,8 @@ def cleanup(engine: sa.Engine, storage: DeepStorage, datasource: str | None = No
     orphans: list[str] = []
     young = size = 0
     for name in names:
-        ids, freed = _sweep_unused(engine, storage, name, now - retention, now - replaced_retention, dry_run)
-        found, kept, orphan_bytes = _sweep_orphans(engine, storage, name, now - orphan_grace, dry_run)
+        ids, freed = _sweep_unused(engine, storage, name, now - retention, now - replaced_retention, keep, dry_run)
+        found, kept, orphan_bytes = _sweep_orphans(engine, storage, name, now - orphan_grace, keep, dry_run)
         unused += ids
         orphans += found
         young += kept

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import fsspec
 from fsspec.core import url_to_fs
 
-__all__ = ["DeepStorage", "segment_file_path"]
+__all__ = ["DeepStorage", "modified_at", "segment_file_path"]
 
 
 def _compact(ts: datetime) -> str:
@@ -73,3 +73,13 @@ class DeepStorage:
                 present = set()
             gone += [path for path in wanted if path.rsplit("/", 1)[-1] not in present]
         return gone
+
+
+def modified_at(info: Mapping[str, Any]) -> datetime | None:
+    """A listed file's modification time (fsspec's ``info``), if the filesystem reports one."""
+    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(float(value), UTC)
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return None

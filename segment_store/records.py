@@ -22,8 +22,8 @@ from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 from segment_store.topic_ids import forget_topic_ids
 
-__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "pin_offsets", "skip_offsets",
-           "reset_offsets", "segment_record", "used_segments"]
+__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "pin_offsets",
+           "read_committed", "skip_offsets", "reset_offsets", "segment_record", "used_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +81,16 @@ def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) ->
     return _committed(conn.execute(query).one())
 
 
+def read_committed(conn: sa.Connection, datasource: str) -> CommittedOffsets | None:
+    """The datasource's committed offsets as ``conn`` sees them, or None if it has none."""
+    row = conn.execute(sa.select(*_COLUMNS).where(offsets_t.c.datasource == datasource)).one_or_none()
+    return None if row is None else _committed(row)
+
+
 def committed_offsets(engine: sa.Engine, datasource: str) -> CommittedOffsets | None:
     """The datasource's committed offsets, or None if it has none."""
-    query = sa.select(*_COLUMNS).where(offsets_t.c.datasource == datasource)
     with engine.connect() as conn:
-        row = conn.execute(query).one_or_none()
-    return None if row is None else _committed(row)
+        return read_committed(conn, datasource)
 
 
 def used_segments(engine: sa.Engine, datasource: str) -> list[SegmentRecord]:

@@ -145,10 +145,11 @@ def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: 
                    policy: SupervisorPolicy | None = None, database_url: str | None = None,
                    before_publish: Any = None, **settings: Any) -> Overlord:
     """A started overlord on a fresh database of the session's PostgreSQL, or on ``database_url``
-    (a restart), its duties (compaction, retention, kill) off unless their periods are given; stop it when done.
+    (a restart), its duties (compaction, retention, kill, Iceberg export) off unless their periods are
+    given; stop it when done.
     """
     url = database_url or fresh_database(admin)
-    for duty in ("compaction_period_s", "retention_period_s", "kill_period_s"):
+    for duty in ("compaction_period_s", "retention_period_s", "kill_period_s", "iceberg_period_s"):
         settings.setdefault(duty, 0)  # tests run the duties by hand: deterministic
     overlord = Overlord(Settings(database_url=url, deep_storage=deep_storage,
                                  kafka_bootstrap_servers=stack.bootstrap_servers, **settings),

@@ -209,6 +209,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from overlord.cli.report import as_json
     from overlord.config import Settings
+    from overlord.supervisor.table_export import TableExport
     from segment_store import DeepStorage, cleanup, create_schema
     from segment_store.database import metadata_engine
 
@@ -216,7 +217,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     engine = metadata_engine(settings.database_url)
     create_schema(engine)
     report = cleanup(engine, DeepStorage(settings.deep_storage), args.datasource, retention=args.retention,
-                     orphan_grace=args.orphan_grace, dry_run=args.dry_run)
+                     orphan_grace=args.orphan_grace, keep=TableExport(settings, engine).protected(),
+                     dry_run=args.dry_run)
     if args.json:
         print(as_json(report))
         return 0

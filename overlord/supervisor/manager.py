@@ -40,6 +40,7 @@ from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.retention import DEFAULT_RULES, DEFAULT_RULES_KEY, RULES, Rule, dropped
+from overlord.supervisor.table_export import TableExport
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import (
     CleanupReport,
@@ -53,6 +54,7 @@ from segment_store import (
     mark_used,
     reset_offsets,
 )
+from segment_store.open_tables import ExportOutcome
 from segment_store.timeline import Interval, visible_by_interval, visible_segments
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 from specs.masked import MASK, keep_masked_secrets
@@ -85,6 +87,7 @@ class Overlord:
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
                                                                    min_task_interval_s=settings.task_min_interval_s),
                                          metrics=self.metrics)
+        self.tables = TableExport(settings, engine)
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()
@@ -107,7 +110,8 @@ class Overlord:
         self.scheduler.start()
         duties = (("auto-compaction", self.auto_compact, self.settings.compaction_period_s),
                   ("retention", self.apply_retention, self.settings.retention_period_s),
-                  ("kill", self.kill_unused, self.settings.kill_period_s))
+                  ("kill", self.kill_unused, self.settings.kill_period_s),
+                  ("iceberg", self.export_tables, self.settings.iceberg_period_s))
         for name, duty, period_s in duties:
             if period_s:
                 self.scheduler.add_job(self._run_duty, "interval", args=[name, duty], id=name, seconds=period_s)
@@ -484,7 +488,12 @@ class Overlord:
             return None
         after = timedelta(seconds=self.settings.kill_unused_after_s)
         return cleanup(self.engine, DeepStorage(self.settings.deep_storage), retention=after, orphan_grace=after,
-                       replaced_retention=timedelta(seconds=self.settings.kill_replaced_after_s))
+                       replaced_retention=timedelta(seconds=self.settings.kill_replaced_after_s),
+                       keep=self.tables.protected())
+
+    def export_tables(self) -> list[ExportOutcome]:
+        """One run of the Iceberg duty (see :class:`TableExport`): the snapshots committed."""
+        return self.tables.run() if self.leading else []
 
     def _finish_compaction(self, task_id: str, datasource: str, done: Future[list[CompactionReport]]) -> None:
         error = done.exception()

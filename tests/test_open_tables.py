@@ -1,0 +1,180 @@
+"""Every datasource is an Iceberg table that other engines read exactly: pyiceberg through its own
+catalog client and file IO, and polars, after publishes, compaction, a spec update and a drop; a
+reader racing live publishes and compactions sees, in every snapshot, exactly the records of the
+offsets that snapshot's summary names; cleanup keeps what live snapshots reference.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.supervisor.auto_compaction import CompactionConfig
+from segment_store import DeepStorage, committed_offsets, visible_segments
+from segment_store.open_tables import NAMESPACE, OFFSETS_KEY, TOPIC_KEY, expire
+from tests.exactness import Expected, compare, read_back, rows_by_key
+from tests.helpers import (
+    ON_EVERY_DEEP_STORAGE,
+    assert_exact,
+    committed_total,
+    file_exists,
+    published_table,
+    spec_json,
+    wait_until,
+)
+
+
+def reader_catalog(overlord: Any) -> Any:
+    """The catalog as another engine opens it: pyiceberg's own SQL catalog client and file IO."""
+    properties = {"type": "sql", "uri": overlord.settings.database_url}
+    if overlord.settings.deep_storage.startswith("s3://"):
+        import os
+        properties["s3.endpoint"] = os.environ["AWS_ENDPOINT_URL"]
+    return load_catalog("overlord", **properties)
+
+
+def rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
+    """The table's rows as a multiset, columns in name order."""
+    names = sorted(table.column_names)
+    return Counter(tuple(row[n] for n in names) for row in table.select(names).to_pylist())
+
+
+def _produce_and_wait(stack: Any, overlord: Any, topic: str, datasource: str, records: list[bytes]) -> None:
+    total = max(0, committed_total(overlord.engine, datasource)) + len(records)
+    produce(stack.bootstrap_servers, topic, records, 2)
+    wait_until(lambda: committed_total(overlord.engine, datasource) == total, "a publish")
+
+
+@ON_EVERY_DEEP_STORAGE
+def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, make_topic, datasource,
+                                                                         make_overlord):
+    topic = make_topic(2)
+    overlord = make_overlord(iceberg_snapshot_retention_s=3600, kill_replaced_after_s=0)
+    overlord.submit(spec_json(datasource, topic))
+    first = make_sample_events(3_000, bad_every=0, seed=81)
+    for half in (first.records[:1_500], first.records[1_500:]):  # two publishes: each hour holds two segments
+        _produce_and_wait(stack, overlord, topic, datasource, half)
+    catalog = reader_catalog(overlord)
+
+    [appended] = overlord.export_tables()
+
+    table = catalog.load_table((NAMESPACE, datasource))
+    head = table.current_snapshot()
+    assert appended.operation == "append" and head.snapshot_id == appended.snapshot_id
+    assert json.loads(head.summary[OFFSETS_KEY]) == committed_offsets(overlord.engine, datasource).offsets.to_json()
+    assert head.summary[TOPIC_KEY] == topic
+    assert_exact(table.scan().to_arrow(), first)
+    assert rows(pl.scan_iceberg(table).collect().to_arrow()) == rows(table.scan().to_arrow())
+    assert overlord.export_tables() == []  # nothing changed: no snapshot
+
+    _, done = overlord.compact(datasource)
+    assert all(report.outcome.ok for report in done.result(180))
+    [replaced] = overlord.export_tables()
+
+    table = catalog.load_table((NAMESPACE, datasource))
+    assert replaced.operation == "overwrite" and replaced.removed == 4 and replaced.added == 2
+    assert {f.file.file_path.removeprefix("file://") for f in table.scan().plan_files()} == {
+        s.path for s in visible_segments(overlord.engine, datasource)}
+    assert_exact(table.scan().to_arrow(), first)
+    assert_exact(table.scan(snapshot_id=appended.snapshot_id).to_arrow(), first)  # the old snapshot still reads
+    kept = overlord.kill_unused()
+    assert kept.unused_segments == ()  # the replaced files are the appended snapshot's: kept while it lives
+    assert all(file_exists(f.file.file_path.removeprefix("file://")) for f in
+               table.scan(snapshot_id=appended.snapshot_id).plan_files())
+
+    spec = spec_json(datasource, topic)
+    spec["spec"]["dataSchema"]["metricsSpec"].append({"type": "longSum", "name": "value_sum_2", "fieldName": "value"})
+    overlord.submit(spec)
+    second = make_sample_events(1_000, bad_every=0, seed=82)
+    _produce_and_wait(stack, overlord, topic, datasource, second.records)
+    [evolved] = overlord.export_tables()
+
+    table = catalog.load_table((NAMESPACE, datasource))
+    assert evolved.operation == "append" and "value_sum_2" in table.schema().column_names
+    scanned = table.scan().to_arrow()
+    assert rows(scanned) == rows(published_table(overlord.engine, datasource))
+    assert sum(v for v in scanned["value_sum_2"].to_pylist() if v is not None) == sum(second.value_by_country.values())
+
+    first_hour = min((s.interval_start, s.interval_end) for s in visible_segments(overlord.engine, datasource))
+    assert overlord.mark(datasource, used=False, interval=first_hour)
+    [dropped] = overlord.export_tables()
+
+    table = catalog.load_table((NAMESPACE, datasource))
+    assert dropped.operation == "overwrite"
+    assert rows(table.scan().to_arrow()) == rows(published_table(overlord.engine, datasource))
+    assert all(row["__time"] >= first_hour[1] for row in table.scan().to_arrow().select(["__time"]).to_pylist())
+
+    storage = DeepStorage(overlord.settings.deep_storage)
+    expired = expire(overlord.tables.catalog, storage, datasource, datetime.now(UTC) + timedelta(hours=1))
+    assert expired == 3  # every snapshot but the current one (the drop)
+    deleted = overlord.kill_unused()
+    # the compaction's inputs of the hour still visible: no snapshot references them now (the dropped hour's
+    # wait for the unused retention: their replacement is unused too)
+    assert len(deleted.unused_segments) == 2 and all("T010000Z_" in s for s in deleted.unused_segments)
+    table = catalog.load_table((NAMESPACE, datasource))
+    assert rows(table.scan().to_arrow()) == rows(published_table(overlord.engine, datasource))
+    metadata_files = storage.fs.find(f"{storage.root}/{datasource}/metadata")
+    assert len(metadata_files) <= 2 + len(table.metadata.metadata_log) + 2 * len(table.snapshots()) + 4
+
+
+@pytest.mark.timeout(300)
+def test_a_reader_racing_publishes_and_compactions_sees_exactly_the_offsets_each_snapshot_names(
+        stack, make_topic, datasource, make_overlord):
+    topic = make_topic(2)
+    overlord = make_overlord(iceberg_period_s=1, compaction_period_s=2, iceberg_snapshot_retention_s=3600,
+                             task_min_interval_s=0)
+    overlord.set_compaction_config(CompactionConfig.model_validate(
+        {"dataSource": datasource, "skipOffsetFromLatest": "PT0S"}))
+    overlord.submit(spec_json(datasource, topic))
+    catalog = reader_catalog(overlord)
+    seen: dict[int, tuple[str, dict[str, int], Any]] = {}
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                table = catalog.load_table((NAMESPACE, datasource))
+            except Exception:  # not created yet
+                time.sleep(0.2)
+                continue
+            head = table.current_snapshot()
+            if head is not None and head.snapshot_id not in seen:
+                scanned = table.scan(snapshot_id=head.snapshot_id).to_arrow()
+                seen[head.snapshot_id] = (head.summary.operation.value, json.loads(head.summary[OFFSETS_KEY]),
+                                          rows_by_key(scanned))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    produced = 0
+    try:
+        for round_no in range(12):
+            sample = make_sample_events(300, bad_every=0, seed=90 + round_no)
+            produce(stack.bootstrap_servers, topic, sample.records, 2)
+            produced += len(sample.records)
+            time.sleep(1.0)
+        wait_until(lambda: committed_total(overlord.engine, datasource) == produced, "everything published")
+        final = committed_offsets(overlord.engine, datasource).offsets.to_json()
+        wait_until(lambda: any(o == final for _, o, _ in list(seen.values())), "a snapshot of the final offsets", 60)
+    finally:
+        stop.set()
+        reader.join(60)
+
+    table = catalog.load_table((NAMESPACE, datasource))
+    operations = Counter(op for op, _, _ in seen.values())
+    assert len(table.snapshots()) >= 10 and operations["overwrite"] >= 1, operations
+    topic_records = {p: read_back(stack.bootstrap_servers, topic, p, 0, final[str(p)]) for p in (0, 1)}
+    for snapshot_id, (operation, offsets, found) in seen.items():
+        expected = Expected()
+        for p, records in topic_records.items():
+            expected.add(records[:offsets.get(str(p), 0)])
+        assert compare(expected, found) == {"lost": 0, "duplicated": 0, "keys_wrong": 0}, (snapshot_id, operation)
