@@ -14,6 +14,12 @@ how long the retention duty takes to drop them, checks the total again against w
 within the kept hour, and compares the deep-storage bytes with the
 Parquet size of one compacted copy of the visible rows.
 
+The datasource's Iceberg table (exported by default) is checked too: every ``--iceberg-every``-th
+sample scans the current snapshot with pyiceberg (its own catalog client) and keeps its totals
+per (hour, country, device) and the offsets its summary names; at the end the topic is read back
+and each scan is compared, key by key, with one pass over the records below those offsets. Each
+sample records the live snapshots and the files and bytes under the table's ``metadata/``.
+
     python -m benchmarks.scenarios.storage --rate 500 --minutes 60
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import multiprocessing
 import os
 import statistics
@@ -28,6 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +45,9 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
+from confluent_kafka import Consumer, TopicPartition
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import NoSuchTableError
 
 from benchmarks.scenarios.auth_flood import _wait_healthy
 from benchmarks.scenarios.cost import PARTITIONS, _load
@@ -45,6 +56,7 @@ from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack, free_port
 from overlord.supervisor.auto_compaction import DEFAULT_SKIP
 from segment_store import visible_by_interval, visible_segments
+from segment_store.open_tables import NAMESPACE, OFFSETS_KEY
 from segment_store.schema import segments as segments_t
 from specs import load_example
 from specs.durations import parse_iso_duration
@@ -89,6 +101,62 @@ def _sample(engine: sa.Engine, deep_storage: str, url: str, started: float) -> d
             "deep_storage_bytes": fs.du(root) if fs.exists(root) else 0, "intervals": _timeline(engine)}
 
 
+def _totals(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """Events and value sums per (hour, country, device, "n" | "v") of rows with ``__time`` as datetime."""
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in rows:
+        key = (r["__time"].strftime("%Y-%m-%dT%H"), r["country"], r["device"])
+        out[(*key, "n")] += r["count"]
+        out[(*key, "v")] += r["value_sum"] or 0
+    return out
+
+
+def _iceberg_sample(database_url: str, deep_storage: str, scan: bool) -> dict[str, Any]:
+    """The table's live snapshots and metadata size; with ``scan``, the current snapshot's offsets and totals."""
+    try:
+        table = load_catalog("overlord", type="sql", uri=database_url).load_table((NAMESPACE, DATASOURCE))
+    except NoSuchTableError:
+        return {"snapshots_live": 0}
+    fs, root = fsspec.core.url_to_fs(f"{deep_storage}/{DATASOURCE}/metadata")
+    listed = fs.find(root, detail=True)
+    out: dict[str, Any] = {"snapshots_live": len(table.snapshots()), "metadata_files": len(listed),
+                           "metadata_bytes": sum(int(i.get("size") or 0) for i in listed.values())}
+    head = table.current_snapshot()
+    if scan and head is not None and head.summary is not None:
+        started = time.monotonic()
+        rows = table.scan(snapshot_id=head.snapshot_id,
+                          selected_fields=("__time", "country", "device", "count", "value_sum")).to_arrow()
+        out |= {"snapshot_id": head.snapshot_id, "operation": head.summary.operation.value,
+                "offsets": json.loads(head.summary[OFFSETS_KEY]), "scan_s": round(time.monotonic() - started, 2),
+                "rows": rows.num_rows, "totals": _totals(rows.to_pylist())}
+    return out
+
+
+def _check_scans(bootstrap: str, topic: str, scans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each scan's totals against one pass over the topic's records below the offsets its snapshot names."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "storage-check", "enable.auto.commit": False})
+    expected: Counter[tuple[Any, ...]] = Counter()
+    read = dict.fromkeys(range(PARTITIONS), 0)
+    checks = []
+    for scan in sorted(scans, key=lambda s: sum(s["offsets"].values())):
+        for p in range(PARTITIONS):
+            want = scan["offsets"].get(str(p), 0)
+            consumer.assign([TopicPartition(topic, p, read[p])])
+            while read[p] < want:
+                for message in consumer.consume(5000, 5.0):
+                    if message.error() is None and read[p] <= message.offset() < want:
+                        event = json.loads(message.value())
+                        key = (event["ts"][:13], event.get("country"), event.get("device"))
+                        expected[(*key, "n")] += 1
+                        expected[(*key, "v")] += event.get("value") or 0
+                        read[p] = message.offset() + 1
+        wrong = sum(1 for k in expected.keys() | scan["totals"].keys() if expected[k] != scan["totals"][k])
+        checks.append({"snapshot_id": scan["snapshot_id"], "operation": scan["operation"], "rows": scan["rows"],
+                       "events": sum(n for k, n in expected.items() if k[-1] == "n"), "keys_wrong": wrong})
+    consumer.close()
+    return checks
+
+
 def _compacted_copy_bytes(engine: sa.Engine) -> int:
     """The Parquet size of the visible rows written once, as the indexer writes them (zstd)."""
     tables = [pq.read_table(s.path) for s in visible_segments(engine, DATASOURCE)]
@@ -102,8 +170,10 @@ def _compacted_copy_bytes(engine: sa.Engine) -> int:
 def _summary(sample: dict[str, Any]) -> str:
     settled = [i for i in sample["intervals"] if i["settled"]]
     fresh = [i for i in sample["intervals"] if not i["settled"]]
+    iceberg = sample.get("iceberg", {})
     return (f"minute {sample['minute']:6.1f}: query {sample['query_s']:.2f} s, rows {sample['segment_rows_used']} "
-            f"used / {sample['segment_rows']}, {sample['deep_storage_bytes'] / 1e6:.1f} MB stored; "
+            f"used / {sample['segment_rows']}, {sample['deep_storage_bytes'] / 1e6:.1f} MB stored; iceberg "
+            f"{iceberg.get('snapshots_live', 0)} snapshots, {iceberg.get('metadata_files', 0)} metadata files; "
             f"settled {[(i['segments'], round(i['avg_bytes'] / 1e6, 2)) for i in settled]} "
             f"fresh {[(i['segments'], round(i['avg_bytes'] / 1e6, 2)) for i in fresh]} (segments, avg MB)")
 
@@ -113,7 +183,7 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
 
 
-def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
+def run(rate: int, minutes: float, sample_s: float, iceberg_every: int) -> dict[str, Any]:
     begun = datetime.now(UTC).isoformat()
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
@@ -142,10 +212,14 @@ def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
                                                      LINGER_MS))
             load.start()
             print(f"{rate} events/s for {minutes} min, defaults; a sample every {sample_s:.0f} s", flush=True)
-            started, samples = time.monotonic(), []
+            started, samples, scans = time.monotonic(), [], []
             while load.is_alive() and results.empty():
                 time.sleep(max(0.0, started + sample_s * (len(samples) + 1) - time.monotonic()))
                 samples.append(_sample(engine, stack.deep_storage, url, started))
+                iceberg = _iceberg_sample(stack.database_url, stack.deep_storage, len(samples) % iceberg_every == 0)
+                if "totals" in iceberg:
+                    scans.append(iceberg)
+                samples[-1]["iceberg"] = {k: v for k, v in iceberg.items() if k != "totals"}
                 print(_summary(samples[-1]), flush=True)
             freshness = results.get(timeout=600)
             load.join(30)
@@ -171,6 +245,9 @@ def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
             print(_summary(after_drop), flush=True)
             kept = sum(n for h, n in sent_by_hour.items() if h in kept_hours)
             compacted_copy = _compacted_copy_bytes(engine)
+            checks = _check_scans(stack.bootstrap_servers, topic, scans)
+            print(f"iceberg: {len(checks)} snapshot scans checked, "
+                  f"{sum(c['keys_wrong'] == 0 for c in checks)} exact", flush=True)
         finally:
             server.terminate()
             server.wait(120)
@@ -189,6 +266,11 @@ def run(rate: int, minutes: float, sample_s: float) -> dict[str, Any]:
                       "exact": after_drop["events_visible"] == kept, "after": after_drop},
         "compacted_copy_bytes": compacted_copy,
         "deep_storage_bytes_over_compacted_copy": round(after_drop["deep_storage_bytes"] / max(compacted_copy, 1), 2),
+        "iceberg": {"scans_checked": len(checks), "scans_exact": sum(c["keys_wrong"] == 0 for c in checks),
+                    "operations_scanned": dict(Counter(c["operation"] for c in checks)), "checks": checks,
+                    "snapshots_live_max": max(s["iceberg"].get("snapshots_live", 0) for s in samples),
+                    "metadata_files_max": max(s["iceberg"].get("metadata_files", 0) for s in samples),
+                    "metadata_bytes_max": max(s["iceberg"].get("metadata_bytes", 0) for s in samples)},
         "samples": samples,
     }
 
@@ -198,9 +280,11 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=500, help="events/s")
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--sample-s", type=float, default=30)
+    parser.add_argument("--iceberg-every", type=int, default=4, help="scan the Iceberg table every n-th sample")
     parser.add_argument("--out", help="results file name under benchmarks/results (default storage_{rate}.json)")
     args = parser.parse_args()
-    save_results(run(args.rate, args.minutes, args.sample_s), args.out or f"storage_{args.rate}.json")
+    save_results(run(args.rate, args.minutes, args.sample_s, args.iceberg_every),
+                 args.out or f"storage_{args.rate}.json")
 
 
 if __name__ == "__main__":
