@@ -1,6 +1,6 @@
 """Open tables: every datasource is also an Apache Iceberg table, built from the timeline.
 
-The PostgreSQL timeline stays the truth. :func:`export` reads it once (the visible segments
+The PostgreSQL timeline stays the truth. :meth:`OpenTables.export` reads it once (the visible segments
 and the committed offsets, in one REPEATABLE READ transaction) and commits an Iceberg snapshot
 holding exactly those files: the Parquet files tasks and compaction already wrote, added as
 they are (columns found by name mapping), and no others. So every published record is in
@@ -10,8 +10,8 @@ it covers (``kafka.topic``, ``kafka.offsets``: partition -> next offset).
 The catalog is pyiceberg's SQL catalog in the metadata PostgreSQL (the ``iceberg_tables``
 layout of Iceberg's JDBC catalog), catalog ``overlord``, namespace ``druid``; a table's
 metadata lives under ``{deep storage}/{datasource}/metadata/``. A file a live snapshot
-references is never deleted: cleanup keeps :func:`live_data_files`, and :func:`expire`
-drops old snapshots and the metadata files no live snapshot needs.
+references is never deleted: cleanup keeps :meth:`OpenTables.protected`, and
+:meth:`OpenTables.expire` drops old snapshots and the metadata files no live snapshot needs.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from segment_store.deep_storage import DeepStorage, modified_at
 from segment_store.records import SegmentRecord, read_committed
 from segment_store.timeline import read_segments, visible
 
-__all__ = ["CATALOG", "NAMESPACE", "ExportOutcome", "expire", "export", "exported", "live_data_files", "open_catalog",
-           "protected_files"]
+__all__ = ["CATALOG", "NAMESPACE", "OFFSETS_KEY", "TOPIC_KEY", "ExportOutcome", "OpenTables", "open_catalog"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,15 +82,9 @@ def _path(storage: DeepStorage, uri: str) -> str:
     return uri.removeprefix("file://") if storage.is_local else uri
 
 
-def exported(catalog: SqlCatalog) -> list[str]:
-    """The datasources that have a table."""
-    return sorted(name for _, name in catalog.list_tables(NAMESPACE)) if (NAMESPACE,) in catalog.list_namespaces() \
-        else []
-
-
-def _files(table: Table, snapshot_id: int | None = None) -> dict[str, DataFile]:
-    """Data files of a snapshot (the current one by default), by path."""
-    snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+def _files(table: Table) -> dict[str, DataFile]:
+    """Data files of the current snapshot, by path."""
+    snapshot = table.current_snapshot()
     if snapshot is None:
         return {}
     return {entry.data_file.file_path: entry.data_file for manifest in snapshot.manifests(table.io)
@@ -135,29 +128,10 @@ def _drop_partitioning(tx: Transaction) -> None:
             update.remove_field(field.name)
 
 
-def export(engine: sa.Engine, catalog: SqlCatalog, storage: DeepStorage, datasource: str) -> ExportOutcome | None:
-    """Commit a snapshot of the datasource's visible segments if they changed; None if nothing did.
-
-    Appends when files were only added, overwrites when some went (a compaction's swap, a drop).
-    """
-    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-        records = visible(read_segments(conn, datasource))
-        committed = read_committed(conn, datasource)
-    wanted = {_uri(storage, r.path): r for r in records}
-    try:
-        table: Table | None = catalog.load_table((NAMESPACE, datasource))
-    except NoSuchTableError:
-        table = None
-    current = _files(table) if table is not None else {}
-    added = [uri for uri in wanted if uri not in current]
-    removed = [data_file for uri, data_file in current.items() if uri not in wanted]
-    if not added and not removed:
-        return None
+def _commit(table: Table, storage: DeepStorage, added: list[str], removed: list[DataFile],
+            summary: dict[str, str]) -> None:
+    """One snapshot: ``added`` files in, ``removed`` out, the schema widened first."""
     schemas = [_file_schema(storage, uri) for uri in added]
-    if table is None:
-        table = _create(catalog, storage, datasource, records, schemas[0])
-    offsets = committed.offsets.to_json() if committed is not None else {}
-    summary = {TOPIC_KEY: (committed.topic or "") if committed is not None else "", OFFSETS_KEY: json.dumps(offsets)}
     with table.transaction() as tx:
         if schemas:
             _widen_schema(tx, schemas)
@@ -168,14 +142,6 @@ def export(engine: sa.Engine, catalog: SqlCatalog, storage: DeepStorage, datasou
                 producer.delete_data_file(data_file)
             for data_file in new_files:
                 producer.append_data_file(data_file)
-    head = catalog.load_table((NAMESPACE, datasource)).current_snapshot()
-    assert head is not None
-    outcome = ExportOutcome(datasource, head.snapshot_id, head.summary.operation.value if head.summary else "",
-                            len(added), len(removed), offsets)
-    (logger.info if removed else logger.debug)("iceberg snapshot %d of %s: %s, %d file(s) added, %d removed",
-                                               outcome.snapshot_id, datasource, outcome.operation, len(added),
-                                               len(removed))
-    return outcome
 
 
 def _file_schema(storage: DeepStorage, uri: str) -> pa.Schema:
@@ -196,34 +162,98 @@ def _data_files(tx: Transaction, table: Table, uris: list[str]) -> list[DataFile
         return [parquet_file_to_data_file(table.io, tx.table_metadata, uri) for uri in uris]
 
 
-def live_data_files(catalog: SqlCatalog, storage: DeepStorage, datasource: str) -> set[str]:
-    """Paths (as segment rows name them) of the files any live snapshot of the datasource's table references."""
-    try:
-        table = catalog.load_table((NAMESPACE, datasource))
-    except NoSuchTableError:
-        return set()
-    return {_path(storage, uri) for snapshot in table.snapshots() for uri in _files(table, snapshot.snapshot_id)}
+class OpenTables:
+    """The Iceberg tables of one metadata store and deep storage: export, expiry, the files snapshots need.
 
-
-def protected_files(catalog: SqlCatalog, storage: DeepStorage) -> set[str]:
-    """The files cleanup must keep: those any live snapshot of any table references."""
-    return {path for datasource in exported(catalog) for path in live_data_files(catalog, storage, datasource)}
-
-
-def expire(catalog: SqlCatalog, storage: DeepStorage, datasource: str, older_than: datetime) -> int:
-    """Expire snapshots taken before ``older_than`` (never the current one); the number expired.
-
-    Then delete the metadata files no live snapshot needs that are older than ``older_than``.
+    Remembers the files it last committed per datasource, so an unchanged datasource costs one
+    timeline read, and an append reads no manifests unless another writer moved the table.
     """
-    table = catalog.load_table((NAMESPACE, datasource))
-    current = table.current_snapshot()
-    cutoff_ms = int(older_than.timestamp() * 1000)
-    old = [s.snapshot_id for s in table.snapshots()
-           if s.timestamp_ms < cutoff_ms and (current is None or s.snapshot_id != current.snapshot_id)]
-    if old:  # the sweep runs only then: it reads every live snapshot's manifests
-        table.maintenance.expire_snapshots().by_ids(old).commit()
-        _sweep_metadata(catalog.load_table((NAMESPACE, datasource)), storage, older_than)
-    return len(old)
+
+    def __init__(self, database_url: str, storage: DeepStorage) -> None:
+        self.storage = storage
+        self.catalog = open_catalog(database_url, storage)
+        self._known: dict[str, tuple[str, frozenset[str]]] = {}
+        """Datasource -> (metadata location, data file paths) as this object last saw or committed them."""
+
+    def exported(self) -> list[str]:
+        """The datasources that have a table."""
+        if (NAMESPACE,) not in self.catalog.list_namespaces():
+            return []
+        return sorted(name for _, name in self.catalog.list_tables(NAMESPACE))
+
+    def _load(self, datasource: str) -> Table | None:
+        try:
+            return self.catalog.load_table((NAMESPACE, datasource))
+        except NoSuchTableError:
+            return None
+
+    def export(self, engine: sa.Engine, datasource: str) -> ExportOutcome | None:
+        """Commit a snapshot of the datasource's visible segments if they changed; None if nothing did.
+
+        Appends when files were only added, overwrites when some went (a compaction's swap, a drop).
+        """
+        with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+            records = visible(read_segments(conn, datasource))
+            committed = read_committed(conn, datasource)
+        wanted = {_uri(self.storage, r.path) for r in records}
+        location, current = self._known.get(datasource, ("", frozenset()))
+        if datasource in self._known and wanted == current:
+            return None
+        table = self._load(datasource)
+        if table is not None and table.metadata_location != location:
+            current = frozenset(_files(table))  # first sight, or another writer moved the table
+        added = sorted(wanted - current)
+        gone = current - wanted
+        if table is not None and not added and not gone:
+            self._known[datasource] = (table.metadata_location, current)
+            return None
+        if table is None:
+            if not added:
+                return None
+            table = _create(self.catalog, self.storage, datasource, records, _file_schema(self.storage, added[0]))
+        removed = [f for uri, f in _files(table).items() if uri in gone] if gone else []  # as manifests hold them
+        offsets = committed.offsets.to_json() if committed is not None else {}
+        topic = (committed.topic or "") if committed is not None else ""
+        _commit(table, self.storage, added, removed, {TOPIC_KEY: topic, OFFSETS_KEY: json.dumps(offsets)})
+        self._known[datasource] = (table.metadata_location, frozenset(wanted))
+        head = table.current_snapshot()
+        assert head is not None and head.summary is not None
+        outcome = ExportOutcome(datasource, head.snapshot_id, head.summary.operation.value, len(added), len(removed),
+                                offsets)
+        (logger.info if removed else logger.debug)("iceberg snapshot %d of %s: %s, %d file(s) added, %d removed",
+                                                   outcome.snapshot_id, datasource, outcome.operation, len(added),
+                                                   len(removed))
+        return outcome
+
+    def live_files(self, datasource: str) -> set[str]:
+        """Paths (as segment rows name them) of the files any live snapshot of the datasource references."""
+        table = self._load(datasource)
+        if table is None:
+            return set()
+        manifests = {m.manifest_path: m for snapshot in table.snapshots() for m in snapshot.manifests(table.io)}
+        return {_path(self.storage, entry.data_file.file_path) for manifest in manifests.values()
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)}
+
+    def protected(self) -> set[str]:
+        """The files cleanup must keep: those any live snapshot of any table references."""
+        return {path for datasource in self.exported() for path in self.live_files(datasource)}
+
+    def expire(self, datasource: str, older_than: datetime) -> int:
+        """Expire snapshots taken before ``older_than`` (never the current one); the number expired.
+
+        Then delete the metadata files no live snapshot needs that are older than ``older_than``.
+        """
+        table = self._load(datasource)
+        current = table.current_snapshot() if table is not None else None
+        if table is None or current is None:
+            return 0
+        cutoff_ms = int(older_than.timestamp() * 1000)
+        old = [s.snapshot_id for s in table.snapshots()
+               if s.timestamp_ms < cutoff_ms and s.snapshot_id != current.snapshot_id]
+        if old:  # the sweep runs only then: it reads every live snapshot's manifests
+            table.maintenance.expire_snapshots().by_ids(old).commit()
+            _sweep_metadata(self.catalog.load_table((NAMESPACE, datasource)), self.storage, older_than)
+        return len(old)
 
 
 def _sweep_metadata(table: Table, storage: DeepStorage, older_than: datetime) -> None:

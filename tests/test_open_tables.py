@@ -21,7 +21,7 @@ from pyiceberg.catalog import load_catalog
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.supervisor.auto_compaction import CompactionConfig
 from segment_store import DeepStorage, committed_offsets, visible_segments
-from segment_store.open_tables import NAMESPACE, OFFSETS_KEY, TOPIC_KEY, expire
+from segment_store.open_tables import NAMESPACE, OFFSETS_KEY, TOPIC_KEY
 from tests.exactness import Expected, compare, read_back, rows_by_key
 from tests.helpers import (
     ON_EVERY_DEEP_STORAGE,
@@ -115,7 +115,7 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     assert all(row["__time"] >= first_hour[1] for row in table.scan().to_arrow().select(["__time"]).to_pylist())
 
     storage = DeepStorage(overlord.settings.deep_storage)
-    expired = expire(overlord.tables.catalog, storage, datasource, datetime.now(UTC) + timedelta(hours=1))
+    expired = overlord.table_export.open_tables.expire(datasource, datetime.now(UTC) + timedelta(hours=1))
     assert expired == 3  # every snapshot but the current one (the drop)
     deleted = overlord.kill_unused()
     # the compaction's inputs of the hour still visible: no snapshot references them now (the dropped hour's

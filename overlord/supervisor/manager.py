@@ -87,7 +87,7 @@ class Overlord:
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
                                                                    min_task_interval_s=settings.task_min_interval_s),
                                          metrics=self.metrics)
-        self.tables = TableExport(settings, engine)
+        self.table_export = TableExport(settings, engine)
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()
@@ -489,11 +489,11 @@ class Overlord:
         after = timedelta(seconds=self.settings.kill_unused_after_s)
         return cleanup(self.engine, DeepStorage(self.settings.deep_storage), retention=after, orphan_grace=after,
                        replaced_retention=timedelta(seconds=self.settings.kill_replaced_after_s),
-                       keep=self.tables.protected())
+                       keep=self.table_export.protected())
 
     def export_tables(self) -> list[ExportOutcome]:
         """One run of the Iceberg duty (see :class:`TableExport`): the snapshots committed."""
-        return self.tables.run() if self.leading else []
+        return self.table_export.run() if self.leading else []
 
     def _finish_compaction(self, task_id: str, datasource: str, done: Future[list[CompactionReport]]) -> None:
         error = done.exception()

@@ -10,15 +10,17 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
 import sqlalchemy as sa
-from pyiceberg.catalog.sql import SqlCatalog
 
 from overlord.config import Settings
 from segment_store import DeepStorage, datasources
-from segment_store.open_tables import ExportOutcome, expire, export, exported, open_catalog, protected_files
+from segment_store.open_tables import ExportOutcome, OpenTables
 
 __all__ = ["TableExport"]
 
 logger = logging.getLogger(__name__)
+
+EXPIRY_EVERY = timedelta(minutes=1)
+"""How often a run also expires old snapshots (each costs a table load per datasource)."""
 
 
 class TableExport:
@@ -28,24 +30,30 @@ class TableExport:
         self.settings = settings
         self.engine = engine
         self.storage = DeepStorage(settings.deep_storage)
+        self._expired_at: datetime | None = None
 
     @cached_property
-    def catalog(self) -> SqlCatalog:
-        return open_catalog(self.settings.database_url, self.storage)
+    def open_tables(self) -> OpenTables:
+        return OpenTables(self.settings.database_url, self.storage)
 
     def run(self, now: datetime | None = None) -> list[ExportOutcome]:
-        """One run: export each datasource (one failing does not stop the others), then expire old snapshots."""
-        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=self.settings.iceberg_snapshot_retention_s)
+        """One run: export each datasource (one failing does not stop the others), once a minute expire snapshots."""
+        now = now or datetime.now(UTC)
+        cutoff = now - timedelta(seconds=self.settings.iceberg_snapshot_retention_s)
+        expiring = self._expired_at is None or now - self._expired_at >= EXPIRY_EVERY
+        if expiring:
+            self._expired_at = now
         outcomes = []
-        for datasource in sorted(set(datasources(self.engine)) | set(exported(self.catalog))):
+        for datasource in sorted(set(datasources(self.engine)) | set(self.open_tables.exported())):
             try:
-                if (outcome := export(self.engine, self.catalog, self.storage, datasource)) is not None:
+                if (outcome := self.open_tables.export(self.engine, datasource)) is not None:
                     outcomes.append(outcome)
-                expire(self.catalog, self.storage, datasource, cutoff)
+                if expiring:
+                    self.open_tables.expire(datasource, cutoff)
             except Exception:  # a schema Iceberg cannot hold, the store unreachable: the next run tries again
                 logger.exception("iceberg export of %s failed", datasource)
         return outcomes
 
     def protected(self) -> set[str]:
         """The files cleanup must keep for live snapshots (the export may be off now, its tables live on)."""
-        return protected_files(self.catalog, self.storage)
+        return self.open_tables.protected()
