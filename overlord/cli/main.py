@@ -14,8 +14,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from specs.durations import parse_utc_interval
-
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
@@ -154,6 +152,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 def _utc_interval(text: str) -> tuple[datetime, datetime]:
     """``START/END`` in ISO-8601 (UTC unless an offset is given), like Druid's intervals."""
+    from specs.durations import parse_utc_interval  # here: importing specs costs HTTP-only commands ~0.9 s
+
     try:
         return parse_utc_interval(text)
     except ValueError as exc:
