@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("pyiceberg").setLevel(logging.WARNING)  # "Loaded FileIO" on every table load
     if not args.verbose:  # each HTTP request of the client at INFO is noise to a script reading stderr
         logging.getLogger("httpx").setLevel(logging.WARNING)
     # A supervisor woken while it runs is skipped once by APScheduler and rerun right after: not news.
