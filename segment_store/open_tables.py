@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,7 +30,9 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, TableProperties, Transaction
-from pyiceberg.transforms import DayTransform, HourTransform, Transform
+from pyiceberg.transforms import DayTransform, HourTransform, MonthTransform, Transform, YearTransform
+from pyiceberg.types import TimestamptzType
+from pyiceberg.utils.datetime import datetime_to_micros
 
 from segment_store.deep_storage import DeepStorage, modified_at
 from segment_store.records import SegmentRecord, read_committed
@@ -51,8 +53,7 @@ _TABLE_PROPERTIES = {
     TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "20",
     TableProperties.MANIFEST_MIN_MERGE_COUNT: "16",  # appends merge small manifests
 }
-_TRANSFORMS: tuple[tuple[timedelta, Transform[object, int]], ...] = (
-    (timedelta(hours=1), HourTransform()), (timedelta(days=1), DayTransform()))
+_TRANSFORMS: tuple[Transform[object, int], ...] = (HourTransform(), DayTransform(), MonthTransform(), YearTransform())
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,17 @@ def _files(table: Table) -> dict[str, DataFile]:
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)}
 
 
-def _time_transform(records: Iterable[SegmentRecord]) -> Transform[object, int] | None:
-    """Hour or day of ``__time`` when every interval is one such period, else None (unpartitioned).
+def _one_period(transform: Transform[object, int], start: datetime, end: datetime) -> bool:
+    """Whether ``[start, end)`` is exactly one period of ``transform`` (Iceberg's are UTC-aligned, as intervals are)."""
+    bucket = transform.transform(TimestamptzType())
+    first, last = datetime_to_micros(start), datetime_to_micros(end) - 1
+    return bucket(first) == bucket(last) and bucket(first - 1) != bucket(first) and bucket(last + 1) != bucket(last)
 
-    Both align with UTC, as segment granularities do.
-    """
-    lengths = {r.interval_end - r.interval_start for r in records}
-    return next((transform for length, transform in _TRANSFORMS if lengths == {length}), None)
+
+def _time_transform(records: Iterable[SegmentRecord]) -> Transform[object, int] | None:
+    """The hour, day, month or year of ``__time`` when every interval is one such period, else None (unpartitioned)."""
+    intervals = {(r.interval_start, r.interval_end) for r in records}
+    return next((t for t in _TRANSFORMS if all(_one_period(t, start, end) for start, end in intervals)), None)
 
 
 def _create(catalog: SqlCatalog, storage: DeepStorage, datasource: str, records: list[SegmentRecord],

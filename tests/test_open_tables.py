@@ -22,7 +22,8 @@ from overlord.dev.sample_data import make_sample_events, produce
 from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.ranges import index_once
 from segment_store import DeepStorage, committed_offsets, visible_segments
-from segment_store.open_tables import NAMESPACE, OFFSETS_KEY, TOPIC_KEY, OpenTables
+from segment_store.open_tables import NAMESPACE, OFFSETS_KEY, TOPIC_KEY, OpenTables, _time_transform
+from segment_store.records import SegmentRecord
 from specs import load_supervisor_spec
 from tests.exactness import Expected, compare, read_back, rows_by_key
 from tests.helpers import (
@@ -35,6 +36,7 @@ from tests.helpers import (
     spec_json,
     wait_until,
 )
+from tests.test_typed_discovery import encoded, typed_spec
 
 
 def reader_catalog(overlord: Any) -> Any:
@@ -76,6 +78,7 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     assert appended.operation == "append" and head.snapshot_id == appended.snapshot_id
     assert json.loads(head.summary[OFFSETS_KEY]) == committed_offsets(overlord.engine, datasource).offsets.to_json()
     assert head.summary[TOPIC_KEY] == topic
+    assert [str(f.transform) for f in table.spec().fields] == ["hour"]  # the spec's segmentGranularity
     assert_exact(table.scan().to_arrow(), first)
     assert rows(pl.scan_iceberg(table).collect().to_arrow()) == rows(table.scan().to_arrow())
     assert overlord.export_tables() == []  # nothing changed: no snapshot
@@ -219,3 +222,39 @@ def rows_of(table: pa.Table) -> Counter[str]:
     """Rows with nested values (lists, structs, bytes), as comparable text."""
     names = sorted(table.column_names)
     return Counter(json.dumps([row[n] for n in names], default=repr) for row in table.select(names).to_pylist())
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("start", "end", "partitioning"), [
+    ("2026-11-01T03:00", "2026-11-01T04:00", ["hour"]), ("2026-11-01T00:00", "2026-11-02T00:00", ["day"]),
+    ("2026-02-01T00:00", "2026-03-01T00:00", ["month"]), ("2026-01-01T00:00", "2027-01-01T00:00", ["year"]),
+    ("2026-11-01T03:15", "2026-11-01T03:30", []),  # PT15M: finer than any Iceberg transform
+    ("2026-11-02T00:00", "2026-11-09T00:00", [])])  # a week: Iceberg has no week transform
+def test_a_table_is_partitioned_by_the_transform_its_intervals_are_one_period_of(start, end, partitioning):
+    start_at, end_at = (datetime.fromisoformat(f"{t}+00:00") for t in (start, end))
+    interval = SegmentRecord("s", "ds", start_at, end_at, 1, 0, "p", 1, 1, True, datetime.now(UTC), {})
+    transform = _time_transform([interval])
+    assert ([] if transform is None else [str(transform)]) == partitioning
+
+
+def test_a_type_iceberg_cannot_widen_stops_only_that_export_and_is_logged_once(stack, make_topic, datasource,
+                                                                              make_overlord, caplog):
+    """Discovery widens a column from long to double; Iceberg cannot (only int to long, float to double):
+    the table keeps its last snapshot, the error is logged once, not every run, and the timeline goes on.
+    """
+    topic = make_topic(2)
+    overlord = make_overlord()
+    overlord.submit(typed_spec(datasource, topic))
+    _produce_and_wait(stack, overlord, topic, datasource, encoded([{"x": 1, "v": 1}, {"x": 2, "v": 2}]))
+    [first] = overlord.export_tables()
+    _produce_and_wait(stack, overlord, topic, datasource, encoded([{"x": 2.5, "v": 3}]))
+
+    caplog.clear()
+    assert overlord.export_tables() == [] and overlord.export_tables() == []
+
+    assert [r.getMessage() for r in caplog.records if r.name == "overlord.supervisor.table_export"] == [
+        f"iceberg export of {datasource} failed (logged again when the error changes)"]
+    assert "long" in caplog.text and "double" in caplog.text
+    table = reader_catalog(overlord).load_table((NAMESPACE, datasource))
+    assert table.current_snapshot().snapshot_id == first.snapshot_id
+    assert committed_total(overlord.engine, datasource) == 3 and len(visible_segments(overlord.engine, datasource)) == 2

@@ -31,6 +31,8 @@ class TableExport:
         self.engine = engine
         self.storage = DeepStorage(settings.deep_storage)
         self._expired_at: datetime | None = None
+        self._failing: dict[str, str] = {}
+        """Datasource -> the error its export last failed with (logged once, not every run)."""
 
     @cached_property
     def open_tables(self) -> OpenTables:
@@ -50,8 +52,13 @@ class TableExport:
                     outcomes.append(outcome)
                 if expiring:
                     self.open_tables.expire(datasource, cutoff)
-            except Exception:  # a schema Iceberg cannot hold, the store unreachable: the next run tries again
-                logger.exception("iceberg export of %s failed", datasource)
+            except Exception as exc:  # a type Iceberg cannot widen, the store unreachable: the next run tries again
+                if self._failing.get(datasource) != (error := f"{type(exc).__name__}: {exc}"):
+                    logger.exception("iceberg export of %s failed (logged again when the error changes)", datasource)
+                self._failing[datasource] = error
+            else:
+                if self._failing.pop(datasource, None) is not None:
+                    logger.info("iceberg export of %s works again", datasource)
         return outcomes
 
     def protected(self) -> set[str]:
