@@ -103,7 +103,8 @@ class _StatusCollector(Collector):
                 ("healthy", "1 if the supervisor is healthy, else 0", lambda s: int(s.healthy)),
                 ("suspended", "1 if the supervisor is suspended, else 0", lambda s: int(s.suspended))):
             gauge = GaugeMetricFamily(f"overlord_supervisor_{name}", text, labels=["supervisor"])
+            read: Callable[[SupervisorStatus], int] = value
             for s in statuses:
-                gauge.add_metric([s.id], value(s))
+                gauge.add_metric([s.id], read(s))
             yield gauge
         yield GaugeMetricFamily("overlord_supervisors", "Supervisors running in this overlord", value=len(statuses))

@@ -31,15 +31,17 @@ def _step(text: str) -> None:
 def run_demo(events: int = 200_000, partitions: int = 4) -> int:
     """Start the embedded stack, produce sample events, index, query and check them; the exit code."""
     spec = load_example("events")
+    topic = spec.spec.io_config.topic
+    assert topic is not None  # the example names its topic
     with dev_stack() as stack:
         _step(f"embedded stack up: Kafka {stack.bootstrap_servers}, PostgreSQL {stack.database_url}")
         settings = stack.settings(spark_master="local[*]")
         sample = make_sample_events(events)
         _step(f"producing {len(sample.records):,} records ({sample.bad} malformed) to topic "
-              f"'{spec.spec.io_config.topic}' in {partitions} partitions")
-        create_topic(stack.bootstrap_servers, spec.spec.io_config.topic, partitions)
+              f"'{topic}' in {partitions} partitions")
+        create_topic(stack.bootstrap_servers, topic, partitions)
         started = time.monotonic()
-        produce(stack.bootstrap_servers, spec.spec.io_config.topic, sample.records, partitions)
+        produce(stack.bootstrap_servers, topic, sample.records, partitions)
         print(f"produced in {time.monotonic() - started:.1f}s")
 
         _step("starting Spark (local) and indexing once")

@@ -73,6 +73,7 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
     logging.getLogger().setLevel(logging.WARNING)  # the status lines below say what happens
     spec = load_example("events")
     topic = spec.spec.io_config.topic
+    assert topic is not None  # the example names its topic
     stop = threading.Event()
     with out.status("starting Kafka (Tansu) and PostgreSQL…"), dev_stack() as stack:
         out.print(f"[green]✓[/] Kafka on {stack.bootstrap_servers}, PostgreSQL on {stack.database_url}")

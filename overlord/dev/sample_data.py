@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 __all__ = ["SampleEvents", "create_topic", "make_sample_events", "produce", "produce_live"]
 

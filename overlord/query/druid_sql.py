@@ -117,8 +117,8 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
                        columns, frozenset(arguments))
 
 
-def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, str],
-             multi_value: frozenset[str]) -> exp.Expression:
+def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
+             multi_value: frozenset[str]) -> exp.Expr:
     if isinstance(node, exp.Table) and node.args.get("db") is not None:
         return _table(node, tables)
     column = _complex_argument(node)
@@ -126,7 +126,8 @@ def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, 
     if column is not None and kind not in (None, "multi_value"):  # multi-value: see rewrite_multi_value
         return _over_complex(node, column, kind)
     if isinstance(node, exp.Filter | exp.Window) and _is_estimate(node.this):  # FILTER/OVER: of the aggregate
-        estimate, wrapped = node.this.copy(), node.copy()
+        estimate: exp.Expr = node.this.copy()
+        wrapped = node.copy()
         wrapped.set("this", estimate.expressions[0])
         estimate.expressions[0] = wrapped
         return estimate
@@ -155,7 +156,7 @@ def _rewrite(node: exp.Expression, tables: set[str], complex_columns: dict[str, 
     return node
 
 
-def _table(node: exp.Table, tables: set[str]) -> exp.Expression:
+def _table(node: exp.Table, tables: set[str]) -> exp.Expr:
     schema, name = node.db.lower(), node.name
     if schema == "druid":
         return exp.Table(this=exp.to_identifier(name, quoted=True), alias=node.args.get("alias"))
@@ -173,13 +174,13 @@ def _table(node: exp.Table, tables: set[str]) -> exp.Expression:
 # --- functions ---------------------------------------------------------------------------------
 
 
-def _sql(template: str, **args: exp.Expression) -> exp.Expression:
+def _sql(template: str, **args: exp.Expr) -> exp.Expr:
     """Spark SQL ``template`` with the columns named like ``args`` replaced by those expressions."""
     tree = sqlglot.parse_one(template, read="spark")
     return tree.transform(lambda n: args[n.name].copy() if isinstance(n, exp.Column) and n.name in args else n)
 
 
-def _literal(args: list[exp.Expression], index: int, function: str, what: str) -> str | None:
+def _literal(args: list[exp.Expr], index: int, function: str, what: str) -> str | None:
     """A string literal argument (None when absent or NULL); anything else is refused."""
     if index >= len(args) or isinstance(args[index], exp.Null):
         return None
@@ -188,13 +189,13 @@ def _literal(args: list[exp.Expression], index: int, function: str, what: str) -
     return str(args[index].this)
 
 
-def _arity(function: str, args: list[exp.Expression], low: int, high: int) -> None:
+def _arity(function: str, args: list[exp.Expr], low: int, high: int) -> None:
     if not low <= len(args) <= high:
         expected = f"{low} argument" + ("" if low == 1 else "s") if low == high else f"{low} to {high} arguments"
         raise QueryError(f"{function} takes {expected}, got {len(args)}", "UNSUPPORTED_DRUID_SQL")
 
 
-def _utc_only(function: str, args: list[exp.Expression], index: int) -> None:
+def _utc_only(function: str, args: list[exp.Expr], index: int) -> None:
     zone = _literal(args, index, function, "time zone")
     if zone is not None and zone.upper() not in UTC_NAMES:
         raise QueryError(f"{function}: time zone {zone!r} is not supported; timestamps are UTC",
@@ -211,7 +212,7 @@ def parse_period(text: str) -> tuple[int, str] | None:
     return int(found.group(3)), _TIME_UNITS[found.group(4).upper()]
 
 
-def _period(function: str, args: list[exp.Expression], index: int = 1) -> tuple[int, str]:
+def _period(function: str, args: list[exp.Expr], index: int = 1) -> tuple[int, str]:
     text = _literal(args, index, function, "period")
     period = parse_period(text or "")
     if period is None:
@@ -220,11 +221,11 @@ def _period(function: str, args: list[exp.Expression], index: int = 1) -> tuple[
     return period
 
 
-def _trunc(ts: exp.Expression, unit: str) -> exp.Expression:
+def _trunc(ts: exp.Expr, unit: str) -> exp.Expr:
     return exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), ts.copy()])
 
 
-def _floor(ts: exp.Expression, count: int, unit: str) -> exp.Expression:
+def _floor(ts: exp.Expr, count: int, unit: str) -> exp.Expr:
     """Druid's period floor: one unit truncates; a multiple counts whole periods from the epoch."""
     if count == 1 or (unit == "MONTH" and count == 3):
         return _trunc(ts, unit if count == 1 else "QUARTER")
@@ -238,17 +239,17 @@ def _floor(ts: exp.Expression, count: int, unit: str) -> exp.Expression:
     return _sql("make_timestamp(CAST(1970 + floor((year(_t) - 1970) / _n) * _n AS INT), 1, 1, 0, 0, 0)", _t=ts, _n=n)
 
 
-def _shift(ts: exp.Expression, count: int, unit: str, step: exp.Expression) -> exp.Expression:
+def _shift(ts: exp.Expr, count: int, unit: str, step: exp.Expr) -> exp.Expr:
     amount = _sql("_n * _s", _n=exp.Literal.number(count), _s=step)
     return exp.Anonymous(this="timestampadd", expressions=[exp.Var(this=unit), amount, ts.copy()])
 
 
-def _ceil(ts: exp.Expression, floor: exp.Expression, unit: str, count: int) -> exp.Expression:
+def _ceil(ts: exp.Expr, floor: exp.Expr, unit: str, count: int) -> exp.Expr:
     return _sql("CASE WHEN _f = _t THEN _t ELSE _g END", _f=floor, _t=ts,
                 _g=_shift(floor, count, unit, exp.Literal.number(1)))
 
 
-def _time_floor(args: list[exp.Expression]) -> exp.Expression:
+def _time_floor(args: list[exp.Expr]) -> exp.Expr:
     _arity("TIME_FLOOR", args, 2, 4)
     if _literal(args, 2, "TIME_FLOOR", "origin") is not None:
         raise QueryError("TIME_FLOOR: an origin is not supported", "UNSUPPORTED_DRUID_SQL")
@@ -256,7 +257,7 @@ def _time_floor(args: list[exp.Expression]) -> exp.Expression:
     return _floor(args[0], *_period("TIME_FLOOR", args))
 
 
-def _time_ceil(args: list[exp.Expression]) -> exp.Expression:
+def _time_ceil(args: list[exp.Expr]) -> exp.Expr:
     _arity("TIME_CEIL", args, 2, 4)
     if _literal(args, 2, "TIME_CEIL", "origin") is not None:
         raise QueryError("TIME_CEIL: an origin is not supported", "UNSUPPORTED_DRUID_SQL")
@@ -265,13 +266,13 @@ def _time_ceil(args: list[exp.Expression]) -> exp.Expression:
     return _ceil(args[0], _floor(args[0], count, unit), unit, count)
 
 
-def _time_shift(args: list[exp.Expression]) -> exp.Expression:
+def _time_shift(args: list[exp.Expr]) -> exp.Expr:
     _arity("TIME_SHIFT", args, 3, 4)
     _utc_only("TIME_SHIFT", args, 3)
     return _shift(args[0], *_period("TIME_SHIFT", args), args[2])
 
 
-def _time_extract(args: list[exp.Expression]) -> exp.Expression:
+def _time_extract(args: list[exp.Expr]) -> exp.Expr:
     _arity("TIME_EXTRACT", args, 2, 3)
     _utc_only("TIME_EXTRACT", args, 2)
     unit = (_literal(args, 1, "TIME_EXTRACT", "unit") or "").upper()
@@ -281,7 +282,7 @@ def _time_extract(args: list[exp.Expression]) -> exp.Expression:
     return _sql(_EXTRACT[unit], _t=args[0])
 
 
-def _time_parse(args: list[exp.Expression]) -> exp.Expression:
+def _time_parse(args: list[exp.Expr]) -> exp.Expr:
     _arity("TIME_PARSE", args, 1, 3)
     _utc_only("TIME_PARSE", args, 2)
     pattern = _literal(args, 1, "TIME_PARSE", "pattern")
@@ -290,24 +291,24 @@ def _time_parse(args: list[exp.Expression]) -> exp.Expression:
     return _sql("try_to_timestamp(_s, _p)", _s=args[0], _p=exp.Literal.string(pattern))
 
 
-def _time_format(args: list[exp.Expression]) -> exp.Expression:
+def _time_format(args: list[exp.Expr]) -> exp.Expr:
     _arity("TIME_FORMAT", args, 1, 3)
     _utc_only("TIME_FORMAT", args, 2)
     pattern = _literal(args, 1, "TIME_FORMAT", "pattern") or _ISO_FORMAT
     return _sql("date_format(_t, _p)", _t=args[0], _p=exp.Literal.string(pattern))
 
 
-def _rename(druid_name: str, spark_name: str, arity: int) -> Callable[[list[exp.Expression]], exp.Expression]:
+def _rename(druid_name: str, spark_name: str, arity: int) -> Callable[[list[exp.Expr]], exp.Expr]:
     """A Druid function that is a Spark function under another name."""
-    def translate_call(args: list[exp.Expression]) -> exp.Expression:
+    def translate_call(args: list[exp.Expr]) -> exp.Expr:
         _arity(druid_name, args, arity, arity)
         return exp.Anonymous(this=spark_name, expressions=[a.copy() for a in args])
     return translate_call
 
 
-def _by_time(druid_name: str, spark_name: str, by_argument: bool) -> Callable[[list[exp.Expression]], exp.Expression]:
+def _by_time(druid_name: str, spark_name: str, by_argument: bool) -> Callable[[list[exp.Expr]], exp.Expr]:
     """LATEST/EARLIEST(expr[, maxBytes]) by ``__time``; LATEST_BY/EARLIEST_BY(expr, time[, maxBytes])."""
-    def translate_call(args: list[exp.Expression]) -> exp.Expression:
+    def translate_call(args: list[exp.Expr]) -> exp.Expr:
         low = 2 if by_argument else 1
         _arity(druid_name, args, low, low + 1)
         by = args[1] if by_argument else exp.column("__time", quoted=True)
@@ -315,7 +316,7 @@ def _by_time(druid_name: str, spark_name: str, by_argument: bool) -> Callable[[l
     return translate_call
 
 
-def _integer(args: list[exp.Expression], index: int, function: str, what: str, default: int, low: int,
+def _integer(args: list[exp.Expr], index: int, function: str, what: str, default: int, low: int,
              high: int) -> int:
     """An integer literal argument in ``[low, high]`` (``default`` when absent)."""
     if index >= len(args):
@@ -327,7 +328,7 @@ def _integer(args: list[exp.Expression], index: int, function: str, what: str, d
     return int(value.this)
 
 
-def _approx_distinct_hll(args: list[exp.Expression]) -> exp.Expression:
+def _approx_distinct_hll(args: list[exp.Expr]) -> exp.Expr:
     """Spark's HLL++ at the relative error of Druid's HLL sketch of ``lgK`` (1.04 / sqrt(2^lgK))."""
     _arity("APPROX_COUNT_DISTINCT_DS_HLL", args, 1, 3)
     lg_k = _integer(args, 1, "APPROX_COUNT_DISTINCT_DS_HLL", "lgK", 12, 4, 21)
@@ -337,7 +338,7 @@ def _approx_distinct_hll(args: list[exp.Expression]) -> exp.Expression:
     return _approx_distinct(args[0], 1.04 / 2 ** (lg_k / 2))
 
 
-def _approx_distinct_theta(args: list[exp.Expression]) -> exp.Expression:
+def _approx_distinct_theta(args: list[exp.Expr]) -> exp.Expr:
     """Spark's HLL++ at the relative error of Druid's theta sketch of ``size`` entries (1 / sqrt(size))."""
     _arity("APPROX_COUNT_DISTINCT_DS_THETA", args, 1, 2)
     size = _integer(args, 1, "APPROX_COUNT_DISTINCT_DS_THETA", "size", 16384, 16, 2**26)
@@ -346,18 +347,18 @@ def _approx_distinct_theta(args: list[exp.Expression]) -> exp.Expression:
     return _approx_distinct(args[0], 1 / size ** 0.5)
 
 
-def _approx_distinct(value: exp.Expression, relative_error: float) -> exp.Expression:
+def _approx_distinct(value: exp.Expr, relative_error: float) -> exp.Expr:
     return exp.Anonymous(this="approx_count_distinct",
                          expressions=[value.copy(), exp.Literal.number(round(relative_error, 6))])
 
 
-def _approx_quantile(args: list[exp.Expression]) -> exp.Expression:
+def _approx_quantile(args: list[exp.Expr]) -> exp.Expr:
     """Spark's percentile sketch with a rank error of 0.01%, within any quantiles sketch's (k <= 32768)."""
     return exp.Anonymous(this="percentile_approx", expressions=[
         _sql("CAST(_v AS DOUBLE)", _v=args[0]), _probability(args), exp.Literal.number(10_000)])
 
 
-def _probability(args: list[exp.Expression]) -> exp.Expression:
+def _probability(args: list[exp.Expr]) -> exp.Expr:
     """APPROX_QUANTILE_DS's probability argument (and its arity checked)."""
     _arity("APPROX_QUANTILE_DS", args, 2, 3)
     _integer(args, 2, "APPROX_QUANTILE_DS", "k", 128, 2, 32768)
@@ -374,12 +375,12 @@ _BY_TIME = {"EARLIEST": "min_by", "EARLIEST_BY": "min_by", "LATEST": "max_by", "
 _ESTIMATES = frozenset({"theta_sketch_estimate", "hll_sketch_estimate", "kll_sketch_get_quantile_double"})
 
 
-def _is_estimate(node: exp.Expression) -> bool:
+def _is_estimate(node: exp.Expr) -> bool:
     """Whether ``node`` is an estimate of a merged sketch (its aggregate is its first argument)."""
     return isinstance(node, exp.Anonymous) and str(node.this).lower() in _ESTIMATES and bool(node.expressions)
 
 
-def _complex_argument(node: exp.Expression) -> exp.Column | None:
+def _complex_argument(node: exp.Expr) -> exp.Column | None:
     """The column a function that reads sketch or first/last columns differently is over, if a column.
 
     Those functions: the sketch functions, ``APPROX_COUNT_DISTINCT``, ``COUNT(DISTINCT)``, ``EARLIEST``
@@ -397,7 +398,7 @@ def _complex_argument(node: exp.Expression) -> exp.Column | None:
     return argument if isinstance(argument, exp.Column) else None
 
 
-def _over_complex(node: exp.Expression, column: exp.Column, kind: str) -> exp.Expression:
+def _over_complex(node: exp.Expr, column: exp.Column, kind: str) -> exp.Expr:
     """``node`` (see :func:`_complex_argument`) over a column of stored sketches or first/last pairs.
 
     Sketches merge into the answer; ``EARLIEST``/``LATEST`` (``_BY``) take the value of the
@@ -412,13 +413,13 @@ def _over_complex(node: exp.Expression, column: exp.Column, kind: str) -> exp.Ex
     return _over_pairs(function, args, column, kind) if pairs else _over_sketches(function, args, column, kind)
 
 
-def _over_pairs(function: str, args: list[exp.Expression], column: exp.Column, kind: str) -> exp.Expression:
+def _over_pairs(function: str, args: list[exp.Expr], column: exp.Column, kind: str) -> exp.Expr:
     """EARLIEST/LATEST (``_BY``) over first/last pairs: the value of the earliest (latest) stored time.
 
     Pairs are ordered as ingestion and compaction order them (:func:`indexing_task.rollup._pair_order`):
     time, offset (-1 where not stored), a null value first, the value.
     """
-    def field(name: str) -> exp.Expression:
+    def field(name: str) -> exp.Expr:
         return exp.Dot.build([column.copy(), exp.to_identifier(name, quoted=True)])
 
     order = _sql("CASE WHEN _pair IS NOT NULL THEN named_struct('t', _t, 'o', coalesce(_o, -1), 'n', _v IS NOT NULL, "
@@ -431,7 +432,7 @@ def _over_pairs(function: str, args: list[exp.Expression], column: exp.Column, k
     return picked
 
 
-def _over_sketches(function: str, args: list[exp.Expression], column: exp.Column, kind: str) -> exp.Expression:
+def _over_sketches(function: str, args: list[exp.Expr], column: exp.Column, kind: str) -> exp.Expr:
     """A distinct count or quantile over stored sketches: they merge into the answer."""
     sketch = Sketch.parse(kind)
     wanted = {"theta": "APPROX_COUNT_DISTINCT_DS_THETA", "hll": "APPROX_COUNT_DISTINCT_DS_HLL",
@@ -451,7 +452,7 @@ def _over_sketches(function: str, args: list[exp.Expression], column: exp.Column
                 _k=exp.Literal.number(Sketch("theta", size).lg_size))
 
 
-_FUNCTIONS: dict[str, Callable[[list[exp.Expression]], exp.Expression]] = {
+_FUNCTIONS: dict[str, Callable[[list[exp.Expr]], exp.Expr]] = {
     "TIME_FLOOR": _time_floor, "TIME_CEIL": _time_ceil, "TIME_SHIFT": _time_shift, "TIME_EXTRACT": _time_extract,
     "TIME_PARSE": _time_parse, "TIME_FORMAT": _time_format,
     "MILLIS_TO_TIMESTAMP": _rename("MILLIS_TO_TIMESTAMP", "timestamp_millis", 1),

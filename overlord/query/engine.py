@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringType, StructField, StructType
 
 from overlord.config import Settings
 from overlord.query.druid_sql import UTC_NAMES, Translation, metadata_view, translate
@@ -265,7 +265,7 @@ def _with_pair_offsets(frame: DataFrame) -> DataFrame:
 
 def _value_types(schema: StructType, names: Iterable[str]) -> dict[str, str]:
     """The discovered types (long, double, string) of the columns ``names`` of ``schema``."""
-    types = {kind: name for name, kind in _SPARK_TYPES.items()}
+    types: dict[DataType, str] = {kind: name for name, kind in _SPARK_TYPES.items()}
     return {f.name: types[f.dataType] for f in schema if f.name in names and f.dataType in types}
 
 
@@ -456,7 +456,8 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
     if not references:
         return None
     timeline = _covering(engine, timeline, references)
-    known = {name.lower(): ds for name in references if (ds := timeline.resolve(name)) in timeline.segments}
+    known = {name.lower(): ds for name in references
+             if (ds := timeline.resolve(name)) is not None and ds in timeline.segments}
     counts = Counter[str]()
     for name, n in references.items():
         counts[name.lower()] += n
@@ -475,7 +476,8 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
         return None
     try:
         schemas = {name: local.spark_schema(every) for name, (every, _) in views.items()}
-        sql = None if None in schemas.values() else local.plan(translation.sql, schemas, parameters)
+        complete = {name: schema for name, schema in schemas.items() if schema is not None}
+        sql = local.plan(translation.sql, complete, parameters) if len(complete) == len(schemas) else None
         if sql is None or local.tables(sql) != {name.lower() for name in views}:
             return None
         table = local.run(sql, views, cut, lambda cursor: running.interrupt_with(cursor.interrupt))

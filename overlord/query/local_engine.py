@@ -40,12 +40,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlglot
-from sqlglot import exp
+from sqlglot import TokenType, exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import traverse_scope
-from sqlglot.tokens import TokenType
 
 from indexing_task.sql_text import quote_identifier, quote_string
 from overlord.config import Settings
@@ -53,7 +52,7 @@ from overlord.query.time_pruning import QuerySessionSpark
 
 __all__ = ["DUCKDB_FUNCTIONS", "SAME_ON_BOTH", "LocalEngine"]
 
-SAME_ON_BOTH: frozenset[type[exp.Expression]] = frozenset({
+SAME_ON_BOTH: frozenset[type[exp.Expr]] = frozenset({
     exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
     exp.Offset, exp.Subquery, exp.With, exp.CTE, exp.Union, exp.Table, exp.TableAlias, exp.Column, exp.Identifier,
     exp.Star, exp.Alias, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Var, exp.DataType,
@@ -151,7 +150,8 @@ class LocalEngine:
             parsed = json.loads(cursor.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
         if parsed.get("error") or len(parsed["statements"]) != 1:
             return None
-        tables, ctes = set(), set()
+        tables: set[str] = set()
+        ctes: set[str] = set()
         for node in _dicts(parsed["statements"][0]):
             kind = node.get("type")
             if kind in ("TABLE_FUNCTION", "SHOW_REF", "RECURSIVE_CTE_NODE", "COLUMN_DATA_REF"):
@@ -258,7 +258,7 @@ def _plan(spark_sql: str, schemas: tuple[tuple[str, tuple[tuple[str, str], ...]]
     for call in list(tree.find_all(exp.Anonymous)):  # Druid's MILLIS_TO_TIMESTAMP
         if call.name.lower() == "timestamp_millis" and len(call.expressions) == 1:
             call.replace(exp.UnixToTime(this=call.expressions[0], scale=exp.UnixToTime.MILLIS))
-    schema = {name: dict(columns) for name, columns in schemas}
+    schema: dict[str, object] = {name: dict(columns) for name, columns in schemas}
     try:
         typed = annotate_types(qualify(tree.copy(), schema=schema, dialect="spark"), schema=schema, dialect="spark")
     except Exception:  # sqlglot could not type it (unknown column, ...): Spark answers, or explains
@@ -317,7 +317,7 @@ def _truncation_units_are_sparks(spark_sql: str) -> bool:
     return True
 
 
-def _parse(spark_sql: str) -> exp.Expression | None:
+def _parse(spark_sql: str) -> exp.Expr | None:
     try:
         return sqlglot.parse_one(spark_sql, read=QuerySessionSpark)
     except (SqlglotError, IndexError):  # sqlglot's parser raises IndexError on some calls (``map(1, 2, 3)``)
@@ -343,7 +343,7 @@ def _bind(spark_sql: str, parameters: Sequence[Any]) -> str | None:
     return "".join(pieces) + spark_sql[done:]
 
 
-def _literal(value: Any) -> exp.Expression | None:
+def _literal(value: Any) -> exp.Expr | None:
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
@@ -357,12 +357,12 @@ def _literal(value: Any) -> exp.Expression | None:
     return None  # floats and the rest: Spark's literal types differ from DuckDB's
 
 
-def _kind(node: exp.Expression) -> str | None:
+def _kind(node: exp.Expr) -> str | None:
     kind = node.type.this if node.type is not None else None
     return next((name for name, types in _KINDS.items() if kind in types), None)
 
 
-def _iso_text(node: exp.Expression) -> bool:
+def _iso_text(node: exp.Expr) -> bool:
     """An ISO-8601 text both engines read as the same instant (Spark refuses hour 24 and offsets past 18:00)."""
     if not (isinstance(node, exp.Literal) and node.is_string and _ISO_TIMESTAMP.fullmatch(node.this)):
         return False
@@ -373,7 +373,7 @@ def _iso_text(node: exp.Expression) -> bool:
     return offset is None or abs(offset) <= timedelta(hours=18)
 
 
-def _one_kind(operands: Sequence[exp.Expression], kinds: frozenset[str] | None = None) -> bool:
+def _one_kind(operands: Sequence[exp.Expr], kinds: frozenset[str] | None = None) -> bool:
     """Operands all of one kind (of ``kinds``), NULLs aside; a time may meet an ISO-8601 text."""
     present = [o for o in operands if not isinstance(o, exp.Null)]
     found = {_kind(o) for o in present}
@@ -389,7 +389,7 @@ _TEXT = frozenset({"text"})
 _BOOLEAN = frozenset({"boolean"})
 
 
-def _same_on_both(node: exp.Expression) -> bool:
+def _same_on_both(node: exp.Expr) -> bool:
     if type(node) not in SAME_ON_BOTH:
         return False
     if isinstance(node, exp.Where | exp.Having | exp.Not):  # Spark takes no number for a condition
@@ -449,7 +449,7 @@ def _same_on_both(node: exp.Expression) -> bool:
 
 def _names_the_result(select: exp.Select) -> bool:
     """Whether the columns of ``select`` may name the result's (not those of a later UNION branch)."""
-    node: exp.Expression = select
+    node: exp.Expr = select
     while node.parent is not None:
         if isinstance(node.parent, exp.Union) and node is node.parent.expression:
             return False

@@ -32,11 +32,11 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp
 _ELEMENT = "__v"
 
 
-def _call(name: str, *args: exp.Expression) -> exp.Expression:
+def _call(name: str, *args: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
-def _lambda(body: exp.Expression) -> exp.Expression:
+def _lambda(body: exp.Expr) -> exp.Expr:
     return exp.Lambda(this=body, expressions=[exp.to_identifier(_ELEMENT)])
 
 
@@ -44,20 +44,20 @@ def _element() -> exp.Column:
     return exp.column(_ELEMENT)
 
 
-def _null_or(column: exp.Expression, value: exp.Expression) -> exp.Expression:
+def _null_or(column: exp.Expr, value: exp.Expr) -> exp.Expr:
     return exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(), false=value)
 
 
-def _as_list(value: exp.Expression, names: frozenset[str]) -> exp.Expression:
+def _as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """``value`` as a list: a multi-value column or a list as it is; a single value as a one-element list."""
     if isinstance(value, exp.Column) and value.name.lower() not in names:
         return _null_or(value, exp.Array(expressions=[value.copy()]))
     return value.copy()
 
 
-def _mv(function: Callable[..., exp.Expression], arity: int) -> Callable[[list[exp.Expression], frozenset[str]],
-                                                                          exp.Expression]:
-    def translate_call(args: list[exp.Expression], names: frozenset[str]) -> exp.Expression:
+def _mv(function: Callable[..., exp.Expr], arity: int) -> Callable[[list[exp.Expr], frozenset[str]],
+                                                                          exp.Expr]:
+    def translate_call(args: list[exp.Expr], names: frozenset[str]) -> exp.Expr:
         if len(args) != arity:
             raise QueryError(f"a multi-value function takes {arity} argument{'s' if arity > 1 else ''} here, "
                              f"got {len(args)}", "UNSUPPORTED_DRUID_SQL")
@@ -65,13 +65,13 @@ def _mv(function: Callable[..., exp.Expression], arity: int) -> Callable[[list[e
     return translate_call
 
 
-def _contains(values: exp.Expression, wanted: exp.Expression) -> exp.Expression:
+def _contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
     if isinstance(wanted, exp.Array):  # every element of the array
         return _call("forall", wanted, _lambda(_call("array_contains", values, _element())))
     return _call("array_contains", values, wanted)
 
 
-MV_FUNCTIONS: dict[str, Callable[[list[exp.Expression], frozenset[str]], exp.Expression]] = {
+MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = {
     "MV_CONTAINS": _mv(_contains, 2),
     "MV_OVERLAP": _mv(lambda a, b: _call("arrays_overlap", a, b), 2),
     "MV_LENGTH": _mv(lambda a: _null_or(a, _call("size", a.copy())), 1),
@@ -87,7 +87,7 @@ MV_FUNCTIONS: dict[str, Callable[[list[exp.Expression], frozenset[str]], exp.Exp
 """Druid's multi-value functions, by name: (arguments, multi-value column names) -> Spark SQL."""
 
 
-def _is_mv(node: exp.Expression, names: frozenset[str]) -> bool:
+def _is_mv(node: exp.Expr, names: frozenset[str]) -> bool:
     return isinstance(node, exp.Column) and node.name.lower() in names
 
 
@@ -109,7 +109,7 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
             this=exp.Explode(this=key.copy()), view=True, outer=True,
             alias=exp.TableAlias(this=exp.to_identifier(f"__mvt{counter[0]}"), columns=[exp.to_identifier(value)])))
 
-        def grouped(node: exp.Expression, key: exp.Column = key, value: str = value) -> exp.Expression:
+        def grouped(node: exp.Expr, key: exp.Column = key, value: str = value) -> exp.Expr:
             if isinstance(node, exp.Column) and node.name.lower() == key.name.lower() and node.table in ("",
                                                                                                         key.table):
                 return exp.column(value)
@@ -123,7 +123,7 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
                 select.set(part, select.args[part].transform(grouped))
 
 
-def _any_value(node: exp.Expression, names: frozenset[str]) -> exp.Expression:
+def _any_value(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """A comparison of a multi-value column: true when one of a (non-null) row's values matches.
 
     ``<>`` is the negation of ``=`` (no value equal), as in Druid; a null row matches neither.
@@ -133,13 +133,13 @@ def _any_value(node: exp.Expression, names: frozenset[str]) -> exp.Expression:
     target = next(c for c in predicate.find_all(exp.Column) if _is_mv(c, names))
     column = target.copy()
     target.replace(_element())
-    test: exp.Expression = exp.Coalesce(this=_call("exists", column, _lambda(predicate)), expressions=[exp.false()])
+    test: exp.Expr = exp.Coalesce(this=_call("exists", column, _lambda(predicate)), expressions=[exp.false()])
     if isinstance(node, exp.NEQ):
         test = exp.Not(this=test)
     return _null_or(column, test)
 
 
-def _stringified(projection: exp.Expression) -> exp.Expression:
+def _stringified(projection: exp.Expr) -> exp.Expr:
     """A multi-value column selected as it is: the value of a one-value row, else the JSON array text."""
     column = projection.copy()
     single = exp.EQ(this=_call("size", column.copy()), expression=exp.Literal.number(1))
@@ -148,7 +148,7 @@ def _stringified(projection: exp.Expression) -> exp.Expression:
     return exp.alias_(text, column.name, quoted=True)
 
 
-def rewrite_multi_value(tree: exp.Expression, names: frozenset[str]) -> exp.Expression:
+def rewrite_multi_value(tree: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """``tree`` (a Druid SQL query) with Druid's semantics for the multi-value columns ``names`` (lower case)."""
     counter = [0]
     for select in list(tree.find_all(exp.Select)):

@@ -56,7 +56,7 @@ def _col(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
 
 
-def _value(value: Any) -> exp.Expression:
+def _value(value: Any) -> exp.Expr:
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
@@ -67,7 +67,7 @@ def _value(value: Any) -> exp.Expression:
 # --- filters -------------------------------------------------------------------------------------
 
 
-def _filter(spec: Any, path: str) -> exp.Expression:
+def _filter(spec: Any, path: str) -> exp.Expr:
     """A Druid filter as a SQL condition."""
     return _checked(lambda: filter_condition(spec, _col), path)
 
@@ -98,7 +98,7 @@ def _sql_time(ts: datetime) -> str:
 # --- aggregators ---------------------------------------------------------------------------------
 
 
-def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expression, Any]:
+def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
     """(output name, SQL aggregate, value of an empty bucket)."""
     if not isinstance(spec, Mapping):
         raise _bad(path, f"expected an aggregator object, got {spec!r}")
@@ -132,7 +132,7 @@ _DISTINCT = {"thetaSketch": ("APPROX_COUNT_DISTINCT_DS_THETA", ("size",)),
 _FIRST_LAST = {f"{kind}{end}" for kind in ("long", "double", "float", "string") for end in ("First", "Last")}
 
 
-def _druid_call(kind: str, spec: Mapping[str, Any], path: str) -> exp.Expression:
+def _druid_call(kind: str, spec: Mapping[str, Any], path: str) -> exp.Expr:
     """The Druid SQL function a distinct-count or first/last aggregator is, such as ``EARLIEST(x)``.
 
     Over stored sketches or first/last pairs, the function reads those (:mod:`overlord.query.druid_sql`).
@@ -236,7 +236,7 @@ class _Native:
             raise _bad("$.granularity", f"{value!r} is not a granularity")
         return _GRANULARITIES[name]
 
-    def bucket(self) -> exp.Expression:
+    def bucket(self) -> exp.Expr:
         if self.granularity is None:
             return exp.cast(exp.Literal.string(_sql_time(self.intervals[0][0]) if self.intervals else
                                                "1970-01-01 00:00:00"), "TIMESTAMP")
@@ -244,8 +244,8 @@ class _Native:
             return _col(_TIME)
         return exp.Anonymous(this="TIME_FLOOR", expressions=[_col(_TIME), exp.Literal.string(self.granularity)])
 
-    def where(self) -> exp.Expression | None:
-        parts = [time_condition(self.intervals, _col(_TIME))] if self.intervals else []
+    def where(self) -> exp.Expr | None:
+        parts: list[exp.Expr] = [time_condition(self.intervals, _col(_TIME))] if self.intervals else []
         if self.query.get("filter") is not None:
             parts.append(_filter(self.query["filter"], "$.filter"))
         return exp.and_(*parts) if parts else None
@@ -284,7 +284,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         raise _bad("$", "expected a native query object")
     native = _Native(query)
 
-    def rows(select: exp.Expression) -> list[dict[str, Any]]:
+    def rows(select: exp.Expr) -> list[dict[str, Any]]:
         result = execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id,
                              local=local)
         return [dict(zip(result.columns, row, strict=True)) for row in result.rows()]
@@ -341,11 +341,11 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
                               "segmentMetadata, dataSourceMetadata are)")
 
 
-def _scan(native: _Native, rows: Callable[[exp.Expression], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _scan(native: _Native, rows: Callable[[exp.Expr], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Rows as they are stored, ``__time`` in epoch milliseconds as Druid's scan gives it."""
     query = native.query
     columns = [str(c) for c in query.get("columns") or []]
-    select = exp.select(*([_col(c) for c in columns] or [exp.Star()])).from_(
+    select = exp.select(*([_col(c) for c in columns] if columns else [exp.Star()])).from_(
         exp.Table(this=exp.to_identifier(native.datasource, quoted=True)))
     where = native.where()
     if where is not None:

@@ -323,9 +323,9 @@ class _Bounds:
 
     def link(self) -> None:
         for cte, output in self._refs:
-            defined = self._ctes.get(cte)
-            for i in range(output.length() if defined is not None else 0):
-                self.define(output.apply(i), defined.apply(i))
+            if (defined := self._ctes.get(cte)) is not None:
+                for i in range(output.length()):
+                    self.define(output.apply(i), defined.apply(i))
 
     def check(self, plan: Any, ours: Callable[[Node], bool]) -> None:
         self._ours = ours
@@ -372,8 +372,8 @@ class _Bounds:
         if name in _SUBQUERIES:
             self.check(expr.plan(), self._ours)
             output = expr.plan().output()
-            value = FIXED_SIZE if self._fixed(expr) or not output.length() else self.bound(output.apply(0))
-            return self._limit(expr, value)
+            return self._limit(expr, FIXED_SIZE if self._fixed(expr) or not output.length()
+                               else self.bound(output.apply(0)))
         if name in LAMBDA_CLASSES or name in FILTER_CLASSES:
             return self._limit(expr, self._higher_order(expr, name))
         children = expr.children()

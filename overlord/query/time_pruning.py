@@ -53,7 +53,7 @@ class QuerySessionSpark(Spark):
         QUOTES = ["'"]
         IDENTIFIERS = ["`", '"']  # spark.sql.ansi.doubleQuotedIdentifiers
 
-    class Parser(Spark.Parser):
+    class Parser(Spark.Parser):  # type: ignore[valid-type,misc]  # sqlglot declares dialect parsers as variables
         """``CAST`` fails on what it cannot convert (``spark.sql.ansi.enabled``), ``TRY_CAST`` gives NULL."""
 
         STRICT_CAST = True

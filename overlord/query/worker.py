@@ -111,7 +111,7 @@ class _Engine:
 
     def _spark_alive(self) -> bool:
         try:
-            return not self.spark.sparkContext._jsc.sc().isStopped()  # type: ignore[union-attr]
+            return not self.spark.sparkContext._jsc.sc().isStopped()
         except Exception:
             return False
 

@@ -421,7 +421,7 @@ class Supervisor:
         else:
             status = "FAILED"
             detail = (f"publish {outcome}: {report.outcome.message}" if report is not None
-                      else error_summary(error))
+                      else error_summary(error) if error is not None else "failed")
             state.failures += 1
             delay = self.ctx.policy.backoff_s(state.failures)
             state.retry_after = self.ctx.clock() + delay

@@ -269,7 +269,8 @@ class Overlord:
         """``raw`` with masked consumer properties set to the stored spec's values (see :mod:`specs.masked`)."""
         if not isinstance(raw, Mapping) or MASK not in json.dumps(raw, default=str):
             return raw
-        schema = (raw.get("spec") if isinstance(raw.get("spec"), Mapping) else raw).get("dataSchema")
+        spec = raw.get("spec")
+        schema = (spec if isinstance(spec, Mapping) else raw).get("dataSchema")
         datasource = schema.get("dataSource") if isinstance(schema, Mapping) else None
         history = self.store.history(datasource) if isinstance(datasource, str) else []
         return keep_masked_secrets(raw, history[0].spec if history else None)

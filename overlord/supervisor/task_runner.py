@@ -48,7 +48,7 @@ class TaskRunner:
     def spark_alive(self) -> bool:
         """Whether ingestion's Spark application still runs (its JVM answers and its context is not stopped)."""
         try:
-            return not self.spark.sparkContext._jsc.sc().isStopped()  # type: ignore[union-attr]
+            return not self.spark.sparkContext._jsc.sc().isStopped()
         except Exception:  # the JVM is gone: py4j cannot reach it
             return False
 
