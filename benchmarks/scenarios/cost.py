@@ -14,6 +14,7 @@ Freshness is the time from a record's acknowledgement to the commit that makes i
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import multiprocessing
 import os
@@ -173,8 +174,10 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
     stop.set()
     watcher.join()
     by_minute: dict[int, list[float]] = defaultdict(list)
+    committed = {key: [c for _, c in changes] for key, changes in visible.items()}  # rising (no resets here)
     for (topic, p, offset), at in acked.items():
-        seen = next((t for t, c in visible[(topic, p)] if c > offset), float("inf"))
+        first = bisect.bisect_right(committed.get((topic, p), []), offset)  # the first commit past the record
+        seen = visible[(topic, p)][first][0] if first < len(committed.get((topic, p), [])) else float("inf")
         by_minute[int((at - measured_from) // 60)].append(seen - at)
     latencies = sorted(x for minute in by_minute.values() for x in minute)
     results.put({"records_measured": len(latencies), "sent_per_topic": sent, "sent_by_hour": dict(by_hour),
