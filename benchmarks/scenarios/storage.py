@@ -170,10 +170,11 @@ def _compacted_copy_bytes(engine: sa.Engine) -> int:
 def _summary(sample: dict[str, Any]) -> str:
     settled = [i for i in sample["intervals"] if i["settled"]]
     fresh = [i for i in sample["intervals"] if not i["settled"]]
-    iceberg = sample.get("iceberg", {})
+    iceberg = sample.get("iceberg")  # not probed at the final samples
+    tables = (f"iceberg {iceberg.get('snapshots_live', 0)} snapshots, {iceberg.get('metadata_files', 0)} metadata "
+              "files; ") if iceberg is not None else ""
     return (f"minute {sample['minute']:6.1f}: query {sample['query_s']:.2f} s, rows {sample['segment_rows_used']} "
-            f"used / {sample['segment_rows']}, {sample['deep_storage_bytes'] / 1e6:.1f} MB stored; iceberg "
-            f"{iceberg.get('snapshots_live', 0)} snapshots, {iceberg.get('metadata_files', 0)} metadata files; "
+            f"used / {sample['segment_rows']}, {sample['deep_storage_bytes'] / 1e6:.1f} MB stored; {tables}"
             f"settled {[(i['segments'], round(i['avg_bytes'] / 1e6, 2)) for i in settled]} "
             f"fresh {[(i['segments'], round(i['avg_bytes'] / 1e6, 2)) for i in fresh]} (segments, avg MB)")
 
