@@ -7,6 +7,7 @@ offsets that snapshot's summary names; cleanup keeps what live snapshots referen
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -43,15 +44,15 @@ def reader_catalog(overlord: Any) -> Any:
     """The catalog as another engine opens it: pyiceberg's own SQL catalog client and file IO."""
     properties = {"type": "sql", "uri": overlord.settings.database_url}
     if overlord.settings.deep_storage.startswith("s3://"):
-        import os
         properties["s3.endpoint"] = os.environ["AWS_ENDPOINT_URL"]
     return load_catalog("overlord", **properties)
 
 
 def rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
-    """The table's rows as a multiset, columns in name order."""
+    """The table's rows as a multiset, columns in name order (lists and structs as JSON text)."""
     names = sorted(table.column_names)
-    return Counter(tuple(row[n] for n in names) for row in table.select(names).to_pylist())
+    return Counter(tuple(json.dumps(v, default=repr) if isinstance(v, list | dict) else v for v in
+                         (row[n] for n in names)) for row in table.select(names).to_pylist())
 
 
 def _produce_and_wait(stack: Any, overlord: Any, topic: str, datasource: str, records: list[bytes]) -> None:
@@ -215,13 +216,7 @@ def test_multi_value_sketch_and_first_last_columns_read_back_as_written(stack, e
     types = {field.name: str(field.field_type) for field in table.schema().fields}
     assert types["tags"] == "list<string>" and types["users"] == "binary"
     assert types["last_reading"].startswith("struct<") and outcome.operation == "append"
-    assert rows_of(table.scan().to_arrow()) == rows_of(published_table(engine, datasource))
-
-
-def rows_of(table: pa.Table) -> Counter[str]:
-    """Rows with nested values (lists, structs, bytes), as comparable text."""
-    names = sorted(table.column_names)
-    return Counter(json.dumps([row[n] for n in names], default=repr) for row in table.select(names).to_pylist())
+    assert rows(table.scan().to_arrow()) == rows(published_table(engine, datasource))
 
 
 @pytest.mark.unit
