@@ -89,6 +89,33 @@ def test_a_standby_redirects_the_api_to_the_leader_it_advertises(make_overlord):
         assert to_standby.get("/druid/indexer/v1/isLeader").status_code == 404  # answered for itself
         assert to_standby.get("/health").status_code == 200
         assert to_leader.get("/druid/indexer/v1/supervisor?state=true").json() == []  # where the redirect leads
+        for client in (to_standby, to_leader):  # Druid's call: any overlord names the leader
+            named = client.get("/druid/indexer/v1/leader")
+            assert named.status_code == 200 and named.text == "http://leader.example:8090"
+
+
+def test_readiness_tells_the_leader_from_a_standby_without_credentials(make_overlord):
+    """An orchestrator routes to the ready overlord: the leader; it sends no credentials."""
+    from starlette.testclient import TestClient
+
+    from overlord.http.app import create_app
+    from overlord.http.auth import Authenticator, AuthFile
+
+    leader = make_overlord()
+    standby = make_overlord(database_url=leader.settings.database_url)
+    nobody = Authenticator(AuthFile.model_validate({"users": {}, "tokens": {}}))
+    apps = [create_app(o, authenticator=nobody) for o in (leader, standby)]
+    try:
+        with TestClient(apps[0]) as to_leader, TestClient(apps[1]) as to_standby:
+            assert to_leader.get("/health/leader").status_code == 200
+            assert to_leader.get("/health/leader").json() == {"leader": True}
+            assert to_standby.get("/health/leader").status_code == 503
+            assert to_standby.get("/health/leader").json() == {"leader": False}
+            assert to_standby.get("/druid/indexer/v1/leader").status_code == 401  # only the probe is open
+    finally:
+        for app in apps:
+            app.state.queries.stop()
+        nobody.close()
 
 
 def test_a_standby_whose_leader_advertises_no_url_says_who_leads(make_overlord):

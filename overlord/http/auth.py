@@ -49,8 +49,8 @@ __all__ = ["BUSY", "LIVENESS_PATHS", "AuthFile", "AuthMiddleware", "Authenticato
 
 Role = Literal["read", "write"]
 
-LIVENESS_PATHS = frozenset({"/health", "/status/health"})
-"""Answered without credentials: load balancers and orchestrators probe them."""
+LIVENESS_PATHS = frozenset({"/health", "/health/leader", "/status/health"})
+"""Answered without credentials: load balancers and orchestrators probe them (liveness, and readiness: leader)."""
 
 READ_POSTS = frozenset({"/druid/v2/sql", "/druid/v2"})
 """POST routes that only read (queries)."""

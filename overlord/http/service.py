@@ -14,7 +14,7 @@ __all__ = ["service_routes"]
 
 
 def service_routes(out: Replies) -> APIRouter:
-    """``/health``, ``/status``, ``/status/health`` and ``/metrics``."""
+    """``/health``, ``/health/leader``, ``/status``, ``/status/health`` and ``/metrics``."""
     overlord, reply = out.overlord, out.reply
     router = APIRouter()
 
@@ -22,6 +22,12 @@ def service_routes(out: Replies) -> APIRouter:
     def health() -> Response:
         healthy = overlord.runner.spark_alive()  # nothing more: anyone may ask this, without credentials
         return reply({"healthy": healthy}, 200 if healthy else 503)
+
+    @router.get("/health/leader", tags=["service"],
+                summary="Readiness: 200 on the leader, 503 on a standby (orchestrators route to the leader)")
+    def health_leader() -> Response:
+        leading = overlord.leading  # nothing more: anyone may ask this, without credentials
+        return reply({"leader": leading}, 200 if leading else 503)
 
     @router.get("/status/health", tags=["service"], summary="Liveness, as Druid answers it: true")
     def status_health() -> Response:

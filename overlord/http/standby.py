@@ -3,8 +3,8 @@
 A standby runs no supervisors, so its answers to ``/druid/indexer/v1`` and
 ``/druid/coordinator/v1`` would be wrong (no supervisors) or refused (writes). It redirects them
 (307: the method and body are kept) to the leader's ``OVERLORD_ADVERTISED_URL``, read from the
-leadership row; a leader that advertises none is named in a 503. ``isLeader`` is answered by
-each overlord for itself, and queries, the console, metrics and health by any.
+leadership row; a leader that advertises none is named in a 503. ``isLeader`` and ``leader`` are
+answered by each overlord itself, and queries, the console, metrics and health by any.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["LEADER_ONLY_PREFIXES", "StandbyRedirect"]
 LEADER_ONLY_PREFIXES = ("/druid/indexer/v1/", "/druid/coordinator/v1/")
 """The paths whose answers only the leader has."""
 
-_OWN_ANSWER = frozenset({"/druid/indexer/v1/isLeader"})
+_OWN_ANSWER = frozenset({"/druid/indexer/v1/isLeader", "/druid/indexer/v1/leader"})
 
 
 class StandbyRedirect:

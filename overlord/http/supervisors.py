@@ -6,7 +6,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -16,6 +16,7 @@ from overlord.http.status import stats_payload, status_payload
 from overlord.http.views import history_entry, list_entry, spec_view
 from overlord.supervisor.ranges import TopicChanged, committed_for, reads_partition
 from segment_store import Offsets, committed_offsets
+from segment_store.leadership import current_leader
 from specs.errors import SpecError, key_path
 
 __all__ = ["PREFIX", "ResetOffsetsRequest", "supervisor_routes"]
@@ -179,5 +180,13 @@ def supervisor_routes(out: Replies) -> APIRouter:
     @router.get(f"{PREFIX}/isLeader", tags=["supervisors"], summary="200 if this overlord leads, else 404")
     def is_leader() -> Response:
         return reply({"leader": overlord.leading}, 200 if overlord.leading else 404)
+
+    @router.get(f"{PREFIX}/leader", tags=["supervisors"], response_class=PlainTextResponse,
+                summary="The leader's advertised URL (its name if it advertises none), as Druid answers: plain text")
+    def leader() -> Response:
+        name = current_leader(overlord.engine)
+        if name is None:
+            raise ApiError(503, "no overlord has been elected leader yet")
+        return PlainTextResponse(name)
 
     return router
