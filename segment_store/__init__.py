@@ -9,6 +9,7 @@ from segment_store.deep_storage import DeepStorage, segment_file_path
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.errors import SegmentStoreError
 from segment_store.lifecycle import mark_unused, mark_used
+from segment_store.migrate import upgrade_schema
 from segment_store.offsets import OffsetRange, Offsets, Partition, TopicPartitionId, kafka_partition
 from segment_store.publish import PublishOutcome, PublishRequest, publish
 from segment_store.records import (
@@ -20,7 +21,6 @@ from segment_store.records import (
     skip_offsets,
     used_segments,
 )
-from segment_store.schema import create_schema
 from segment_store.timeline import Interval, datasources, visible, visible_by_interval, visible_segments
 from segment_store.topic_ids import check_topic_ids
 
@@ -43,7 +43,7 @@ __all__ = [
     "check_topic_ids",
     "cleanup",
     "committed_offsets",
-    "create_schema",
+    "upgrade_schema",
     "datasources",
     "kafka_partition",
     "mark_unused",

@@ -1,17 +1,15 @@
 """The metadata tables: published segments and each datasource's committed offsets.
 
-``create_schema`` is idempotent and safe to run from several processes at once: it creates
-the missing tables under a transaction-scoped advisory lock.
+Their DDL is in the migrations (``segment_store/migrations``), brought to their head by
+:func:`segment_store.migrate.upgrade_schema`; a test checks that these declarations match it.
 """
 
 from __future__ import annotations
 
-import zlib
-
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["create_schema", "datasource_offsets", "leadership", "metadata", "partition_topic_ids", "segments"]
+__all__ = ["datasource_offsets", "leadership", "metadata", "partition_topic_ids", "segments"]
 
 metadata = sa.MetaData()
 
@@ -76,12 +74,3 @@ leadership = sa.Table(
     sa.Column("elected_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 """The overlord leader's fencing token: ``epoch`` grows with every election (see segment_store.leadership)."""
-
-_SCHEMA_LOCK_KEY = zlib.crc32(b"segment_store.schema")
-
-
-def create_schema(engine: sa.Engine) -> None:
-    """Create the tables and indexes that do not exist yet (serialised by an advisory lock)."""
-    with engine.begin() as conn:
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_SCHEMA_LOCK_KEY)))
-        metadata.create_all(conn, checkfirst=True)

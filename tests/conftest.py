@@ -31,10 +31,10 @@ def stack() -> Iterator[DevStack]:
 
 @pytest.fixture(scope="session")
 def engine(stack: DevStack) -> Iterator[sa.Engine]:
-    from segment_store import create_schema
+    from segment_store import upgrade_schema
 
     eng = sa.create_engine(stack.database_url, pool_size=10)
-    create_schema(eng)
+    upgrade_schema(eng)
     yield eng
     eng.dispose()
 

@@ -124,3 +124,35 @@ def test_a_page_of_another_site_cannot_change_anything_with_the_browsers_credent
         reads = browser.get("/druid/indexer/v1/supervisor", headers={"Origin": "https://evil.example"})
         assert reads.status_code == 200  # reads are not changes (and CORS keeps their answer from that page)
         assert browser.post(f"/druid/indexer/v1/supervisor/{datasource}/terminate").status_code == 200  # no Origin
+
+
+def test_every_change_is_recorded_with_who_what_when_and_from_where(secured, token, make_topic, datasource):
+    """The audit log and the spec history name the authenticated user or token; reads and refusals are not changes."""
+    url, _app = secured
+    from tests.helpers import spec_json
+
+    supervisor = f"/druid/indexer/v1/supervisor/{datasource}"
+    with httpx.Client(base_url=url, timeout=30, auth=WRITER) as writer, \
+            httpx.Client(base_url=url, timeout=30, auth=READER) as reader, \
+            httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token[0]}"}) as ci:
+        assert writer.post("/druid/indexer/v1/supervisor", json=spec_json(datasource, make_topic(1)),
+                           headers={"X-Druid-Comment": "first load"}).status_code == 200
+        assert writer.post(f"{supervisor}/suspend").status_code == 200
+        assert writer.post(f"{supervisor}/suspend").status_code == 400  # already suspended: recorded as refused
+        assert reader.post(f"{supervisor}/resume").status_code == 403  # no write role: never reached the change
+        assert reader.post("/druid/v2/sql", json={"query": "SELECT 1 AS one"}).status_code == 200  # a read
+        assert ci.post(f"{supervisor}/terminate").status_code == 200
+
+        audit = reader.get("/druid/indexer/v1/audit", params={"max": 50}).json()
+        history = reader.get(f"{supervisor}/history").json()
+    ours = [(row["author"], row["method"], row["path"], row["status"], row["comment"]) for row in audit
+            if datasource in row["path"] or row["comment"] == "first load"]
+    assert ours == [
+        ("ci", "POST", f"{supervisor}/terminate", 200, None),
+        (WRITER[0], "POST", f"{supervisor}/suspend", 400, None),
+        (WRITER[0], "POST", f"{supervisor}/suspend", 200, None),
+        (WRITER[0], "POST", "/druid/indexer/v1/supervisor", 200, "first load"),
+    ]
+    assert all(row["remote_address"] == "127.0.0.1" and row["at"] for row in audit[:4])
+    assert [(entry["author"], entry["suspended"], entry["terminated"]) for entry in history] == [
+        ("ci", False, True), (WRITER[0], True, False), (WRITER[0], False, False)]

@@ -317,7 +317,6 @@ def test_compact_command_line_refuses_a_spec_that_disagrees_with_the_stored_hist
         publish_random(engine, deep_storage, datasource, rng, T0, 30)
     stored = events_spec(datasource).to_druid_json()
     store = MetadataStore(engine)
-    store.create_schema()
     store.append_spec(datasource, stored)
     wrong = json.loads(json.dumps(stored))
     [value_sum] = [m for m in wrong["spec"]["dataSchema"]["metricsSpec"] if m["name"] == "value_sum"]

@@ -371,7 +371,6 @@ def test_native_scan_and_segment_metadata(live_sql, datasource):
 def test_sys_supervisors_lists_the_stored_supervisors_with_their_state(spark, engine):
     """Built from the metadata store: suspended, or unhealthy after a failed last task, or running."""
     store = MetadataStore(engine)
-    store.create_schema()
     ids = [f"sup-{uuid.uuid4().hex[:8]}" for _ in range(4)]
     for i, sup in enumerate(ids):
         store.append_spec(sup, spec_json(sup, f"topic-{sup}"), suspended=i == 1)

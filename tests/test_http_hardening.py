@@ -92,7 +92,7 @@ def test_refused_credentials_are_remembered_but_the_right_password_is_still_veri
         started = time.perf_counter()
         assert await auth.check(_basic("admin", "wrong")) is None  # remembered: no argon2 again
         assert time.perf_counter() - started < 0.01
-        assert await auth.check(_basic("admin", "right")) == "write"
+        assert await auth.check(_basic("admin", "right")) == ("write", "admin")
         assert await auth.check(_basic("nobody", "right")) is None  # an unknown user: a decoy hash, same cost
         assert await auth.check("Basic not-base64!") is None
         assert await auth.check("Basic " + "é" * 8) is None  # non-ASCII: refused, not a 500
@@ -118,7 +118,7 @@ def test_a_killed_hashing_process_is_answered_busy_once_and_replaced():
     auth = _authenticator()
 
     async def scenario() -> list[Any]:
-        assert await auth.check(_basic("admin", "right")) == "write"  # starts the hashing processes
+        assert await auth.check(_basic("admin", "right")) == ("write", "admin")  # starts the hashing processes
         for child in multiprocessing.active_children():
             os.kill(child.pid, signal.SIGKILL)  # say, the kernel's OOM killer
         return [await auth.check(_basic("admin", f"wrong-{i}")) for i in range(2)]

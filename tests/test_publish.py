@@ -24,7 +24,6 @@ from segment_store import (
     PublishRequest,
     SegmentDescriptor,
     committed_offsets,
-    create_schema,
     pin_offsets,
     publish,
     reset_offsets,
@@ -412,22 +411,6 @@ def test_pinning_adds_only_missing_partitions_names_the_topic_and_keeps_the_epoc
     assert publish(engine, req(datasource, {0: 4}, {0: 9}, epoch=1)).ok  # in flight across the next pin
     pinned = pin_offsets(engine, datasource, "other", {0: 0, 1: 2})
     assert (pinned.topic, dict(pinned.offsets), pinned.epoch) == (TOPIC, {0: 9, 1: 2}, 1)
-
-
-def test_create_schema_concurrently_on_a_fresh_database(engine: sa.Engine) -> None:
-    dbname = f"schema_{uuid.uuid4().hex[:10]}"
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {dbname}")
-    fresh = sa.create_engine(engine.url.set(database=dbname), pool_size=4)
-    try:
-        with ThreadPoolExecutor(4) as pool:
-            for done in [pool.submit(create_schema, fresh) for _ in range(4)]:
-                done.result(30)
-        assert set(sa.inspect(fresh).get_table_names()) >= {"segments", "datasource_offsets"}
-    finally:
-        fresh.dispose()
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql(f"DROP DATABASE {dbname} WITH (FORCE)")
 
 
 # --- races between connections ----------------------------------------------------------------

@@ -101,7 +101,6 @@ def runner() -> FakeRunner:
 def make_supervisor(stack: DevStack, engine: sa.Engine, world: World, runner: FakeRunner, datasource: str,
                     *, suspended: bool = False, topic: str | None = "topic-a", **io: Any) -> Supervisor:
     store = MetadataStore(engine)
-    store.create_schema()
     ctx = SupervisorContext(engine, store, runner, stack.settings("/unused"), lambda _id: None,  # type: ignore[arg-type]
                             POLICY, clock=world.clock, watermarks=world.watermarks, topic_ids=world.topic_ids)
     return Supervisor(datasource, load_supervisor_spec(spec_json(datasource, topic, **io)), suspended, ctx)
@@ -551,7 +550,6 @@ def test_a_re_created_topic_stops_until_reset_even_when_it_holds_more_records(
     topic = make_topic(1)
     produce(stack.bootstrap_servers, topic, [b'{"n": %d}' % i for i in range(5)], 1)
     store = MetadataStore(engine)
-    store.create_schema()
     ctx = SupervisorContext(engine, store, runner, stack.settings("/unused"), lambda _id: None,  # type: ignore[arg-type]
                             POLICY)  # the real watermarks and topic IDs
 

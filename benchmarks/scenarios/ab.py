@@ -34,7 +34,7 @@ from benchmarks.suite.runs import Bench, new_topic, scratch_stack, spec_for
 from benchmarks.suite.shapes import shape_by_name
 from benchmarks.suite.topics import delete_topics
 from overlord.supervisor.ranges import next_task_request
-from segment_store import create_schema
+from segment_store import upgrade_schema
 from specs import SupervisorSpec, load_supervisor_spec
 
 ALIAS = "indexing_task_ref"
@@ -171,7 +171,7 @@ def run(ref: str, shapes: list[str], events: int, repeat: int) -> dict[str, Any]
     out: dict[str, Any] = {"ref": ref, "events": events, "repeat": repeat, "shapes": {}}
     with scratch_stack() as (stack, workdir):
         engine = sa.create_engine(stack.database_url)
-        create_schema(engine)
+        upgrade_schema(engine)
         settings = stack.settings()
         bench = Bench(stack.bootstrap_servers, engine, settings, 4, workdir=workdir)
         bench.use_spark(os.cpu_count() or 2)

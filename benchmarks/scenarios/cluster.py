@@ -51,14 +51,14 @@ def run_one(master: str, topics: list[str]) -> dict[str, Any]:
     from indexing_task.spark import get_spark
     from overlord.config import Settings
     from overlord.supervisor.ranges import index_once
-    from segment_store import create_schema
+    from segment_store import upgrade_schema
     from segment_store.database import metadata_engine
     from specs import load_example, load_supervisor_spec
 
     settings = Settings.from_env()
     spark = get_spark(master, settings.spark_conf)
     engine = metadata_engine(settings.database_url)
-    create_schema(engine)
+    upgrade_schema(engine)
     for topic in topics:
         raw = load_example("events").to_druid_json()
         raw["spec"]["dataSchema"]["dataSource"] = f"bench_{uuid.uuid4().hex[:8]}"

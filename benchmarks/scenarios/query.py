@@ -42,7 +42,7 @@ from overlord.query.engine import execute_sql
 from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
 from overlord.query.time_pruning import time_ranges
-from segment_store import PublishRequest, SegmentDescriptor, create_schema, publish, visible_segments
+from segment_store import PublishRequest, SegmentDescriptor, publish, upgrade_schema, visible_segments
 from segment_store.deep_storage import DeepStorage
 from specs import load_supervisor_spec
 
@@ -209,7 +209,7 @@ def run(rows: int, hours: int, tasks: int, runs: int) -> dict[str, Any]:
                    "TimeZone UTC, default threads"}}
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
-        create_schema(engine)
+        upgrade_schema(engine)
         storage = DeepStorage(stack.deep_storage)
         started = time.monotonic()
         written = build(engine, storage, rows, hours, tasks)

@@ -19,7 +19,7 @@ from benchmarks.suite import machine
 from benchmarks.suite.runs import Bench, fixed_cost, index_topic, measure_shape, new_topic, scratch_stack
 from benchmarks.suite.shapes import DRUID_SHAPES, Shape, shape_by_name
 from benchmarks.suite.topics import delete_topics
-from segment_store import create_schema
+from segment_store import upgrade_schema
 
 __all__ = ["Options", "run_suite"]
 
@@ -53,7 +53,7 @@ def run_suite(options: Options) -> dict[str, Any]:
     cores = results["machine"]["cpus"]
     with scratch_stack() as (stack, workdir):
         engine = sa.create_engine(stack.database_url)
-        create_schema(engine)
+        upgrade_schema(engine)
         settings = stack.settings()
         bench = Bench(stack.bootstrap_servers, engine, settings, options.partitions, workdir=workdir)
         bench.use_spark(cores)

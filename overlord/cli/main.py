@@ -57,7 +57,6 @@ def _disagrees_with_history(engine: sa.Engine, spec: SupervisorSpec) -> bool:
     from specs import SpecError, check_update
 
     store = MetadataStore(engine)
-    store.create_schema()
     try:
         check_update(store.datasource_history(spec.datasource), spec)
     except SpecError as exc:
@@ -71,7 +70,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
     from overlord.cli.report import as_json, format_report
     from overlord.config import Settings
     from overlord.supervisor.ranges import index_once
-    from segment_store import create_schema
+    from segment_store import upgrade_schema
     from segment_store.database import metadata_engine
     from specs import load_supervisor_spec
 
@@ -80,7 +79,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
         logging.getLogger(__name__).warning("spec field %s is accepted but not used", path)
     settings = Settings.from_env()
     engine = metadata_engine(settings.database_url)
-    create_schema(engine)
+    upgrade_schema(engine)
     if _disagrees_with_history(engine, spec):
         return 2
     report = index_once(get_spark(settings.spark_master, settings.spark_conf), engine, settings, spec)
@@ -174,7 +173,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
     from overlord.cli.report import as_json
     from overlord.config import Settings
-    from segment_store import create_schema
+    from segment_store import upgrade_schema
     from segment_store.database import metadata_engine
     from specs import load_supervisor_spec
 
@@ -184,7 +183,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
         return 2
     settings = Settings.from_env()
     engine = metadata_engine(settings.database_url)
-    create_schema(engine)
+    upgrade_schema(engine)
     if _disagrees_with_history(engine, spec):
         return 2
     spark = get_spark(settings.spark_master, settings.spark_conf)
@@ -210,12 +209,12 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     from overlord.cli.report import as_json
     from overlord.config import Settings
     from overlord.supervisor.table_export import TableExport
-    from segment_store import DeepStorage, cleanup, create_schema
+    from segment_store import DeepStorage, cleanup, upgrade_schema
     from segment_store.database import metadata_engine
 
     settings = Settings.from_env()
     engine = metadata_engine(settings.database_url)
-    create_schema(engine)
+    upgrade_schema(engine)
     report = cleanup(engine, DeepStorage(settings.deep_storage), args.datasource, retention=args.retention,
                      orphan_grace=args.orphan_grace, keep=TableExport(settings, engine).protected(),
                      dry_run=args.dry_run)
@@ -228,6 +227,22 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
           f"kept {report.young_orphans_kept} unreferenced file(s) younger than the grace period")
     for path in report.orphan_files if args.verbose else ():
         print(f"  orphan {path}")
+    return 0
+
+
+def _cmd_db(args: argparse.Namespace) -> int:
+    from overlord.config import Settings
+    from segment_store.database import metadata_engine
+    from segment_store.migrate import current_revision, head_revision, upgrade_schema
+
+    engine = metadata_engine(Settings.from_env().database_url)
+    if args.db == "current":
+        current = current_revision(engine)
+        print(f"{current or 'none (a new store, or one of release 0.1.0)'} (this release's newest: {head_revision()})")
+        return 0
+    before = upgrade_schema(engine)
+    print(f"metadata store at revision {head_revision()}" + (
+        " already" if before == head_revision() else f" (was {before or 'none'})"))
     return 0
 
 
@@ -297,6 +312,12 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("--json", action="store_true", help="print the report as JSON")
     clean.set_defaults(func=_cmd_cleanup)
 
+    db = sub.add_parser("db", help="the metadata store's schema (overlord serve upgrades it at start-up too)")
+    db_sub = db.add_subparsers(dest="db", required=True)
+    db_sub.add_parser("upgrade", help="apply the migrations it lacks (safe while overlords run)").set_defaults(
+        func=_cmd_db)
+    db_sub.add_parser("current", help="print its schema revision").set_defaults(func=_cmd_db)
+
     add_commands(sub)
     add_storage_commands(sub, common_options())
     return parser
@@ -309,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("pyiceberg").setLevel(logging.WARNING)  # "Loaded FileIO" on every table load
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # segment_store.migrate says what it upgraded
     if not args.verbose:  # each HTTP request of the client at INFO is noise to a script reading stderr
         logging.getLogger("httpx").setLevel(logging.WARNING)
     # A supervisor woken while it runs is skipped once by APScheduler and rerun right after: not news.

@@ -17,7 +17,7 @@ from overlord.dev.stack import dev_stack
 from overlord.query.engine import execute_sql
 from overlord.query.formats import format_table
 from overlord.supervisor.ranges import index_once
-from segment_store import create_schema
+from segment_store import upgrade_schema
 from segment_store.database import metadata_engine
 from specs import load_example
 
@@ -46,7 +46,7 @@ def run_demo(events: int = 200_000, partitions: int = 4) -> int:
 
         _step("starting Spark (local) and indexing once")
         engine = metadata_engine(stack.database_url)
-        create_schema(engine)
+        upgrade_schema(engine)
         spark = get_spark(settings.spark_master, settings.spark_conf)
         report = index_once(spark, engine, settings, spec)
         print(format_report(report))

@@ -8,7 +8,8 @@ Before any route, ASGI middlewares, outermost first: the ``Host`` allow-list
 (:mod:`overlord.http.same_origin`), :mod:`overlord.http.auth` (credentials and roles), no changes
 from other sites' pages (:mod:`overlord.http.same_origin`), :mod:`overlord.http.body_limit` (the
 request body cap), :mod:`overlord.http.json_bodies` (bodies declared JSON, nesting bounded) and
-:mod:`overlord.http.standby` (a standby redirects leader-only calls to the leader).
+:mod:`overlord.http.standby` (a standby redirects leader-only calls to the leader) and
+:mod:`overlord.http.audit` (every change recorded: who, what, when, from where).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from overlord.errors import NotFound, NotLeader
+from overlord.http.audit import AuditLog, audit_routes
 from overlord.http.auth import Authenticator, AuthMiddleware
 from overlord.http.body_limit import BodySizeLimit
 from overlord.http.console import console_routes
@@ -134,9 +136,10 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     app.openapi = openapi  # type: ignore[method-assign]
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
-                   coordinator_routes(out), query_routes(overlord, out.secrets, queries)):
+                   coordinator_routes(out), audit_routes(out), query_routes(overlord, out.secrets, queries)):
         app.include_router(router)
     site = Site.of(overlord.settings.public_urls or ())  # innermost first: a request meets them bottom to top
+    app.add_middleware(AuditLog, store=overlord.store)  # changes the leader made, by whom
     app.add_middleware(StandbyRedirect, overlord=overlord)  # after credentials: a leader's URL is not for anyone
     app.add_middleware(JsonBodies)
     app.add_middleware(BodySizeLimit, max_bytes=overlord.settings.http_max_body_bytes)

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -44,8 +44,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from overlord.errors import druid_error
 from overlord.http.replies import send_error
 
-__all__ = ["BUSY", "LIVENESS_PATHS", "AuthFile", "AuthMiddleware", "Authenticator", "hash_password", "new_token",
-           "required_role"]
+__all__ = ["BUSY", "LIVENESS_PATHS", "AuthFile", "AuthMiddleware", "Authenticator", "Grant", "hash_password",
+           "new_token", "required_role"]
 
 Role = Literal["read", "write"]
 
@@ -79,6 +79,13 @@ class UserEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
     role: Role
     password_hash: str = Field(alias="passwordHash", pattern=r"^\$argon2")
+
+
+class Grant(NamedTuple):
+    """What verified credentials grant: a role, to a user (Basic) or a token (by its name in the auth file)."""
+
+    role: Role
+    who: str
 
 
 class TokenEntry(BaseModel):
@@ -165,8 +172,8 @@ class Authenticator:
 
     def __init__(self, config: AuthFile, *, hash_workers: int = HASH_WORKERS, max_waiting: int = MAX_WAITING) -> None:
         self._users = config.users
-        self._tokens = {entry.token_sha256: entry.role for entry in config.tokens.values()}
-        self._verified: OrderedDict[bytes, tuple[Role, float]] = OrderedDict()
+        self._tokens = {entry.token_sha256: Grant(entry.role, name) for name, entry in config.tokens.items()}
+        self._verified: OrderedDict[bytes, tuple[Grant, float]] = OrderedDict()
         self._refused: OrderedDict[bytes, float] = OrderedDict()
         self._decoy = _hasher.hash(secrets.token_hex(16))
         self._key = secrets.token_bytes(32)
@@ -179,8 +186,8 @@ class Authenticator:
     def _digest(self, authorization: str) -> bytes:
         return hmac.digest(self._key, authorization.encode("utf-8", "surrogateescape"), "sha256")
 
-    def remembered(self, authorization: str) -> Role | None:
-        """The role of credentials verified recently, without hashing a password."""
+    def remembered(self, authorization: str) -> Grant | None:
+        """What credentials verified recently grant, without hashing a password."""
         key = self._digest(authorization)
         with self._lock:
             found = self._verified.get(key)
@@ -193,15 +200,15 @@ class Authenticator:
             until = self._refused.get(key)
         return until is not None and until > time.monotonic()
 
-    async def check(self, authorization: str) -> Role | None | Literal["busy"]:
-        """The role the header grants, None for wrong credentials, :data:`BUSY` if too many checks wait.
+    async def check(self, authorization: str) -> Grant | None | Literal["busy"]:
+        """What the header grants, None for wrong credentials, :data:`BUSY` if too many checks wait.
 
         Call on the event loop: it may wait for a hashing thread, never blocks the loop.
         """
         if not authorization:
             return None
-        if (role := self.remembered(authorization)) is not None:
-            return role
+        if (grant := self.remembered(authorization)) is not None:
+            return grant
         if self.recently_refused(authorization):
             return None
         scheme, _, value = authorization.partition(" ")
@@ -223,9 +230,9 @@ class Authenticator:
             return BUSY
         finally:
             self._in_line -= 1
-        role = entry.role if entry and matches else None
-        self._remember(authorization, role)
-        return role
+        granted = Grant(entry.role, user) if entry and matches else None
+        self._remember(authorization, granted)
+        return granted
 
     def _hashing_processes(self) -> ProcessPoolExecutor:
         """The processes that check passwords (started at the first check, by spawn: nothing of this one copied)."""
@@ -236,16 +243,16 @@ class Authenticator:
         """Stop the hashing processes."""
         self._hashing.shutdown(wait=False, cancel_futures=True)
 
-    def _remember(self, authorization: str, role: Role | None) -> None:
+    def _remember(self, authorization: str, grant: Grant | None) -> None:
         key, until = self._digest(authorization), time.monotonic() + REMEMBER_S
         with self._lock:
-            if role is None:
+            if grant is None:
                 self._refused[key] = until
                 self._refused.move_to_end(key)
                 while len(self._refused) > MAX_REMEMBERED:
                     self._refused.popitem(last=False)
             else:
-                self._verified[key] = (role, until)
+                self._verified[key] = (grant, until)
                 self._verified.move_to_end(key)
                 while len(self._verified) > MAX_REMEMBERED:
                     self._verified.popitem(last=False)
@@ -292,10 +299,11 @@ class AuthMiddleware:
                     await send_error(send, 401, "authentication required: HTTP Basic (user and password) or a bearer "
                                             "token", [(b"www-authenticate", b'Basic realm="overlord"')])
                     return
-                if needed == "write" and granted != "write":
+                if needed == "write" and granted.role != "write":
                     await send_error(send, 403, f"{scope['method']} {scope['path']} needs the write role; these "
                                             "credentials have the read role")
                     return
+                scope["user"] = granted.who
         await self.app(scope, receive, send)
 
 

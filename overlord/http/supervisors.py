@@ -10,6 +10,7 @@ from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from overlord.http.audit import author_of
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
 from overlord.http.status import stats_payload, status_payload
@@ -56,7 +57,7 @@ def supervisor_routes(out: Replies) -> APIRouter:
         except (ValueError, UnicodeDecodeError):
             pass  # not JSON: submit reports it
         try:
-            spec = await run_in_threadpool(overlord.submit, body)
+            spec = await run_in_threadpool(overlord.submit, body, author_of(request))
         except SpecError as exc:  # scrubbed of this body's secrets, which are not remembered
             raise exc.scrubbed(SecretRegistry.of([body]).scrub) from None
         secrets.learn([body])  # accepted: its secrets are scrubbed from free text from now on
@@ -94,39 +95,39 @@ def supervisor_routes(out: Replies) -> APIRouter:
     def get_stats(supervisor_id: str) -> Response:
         return reply(stats_payload(overlord.get(supervisor_id).status))
 
-    def suspend_or_resume(supervisor_id: str, suspend: bool) -> Response:
+    def suspend_or_resume(supervisor_id: str, suspend: bool, request: Request) -> Response:
         sup = overlord.get(supervisor_id)
         if sup.suspended == suspend:
             raise ApiError(400, f"[{supervisor_id}] is already {'suspended' if suspend else 'running'}")
-        return reply(spec_view(overlord.set_suspended(supervisor_id, suspend).status))
+        return reply(spec_view(overlord.set_suspended(supervisor_id, suspend, author_of(request)).status))
 
     @router.post(f"{PREFIX}/supervisor/suspendAll", tags=["supervisors"], summary="Suspend every running supervisor")
-    def suspend_all() -> Response:
+    def suspend_all(request: Request) -> Response:
         for status in supervisors():
             if not status.suspended:
-                overlord.set_suspended(status.id, True)
+                overlord.set_suspended(status.id, True, author_of(request))
         return reply({"status": "success"})
 
     @router.post(f"{PREFIX}/supervisor/resumeAll", tags=["supervisors"], summary="Resume every suspended supervisor")
-    def resume_all() -> Response:
+    def resume_all(request: Request) -> Response:
         for status in supervisors():
             if status.suspended:
-                overlord.set_suspended(status.id, False)
+                overlord.set_suspended(status.id, False, author_of(request))
         return reply({"status": "success"})
 
     @router.post(f"{PREFIX}/supervisor/terminateAll", tags=["supervisors"], summary="Terminate every supervisor")
-    def terminate_all() -> Response:
+    def terminate_all(request: Request) -> Response:
         for status in supervisors():
-            overlord.terminate(status.id)
+            overlord.terminate(status.id, author_of(request))
         return reply({"status": "success"})
 
     @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/suspend", tags=["supervisors"], summary="Stop launching tasks")
-    def suspend(supervisor_id: str) -> Response:
-        return suspend_or_resume(supervisor_id, True)
+    def suspend(supervisor_id: str, request: Request) -> Response:
+        return suspend_or_resume(supervisor_id, True, request)
 
     @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/resume", tags=["supervisors"], summary="Launch tasks again")
-    def resume(supervisor_id: str) -> Response:
-        return suspend_or_resume(supervisor_id, False)
+    def resume(supervisor_id: str, request: Request) -> Response:
+        return suspend_or_resume(supervisor_id, False, request)
 
     @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/reset", tags=["supervisors"],
               summary="Forget committed offsets; restart from earliest/latest (per useEarliestOffset)")
@@ -169,8 +170,8 @@ def supervisor_routes(out: Replies) -> APIRouter:
         return reply({"id": supervisor_id})
 
     @router.post(f"{PREFIX}/supervisor/{{supervisor_id}}/terminate", tags=["supervisors"], summary="Stop for good")
-    def terminate(supervisor_id: str) -> Response:
-        overlord.terminate(supervisor_id)
+    def terminate(supervisor_id: str, request: Request) -> Response:
+        overlord.terminate(supervisor_id, author_of(request))
         return reply({"id": supervisor_id})
 
     @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}/history", tags=["supervisors"], summary="Spec history")

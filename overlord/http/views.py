@@ -22,9 +22,9 @@ def spec_view(status: SupervisorStatus) -> dict[str, Any]:
 
 
 def history_entry(record: SupervisorRecord) -> dict[str, Any]:
-    """One history row; ``version`` is when it was written, a terminate row has ``terminated``."""
+    """One history row: when it was written (``version``), by whom (``author``; None before release 0.2)."""
     return {"spec": {**record.spec, "suspended": record.suspended}, "version": record.created_at.isoformat(),
-            "suspended": record.suspended, "terminated": record.terminated}
+            "suspended": record.suspended, "terminated": record.terminated, "author": record.author}
 
 
 def task_view(record: TaskRecord, active: set[str]) -> dict[str, Any]:

@@ -48,11 +48,11 @@ from segment_store import (
     Partition,
     SegmentRecord,
     cleanup,
-    create_schema,
     datasources,
     mark_unused,
     mark_used,
     reset_offsets,
+    upgrade_schema,
 )
 from segment_store.open_tables import ExportOutcome
 from segment_store.timeline import Interval, visible_by_interval, visible_segments
@@ -104,9 +104,8 @@ class Overlord:
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the schemas and run for leadership: a lone overlord leads before this returns."""
-        create_schema(self.engine)
-        self.store.create_schema()
+        """Upgrade the metadata store's schema and run for leadership: a lone overlord leads before this returns."""
+        upgrade_schema(self.engine)
         self.scheduler.start()
         duties = (("auto-compaction", self.auto_compact, self.settings.compaction_period_s),
                   ("retention", self.apply_retention, self.settings.retention_period_s),
@@ -236,10 +235,11 @@ class Overlord:
 
     # --- operations ------------------------------------------------------------------------
 
-    def submit(self, raw: Mapping[str, Any] | str | bytes) -> SupervisorSpec:
+    def submit(self, raw: Mapping[str, Any] | str | bytes, author: str | None = None) -> SupervisorSpec:
         """Create or update a supervisor, returning its spec. Tasks of a previous spec finish and publish under it.
 
-        A consumer property sent as the mask answers show keeps the supervisor's stored secret.
+        A consumer property sent as the mask answers show keeps the supervisor's stored secret. ``author``
+        (the API's user) is kept in the spec history.
         """
         spec = load_supervisor_spec(self._keep_masked_secrets(raw))
         resolved_consumer_properties(spec.spec.io_config.consumer_properties)  # every secret it names is set
@@ -248,7 +248,7 @@ class Overlord:
             existing = self.supervisors.get(spec.id)
             check_update(self.store.datasource_history(spec.datasource), spec)
             suspended = bool((spec.model_extra or {}).get("suspended", False))
-            self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended)
+            self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended, author=author)
             if existing is None:
                 self._start_supervisor(spec.id, spec, suspended)
             else:
@@ -259,7 +259,7 @@ class Overlord:
                 self.scheduler.reschedule_job(spec.id, trigger="interval",
                                               seconds=spec.spec.io_config.period.total_seconds())
                 self.wake(spec.id)
-                logger.info("supervisor %s: spec updated", spec.id)
+                logger.info("supervisor %s: spec updated by %s", spec.id, author or "a local caller")
             if spec.ignored_fields:
                 logger.info("supervisor %s: fields accepted without effect (they cannot change what is ingested): %s",
                             spec.id, ", ".join(spec.ignored_fields))
@@ -281,14 +281,15 @@ class Overlord:
             raise NotFound(f"no supervisor {supervisor_id!r}")
         return sup
 
-    def set_suspended(self, supervisor_id: str, suspended: bool) -> Supervisor:
+    def set_suspended(self, supervisor_id: str, suspended: bool, author: str | None = None) -> Supervisor:
         self._require_leader()
         sup = self.get(supervisor_id)
         with sup.lock:
             sup.suspended = suspended
-            self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), suspended=suspended)
+            self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), suspended=suspended, author=author)
             sup.publish_status()
-        logger.info("supervisor %s %s", supervisor_id, "suspended" if suspended else "resumed")
+        logger.info("supervisor %s %s by %s", supervisor_id, "suspended" if suspended else "resumed",
+                    author or "a local caller")
         self.wake(supervisor_id)
         return sup
 
@@ -312,7 +313,7 @@ class Overlord:
         self.wake(supervisor_id)
         return sup
 
-    def terminate(self, supervisor_id: str) -> None:
+    def terminate(self, supervisor_id: str, author: str | None = None) -> None:
         """Stop the supervisor for good (a tombstone in its history); running tasks may still publish."""
         self._require_leader()
         sup = self.get(supervisor_id)
@@ -320,13 +321,13 @@ class Overlord:
             with sup.lock:
                 sup.stopping = True
                 sup.publish_status()
-            self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), terminated=True)
+            self.store.append_spec(supervisor_id, sup.spec.to_druid_json(), terminated=True, author=author)
             try:
                 self.scheduler.remove_job(supervisor_id)
             except JobLookupError:
                 pass
             del self.supervisors[supervisor_id]
-        logger.info("supervisor %s terminated", supervisor_id)
+        logger.info("supervisor %s terminated by %s", supervisor_id, author or "a local caller")
 
     def history(self, supervisor_id: str | None = None) -> list[SupervisorRecord]:
         records = self.store.history(supervisor_id)

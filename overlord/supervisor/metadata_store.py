@@ -1,8 +1,9 @@
-"""The overlord's own records in PostgreSQL: supervisor spec history and tasks.
+"""The overlord's own records in PostgreSQL: supervisor spec history, tasks and the audit log.
 
 Specs are append-only: every create, update, suspend, resume and terminate adds a row, and
 the newest row of an id is its current state (a terminate row is a tombstone). Tasks are
-one row each, written at launch and updated when they finish.
+one row each, written at launch and updated when they finish. The audit log has a row per change
+made through the API (see :mod:`overlord.http.audit`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ supervisor_specs = sa.Table(
     sa.Column("suspended", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("terminated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("author", sa.Text, nullable=True),  # who stored it (NULL: before release 0.2, or not via the API)
+)
+
+audit_log = sa.Table(
+    "audit_log", metadata,
+    sa.Column("seq", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("author", sa.Text, nullable=False),
+    sa.Column("remote_address", sa.Text, nullable=True),
+    sa.Column("method", sa.Text, nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("status", sa.Integer, nullable=False),
+    sa.Column("comment", sa.Text, nullable=True),  # Druid's X-Druid-Comment header
 )
 
 tasks = sa.Table(
@@ -77,6 +91,7 @@ class SupervisorRecord:
     suspended: bool
     terminated: bool
     created_at: datetime
+    author: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,18 +123,26 @@ class MetadataStore:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
 
-    def create_schema(self) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('overlord_metadata_schema'))"))
-            metadata.create_all(conn, checkfirst=True)
-
     def append_spec(self, supervisor_id: str, spec: Mapping[str, Any], *, suspended: bool = False,
-                    terminated: bool = False) -> SupervisorRecord:
+                    terminated: bool = False, author: str | None = None) -> SupervisorRecord:
         with self.engine.begin() as conn:
             row = conn.execute(supervisor_specs.insert().values(
-                id=supervisor_id, spec=dict(spec), suspended=suspended, terminated=terminated,
+                id=supervisor_id, spec=dict(spec), suspended=suspended, terminated=terminated, author=author,
             ).returning(*supervisor_specs.c)).one()
         return SupervisorRecord(**row._mapping)
+
+    def record_change(self, author: str, remote_address: str | None, method: str, path: str, status: int,
+                      comment: str | None) -> None:
+        """Add a row to the audit log."""
+        with self.engine.begin() as conn:
+            conn.execute(audit_log.insert().values(author=author, remote_address=remote_address, method=method,
+                                                   path=path, status=status, comment=comment))
+
+    def changes(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` rows of the audit log, newest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(audit_log.select().order_by(audit_log.c.seq.desc()).limit(limit)).mappings()
+            return [dict(row) for row in rows]
 
     def history(self, supervisor_id: str | None = None) -> list[SupervisorRecord]:
         query = supervisor_specs.select().order_by(supervisor_specs.c.seq.desc())
