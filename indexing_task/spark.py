@@ -42,9 +42,11 @@ def use_pool(spark: SparkSession, pool: str) -> None:
 
 
 DEEP_STORAGE_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                    "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION")
+                    "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_SHARED_CREDENTIALS_FILE",
+                    "AWS_CONFIG_FILE", "AWS_PROFILE")
 """The driver's object-store settings, handed to every executor: one configuration for the whole
-job. (Spark's UI and logs redact ``*secret*`` and ``*token*`` values.)
+job. (Spark's UI and logs redact ``*secret*`` and ``*token*`` values.) A credentials file must be
+at the same path on every worker (the compose file and the Kubernetes manifests mount it there).
 """
 
 

@@ -8,6 +8,7 @@ a test).
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator
@@ -25,6 +26,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
 
+    secrets_dir: str | None = Field(
+        default=None, description="a directory of files named after these variables, each holding one setting "
+        "(e.g. `/run/secrets/OVERLORD_DATABASE_URL`): a setting whose variable is unset is read from its file, so "
+        "passwords need not be in the environment (Docker and Kubernetes secrets)")
     database_url: str = Field(
         min_length=1, description="SQLAlchemy URL of the metadata store, e.g. "
         "`postgresql+psycopg://user:pw@db:5432/indexer`")
@@ -177,7 +182,10 @@ class Settings(BaseSettings):
     def from_env(cls) -> Settings:
         """The settings from the environment; exits with a message naming the variable if one is bad."""
         try:
-            return cls()  # type: ignore[call-arg]  # required fields come from the environment
+            secrets_dir = os.environ.get(f"{ENV_PREFIX}SECRETS_DIR")
+            if secrets_dir is not None and not os.path.isdir(secrets_dir):
+                raise SystemExit(f"invalid settings: {ENV_PREFIX}SECRETS_DIR: {secrets_dir} is not a directory")
+            return cls(_secrets_dir=secrets_dir)  # type: ignore[call-arg]  # the rest come from the environment
         except ValidationError as exc:
             problems = "; ".join(f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {_message(e)}" for e in exc.errors())
             raise SystemExit(f"invalid settings: {problems} (`overlord dev up` prints the settings of an "

@@ -41,3 +41,18 @@ def test_a_bad_setting_exits_naming_the_variable(monkeypatch: pytest.MonkeyPatch
 def test_keyword_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OVERLORD_DEEP_STORAGE", "s3://from-env")
     assert Settings(database_url="x", deep_storage="/given").deep_storage == "/given"
+
+
+def test_settings_come_from_secret_files_when_their_variable_is_unset(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """Docker and Kubernetes secrets are files: a password need not sit in the environment."""
+    (tmp_path / "OVERLORD_DATABASE_URL").write_text("postgresql+psycopg://u:secret@db/x\n")
+    (tmp_path / "OVERLORD_TASK_SLOTS").write_text("5")
+    monkeypatch.delenv("OVERLORD_DATABASE_URL", raising=False)
+    monkeypatch.setenv("OVERLORD_SECRETS_DIR", str(tmp_path))
+    monkeypatch.setenv("OVERLORD_TASK_SLOTS", "3")  # a variable that is set wins over its file
+    settings = Settings.from_env()
+    assert (settings.database_url, settings.task_slots) == ("postgresql+psycopg://u:secret@db/x", 3)
+    monkeypatch.setenv("OVERLORD_SECRETS_DIR", str(tmp_path / "missing"))
+    with pytest.raises(SystemExit, match="OVERLORD_SECRETS_DIR"):
+        Settings.from_env()
