@@ -26,7 +26,7 @@ from segment_store.records import SegmentRecord, segment_record
 from segment_store.schema import segments as segments_t
 
 __all__ = ["Interval", "VisibleSet", "datasources", "read_segments", "visible", "visible_by_interval",
-           "visible_segments", "visible_set"]
+           "visible_segments", "visible_set", "visible_totals"]
 
 Interval = tuple[datetime, datetime]
 """``[start, end)``, UTC-aware."""
@@ -88,6 +88,17 @@ def visible_segments(engine: sa.Engine, datasource: str, interval: Interval | No
     """
     with engine.connect() as conn:
         return visible(read_segments(conn, datasource, interval))
+
+
+def visible_totals(engine: sa.Engine) -> dict[str, tuple[int, int]]:
+    """Each datasource's visible segments and their bytes: :func:`visible`'s rule, counted by PostgreSQL."""
+    s = segments_t.c
+    top = sa.func.max(s.version).over(partition_by=(s.datasource, s.interval_start, s.interval_end))
+    used = sa.select(s.datasource, s.version, s.size_bytes, top.label("top")).where(s.used).subquery()
+    query = (sa.select(used.c.datasource, sa.func.count(), sa.func.sum(used.c.size_bytes))
+             .where(used.c.version == used.c.top).group_by(used.c.datasource))
+    with engine.connect() as conn:
+        return {ds: (int(n), int(size)) for ds, n, size in conn.execute(query)}
 
 
 def datasources(engine: sa.Engine) -> list[str]:

@@ -31,8 +31,9 @@ from overlord.dev.sample_data import make_sample_events, produce
 from overlord.dev.stack import DevStack, free_port
 from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
+from overlord.metrics import package_version
 from overlord.supervisor.manager import Overlord
-from segment_store import committed_offsets, pin_offsets
+from segment_store import committed_offsets, pin_offsets, visible_segments
 from tests.helpers import (
     assert_exact,
     committed_total,
@@ -432,9 +433,10 @@ def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: De
                    if s.name == (sample or family) and labels.items() <= s.labels.items()]
         return found
 
-    ours = {"supervisor": datasource}
-    assert value("overlord_supervisor_lag_records", partition="0", **ours) == 0
-    assert value("overlord_supervisor_lag_seconds", partition="0", **ours) == 0
+    ours = {"datasource": datasource}
+    assert value("overlord_supervisor_lag_records", topic=topic, partition="0", **ours) == 0
+    assert value("overlord_supervisor_lag_seconds", topic=topic, partition="0", **ours) == 0
+    assert value("overlord_supervisor_state", state="RUNNING", **ours) == 1
     assert value("overlord_records", "overlord_records_total", kind="processed", **ours) == 300
     assert value("overlord_supervisor_healthy", **ours) == 1
     published = value("overlord_publishes", "overlord_publishes_total", outcome="ok", **ours)
@@ -445,6 +447,20 @@ def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: De
     assert value("overlord_segments_published", "overlord_segments_published_total", **ours) >= 1
     assert value("overlord_segment_bytes_published", "overlord_segment_bytes_published_total", **ours) > 0
     assert "process_resident_memory_bytes" in families and "python_gc_objects_collected" in families
+    assert 0 < time.time() - value("overlord_last_publish_timestamp_seconds", **ours) < 120
+    shown = visible_segments(api.overlord.engine, datasource)
+    assert value("overlord_visible_segments", **ours) == len(shown) >= 1
+    assert value("overlord_visible_segment_bytes", **ours) == sum(s.size_bytes for s in shown)
+    assert value("overlord_leader") == 1 and value("overlord_leader_epoch") == api.overlord.elector.epoch >= 1
+    assert value("overlord_task_slots") == api.overlord.settings.task_slots
+    assert value("overlord_build_info", version=package_version()) == 1
+    status_route = "/druid/indexer/v1/supervisor/{supervisor_id}/status"
+    assert value("overlord_http_requests", "overlord_http_requests_total", method="GET", route=status_route,
+                 status="200") >= 1  # the route's template, not the path sent
+    assert not [s for s in families["overlord_http_requests"].samples if datasource in s.labels.get("route", "")]
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    undocumented = [f for f in families if f.startswith("overlord_") and f"`{f}" not in readme]
+    assert not undocumented, f"the README's metrics table lacks {undocumented}"
 
 
 @pytest.mark.parametrize("path", [f"{V1}/tasks?datasource=%00", f"{V1}/supervisor/a%00b/history",

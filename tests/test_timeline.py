@@ -29,7 +29,7 @@ from segment_store import (
     visible_segments,
 )
 from segment_store.schema import segments as segments_t
-from segment_store.timeline import read_segments
+from segment_store.timeline import read_segments, visible_totals
 
 HOUR = timedelta(hours=1)
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -107,6 +107,12 @@ def _insert_row(engine: sa.Engine, datasource: str, start: datetime, end: dateti
     return seg_id
 
 
+def counted_as_shown(engine: sa.Engine, datasource: str) -> bool:
+    """Whether PostgreSQL's count of the visible segments (the metrics') agrees with :func:`visible`."""
+    shown = visible_segments(engine, datasource)
+    return visible_totals(engine).get(datasource, (0, 0)) == (len(shown), sum(s.size_bytes for s in shown))
+
+
 def test_highest_used_version_of_an_interval_overshadows_lower_ones(engine, datasource, deep_storage):
     rng = random.Random(1)
     for _ in range(3):
@@ -120,6 +126,7 @@ def test_highest_used_version_of_an_interval_overshadows_lower_ones(engine, data
     shown = visible_segments(engine, datasource)
     assert [(s.interval_start, s.version) for s in shown] == [(T0, 2), (T0 + HOUR, 1)]
     assert lingering not in {s.id for s in shown}
+    assert counted_as_shown(engine, datasource)
     publish_random(engine, deep_storage, datasource, rng, T0, 5)  # appends go to the current version
     assert [(s.version, s.partition_num) for s in visible_segments(engine, datasource, (T0, T0 + HOUR))] == [
         (2, 0), (2, 1)]
@@ -133,6 +140,7 @@ def test_unused_segments_and_orphan_files_are_never_visible(engine, datasource, 
 
     shown = visible_segments(engine, datasource)
     assert len(shown) == 1 and all(s.used for s in shown) and orphan.path not in {s.path for s in shown}
+    assert counted_as_shown(engine, datasource)
 
 
 def test_versions_do_not_overshadow_across_different_intervals(engine, datasource, deep_storage):
@@ -147,6 +155,7 @@ def test_versions_do_not_overshadow_across_different_intervals(engine, datasourc
     shown = visible_segments(engine, datasource)
     assert [(s.interval_end - s.interval_start, s.version) for s in shown] == [(timedelta(days=1), 2), (HOUR, 1)]
     assert set(visible_by_interval(shown)) == {day, (T0 + 3 * HOUR, T0 + 4 * HOUR)}
+    assert counted_as_shown(engine, datasource)
 
 
 def test_interval_filter_returns_overlapping_segments(engine, datasource, deep_storage):

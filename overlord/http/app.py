@@ -4,7 +4,8 @@ Routes live by concern: :mod:`overlord.http.supervisors` and :mod:`overlord.http
 (Druid's calls under ``/druid/indexer/v1``), :mod:`overlord.http.query_routes` (SQL and
 compaction), :mod:`overlord.http.service` (``/metrics``, ``/health``, ``/status``), :mod:`overlord.http.console`
 (the console at ``/``). Every answer leaves through :class:`overlord.http.replies.Replies`.
-Before any route, ASGI middlewares, outermost first: the ``Host`` allow-list
+Before any route, ASGI middlewares, outermost first: request metrics
+(:mod:`overlord.http.request_metrics`), the ``Host`` allow-list
 (:mod:`overlord.http.same_origin`), :mod:`overlord.http.auth` (credentials and roles), no changes
 from other sites' pages (:mod:`overlord.http.same_origin`), :mod:`overlord.http.body_limit` (the
 request body cap), :mod:`overlord.http.json_bodies` (bodies declared JSON, nesting bounded) and
@@ -34,6 +35,7 @@ from overlord.http.json_bodies import JsonBodies
 from overlord.http.query_routes import query_routes
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
+from overlord.http.request_metrics import RequestMetrics
 from overlord.http.same_origin import HostAllowList, SameOriginWrites, Site
 from overlord.http.service import service_routes
 from overlord.http.standby import StandbyRedirect
@@ -146,5 +148,6 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
     app.add_middleware(SameOriginWrites, site=site)
     if authenticator is not None:
         app.add_middleware(AuthMiddleware, authenticator=authenticator)  # before any body is read
-    app.add_middleware(HostAllowList, site=site)  # outermost: no work for another site's name
+    app.add_middleware(HostAllowList, site=site)  # no work for another site's name
+    app.add_middleware(RequestMetrics, metrics=overlord.metrics)  # outermost: every request counted
     return app

@@ -29,10 +29,16 @@ class FairExecutor:
         self._waiting: OrderedDict[str, deque[_Work]] = OrderedDict()
         self._ready = threading.Condition()
         self._closed = False
+        self._running = 0
         self._threads = [threading.Thread(target=self._work, name=f"{thread_name_prefix}_{i}", daemon=True)
                          for i in range(workers)]
         for thread in self._threads:
             thread.start()
+
+    def load(self) -> tuple[int, int, int]:
+        """(workers, work running, work waiting for a worker)."""
+        with self._ready:
+            return len(self._threads), self._running, sum(len(queue) for queue in self._waiting.values())
 
     def submit(self, owner: str, fn: Callable[[], T]) -> Future[T]:
         """Run ``fn`` when a worker is free and it is ``owner``'s turn; its future (cancellable until it runs)."""
@@ -63,12 +69,17 @@ class FairExecutor:
             future, fn = work
             if not future.set_running_or_notify_cancel():
                 continue
+            with self._ready:
+                self._running += 1
             try:
                 result = fn()
             except BaseException as exc:
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+            finally:
+                with self._ready:
+                    self._running -= 1
 
     def shutdown(self) -> None:
         """Cancel the work that has not started and wait for the running work to end."""

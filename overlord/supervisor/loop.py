@@ -432,7 +432,7 @@ class Supervisor:
             task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.launched_at,
             duration))
         if self.ctx.metrics is not None:
-            self.ctx.metrics.task_finished(self.id, report, duration)
+            self.ctx.metrics.task_finished(self.spec.datasource, report, duration)
         log = logger.info if status == "SUCCESS" else logger.warning
         log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail)
 

@@ -33,7 +33,7 @@ from indexing_task.task import BeforePublish
 from indexing_task.watermarks import close_metadata_clients
 from overlord.config import Settings
 from overlord.errors import NotFound, NotLeader, error_summary
-from overlord.metrics import Metrics
+from overlord.metrics import Metrics, ScrapeSources
 from overlord.supervisor.auto_compaction import CompactionConfig, default_config, merge_selection
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
@@ -55,7 +55,7 @@ from segment_store import (
     upgrade_schema,
 )
 from segment_store.open_tables import ExportOutcome
-from segment_store.timeline import Interval, visible_by_interval, visible_segments
+from segment_store.timeline import Interval, visible_by_interval, visible_segments, visible_totals
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 from specs.masked import MASK, keep_masked_secrets
 
@@ -82,7 +82,10 @@ class Overlord:
         self.engine = engine
         self.store = MetadataStore(engine)
         self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish, settings.resident_runner_count)
-        self.metrics = Metrics(lambda: [sup.status for sup in list(self.supervisors.values())])
+        self.metrics = Metrics(ScrapeSources(
+            statuses=lambda: [sup.status for sup in list(self.supervisors.values())],
+            leader_epoch=lambda: self.elector.epoch, slot_use=self.runner.slot_use,
+            visible_totals=lambda: visible_totals(engine)))
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
                                                                    min_task_interval_s=settings.task_min_interval_s),

@@ -45,6 +45,10 @@ class TaskRunner:
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
+    def slot_use(self) -> tuple[int, int, int]:
+        """(task slots, tasks running in them, tasks waiting for one)."""
+        return self._pool.load()
+
     def spark_alive(self) -> bool:
         """Whether ingestion's Spark application still runs (its JVM answers and its context is not stopped)."""
         try:
