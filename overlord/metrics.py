@@ -42,7 +42,7 @@ __all__ = ["Metrics", "ScrapeSources", "package_version"]
 
 logger = logging.getLogger(__name__)
 
-disable_created_metrics()  # no `*_created` series beside each counter and histogram: Prometheus tracks resets
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no `*_created` series beside each counter and histogram: Prometheus tracks resets
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
 _HTTP_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
