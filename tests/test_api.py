@@ -597,7 +597,7 @@ def test_cli_partition_offsets_address_a_topic_patterns_partitions():
             _partition_offset(wrong)
 
 
-def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, engine: sa.Engine, make_topic,
+def test_overlord_serve_logs_json_answers_and_stops_cleanly_on_sigterm(stack: DevStack, engine: sa.Engine, make_topic,
                                                              tmp_path: Path):
     port, grace_s = free_port(), 5
     env = {**os.environ, **stack.as_env(), "OVERLORD_DATABASE_URL": fresh_database(engine),
@@ -605,8 +605,8 @@ def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, en
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "overlord.cli", "serve", "--port", str(port), "--shutdown-grace", str(grace_s),
-             "--insecure-open"],
+            [sys.executable, "-m", "overlord.cli", "--log-format", "json", "serve", "--port", str(port),
+             "--shutdown-grace", str(grace_s), "--insecure-open"],
             stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -631,8 +631,13 @@ def test_overlord_serve_answers_and_stops_cleanly_on_sigterm(stack: DevStack, en
             process.wait()
     output = log_path.read_text()
     assert code == 0, output
-    assert "overlord stopped" in output and "Traceback" not in output
     assert took < grace_s + 20
+    jvm_notice = "WARNING: Using incubator modules: jdk.incubator.vector"  # the java launcher's, before any logger
+    lines = [json.loads(line) for line in output.splitlines() if line != jvm_notice]  # Spark's JVM's too
+    messages = [line.get("message", "") for line in lines]
+    assert "overlord stopped" in messages and "Traceback" not in output
+    assert {"level", "logger", "time"} <= lines[0].keys()
+    assert any(m.startswith("audit: POST /druid/indexer/v1/supervisor by anonymous") for m in messages)
 
 
 # --- queries and compaction over HTTP ----------------------------------------------------------

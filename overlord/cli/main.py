@@ -252,6 +252,8 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="overlord", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines as text or as one JSON object each (for log pipelines; default: text)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     dev = sub.add_parser("dev", help="the embedded development stack").add_subparsers(dest="dev", required=True)
@@ -326,8 +328,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``overlord ARGS``; returns the exit code."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from overlord.logs import configure_logging
+
+    configure_logging(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("pyiceberg").setLevel(logging.WARNING)  # "Loaded FileIO" on every table load
     logging.getLogger("alembic").setLevel(logging.WARNING)  # segment_store.migrate says what it upgraded

@@ -39,6 +39,7 @@ from multiprocessing.connection import Client
 from typing import Any
 
 from overlord.config import Settings
+from overlord.logs import log_format
 from overlord.query.errors import QueryError
 
 __all__ = ["GRACE_S", "QueryProcess"]
@@ -204,7 +205,7 @@ class _Child:
                                    stdout=subprocess.PIPE, start_new_session=True)
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(json.dumps({"settings": settings.model_dump(mode="json"), "address": address,
-                                        "authkey": authkey.hex()}).encode() + b"\n")
+                                        "authkey": authkey.hex(), "log_format": log_format()}).encode() + b"\n")
         process.stdin.flush()  # stdin stays open: the child exits when it closes
         child = cls(process, address, authkey, directory)
         started = time.monotonic()

@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 from overlord.config import Settings
+from overlord.logs import configure_logging
 from overlord.query.errors import QueryError
 
 logger = logging.getLogger("overlord.query.worker")
@@ -31,8 +32,8 @@ busy query slows down before ingestion or a status request does."""
 
 def main() -> None:
     """Serve queries until stdin closes."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s query-engine %(name)s: %(message)s")
     config = json.loads(sys.stdin.readline())
+    configure_logging(logging.INFO, config["log_format"], process="query-engine")
     os.nice(QUERY_NICENESS)  # before Spark starts: its JVM inherits it
     settings = Settings.model_validate(config["settings"])
     engine = _Engine(settings)
