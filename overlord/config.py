@@ -1,6 +1,6 @@
 """Service settings: environment variables ``OVERLORD_*`` (production) or keyword arguments (dev stack, tests).
 
-Every setting is declared once here, with its variable, default and meaning; the README's
+Every setting is declared once here, with its variable, default and meaning; the
 configuration table is generated from these declarations (:func:`settings_table`, checked by
 a test).
 """
@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     spark_conf: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="more Spark properties, as a JSON object: executor sizing "
         "(`spark.executor.memory`, `spark.cores.max`), the address executors reach the driver at "
-        "(`spark.driver.host`), ... (see the README's Spark cluster section)")
+        "(`spark.driver.host`), ... (see docs/operations.md, Spark cluster)")
     query_max_rows: int = Field(
         default=100_000, ge=1, description="the most rows a SQL result may have; a bigger one is refused with a "
         "400 (the result is built in the overlord's memory). Druid's `context.sqlOuterLimit` cuts a result to its "
@@ -57,8 +57,8 @@ class Settings(BaseSettings):
         "one is refused with a 400")
     query_local_max_bytes: int = Field(
         default=2**30, ge=0, description="queries whose segment files (after time pruning) total at most this many "
-        "bytes run on DuckDB in the query engine's process, when DuckDB answers them exactly as Spark would (see the "
-        "README's query section); the others on Spark. 0 sends every query to Spark")
+        "bytes run on DuckDB in the query engine's process, when DuckDB answers them exactly as Spark would (see "
+        "docs/querying.md); the others on Spark. 0 sends every query to Spark")
     query_local_memory_limit: str = Field(
         default="2GB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
         description="the most memory DuckDB's queries may use together, e.g. `2GB`; a query that needs more "
@@ -118,7 +118,7 @@ class Settings(BaseSettings):
         "session; more wait for a slot (their `completionTimeout` starts when they run)")
     compaction_period_s: int = Field(
         default=60, ge=0, description="how often the leader runs auto-compaction: merges a fresh interval's small "
-        "segments tier by tier and compacts older intervals whole (see the README's \"Good files by default\"); "
+        "segments tier by tier and compacts older intervals whole (see docs/querying.md, \"Good files by default\"); "
         "0 turns it off")
     auto_compaction: bool = Field(
         default=True, description="compact every supervisor's datasource with the default config (intervals an "
@@ -140,8 +140,8 @@ class Settings(BaseSettings):
         "keep it well above `OVERLORD_QUERY_TIMEOUT_MS`")
     iceberg_period_s: int = Field(
         default=10, ge=0, description="how often the leader commits an Apache Iceberg snapshot of each datasource "
-        "whose visible segments changed (catalog `overlord`, namespace `druid` in the metadata PostgreSQL; see the "
-        "README's \"Open tables\"); 0 turns the export off")
+        "whose visible segments changed (catalog `overlord`, namespace `druid` in the metadata PostgreSQL; see "
+        "docs/querying.md, \"Open tables\"); 0 turns the export off")
     iceberg_snapshot_retention_s: int = Field(
         default=600, ge=0, description="how long an Iceberg snapshot stays readable after a newer one: older ones "
         "expire, and cleanup keeps every file a live snapshot references")
@@ -198,7 +198,7 @@ def _message(error: object) -> str:
 
 
 def settings_table() -> str:
-    """The README's configuration table (Markdown), from the declarations above."""
+    """The configuration table of docs/configuration.md (Markdown), from the declarations above."""
     rows = ["| variable | meaning | default |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         value = None if field.is_required() else field.get_default(call_default_factory=True)

@@ -1,4 +1,5 @@
-"""Settings come from OVERLORD_* variables, bad ones name the variable, and the README's table is the code's."""
+"""Settings come from OVERLORD_* variables or secret files, bad ones name the variable, and the documented table
+(docs/configuration.md) is the code's."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import pytest
 
 from overlord.config import Settings, settings_table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONFIGURATION = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
-def test_the_readme_configuration_table_is_generated_from_the_settings() -> None:
-    assert settings_table() in README.read_text(), "regenerate the README table with overlord.config.settings_table()"
+def test_the_documented_configuration_table_is_generated_from_the_settings() -> None:
+    assert settings_table() in CONFIGURATION.read_text(), (
+        "regenerate the table in docs/configuration.md with overlord.config.settings_table()")
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
