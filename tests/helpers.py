@@ -209,9 +209,9 @@ class OverlordProcess:
 
 
 @contextmanager
-def served(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields its base URL."""
-    port = free_port()
+def served(app: Any, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on loopback (``port``, or a free one) in a thread; yields its base URL."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
     thread.start()

@@ -1,5 +1,6 @@
 """Settings come from OVERLORD_* variables or secret files, bad ones name the variable, and the documented table
-(docs/configuration.md) is the code's."""
+(docs/configuration.md) is the code's.
+"""
 
 from __future__ import annotations
 

@@ -127,3 +127,31 @@ def test_a_standby_whose_leader_advertises_no_url_says_who_leads(make_overlord):
     message = answer.json()["errorMessage"]
     assert leader.elector.name in message and "OVERLORD_ADVERTISED_URL" in message
 
+
+
+def test_the_command_line_client_pointed_at_a_standby_reaches_the_leader_with_its_credentials(
+        make_overlord, make_topic, datasource, monkeypatch):
+    """Over real HTTP, authentication on: the standby's 307 leads to another origin, where a client that follows
+    redirects the usual way drops the credentials; ours sends them again to the leader it is sent to.
+    """
+    from overlord.cli.client import OverlordClient
+    from overlord.dev.stack import free_port
+    from overlord.http.app import create_app
+    from overlord.http.auth import Authenticator, AuthFile, new_token
+    from tests.helpers import served
+
+    token, digest = new_token()
+    auth = Authenticator(AuthFile.model_validate({"tokens": {"ci": {"role": "write", "tokenSha256": digest}}}))
+    port = free_port()
+    leader = make_overlord(advertised_url=f"http://127.0.0.1:{port}")
+    standby = make_overlord(database_url=leader.settings.database_url)
+    monkeypatch.setenv("OVERLORD_TOKEN", token)
+    try:
+        with served(create_app(leader, authenticator=auth), port), \
+                served(create_app(standby, authenticator=auth)) as standby_url:
+            client = OverlordClient(standby_url)
+            assert client.request("POST", "/supervisor", json=spec_json(datasource, make_topic(1)))["id"] == datasource
+            assert datasource in leader.supervisors and standby.supervisors == {}
+            assert client.request("GET", "/supervisor") == [datasource]  # reads are the leader's too
+    finally:
+        auth.close()

@@ -58,6 +58,10 @@ class OverlordClient:
         """Send a request and return the decoded JSON; raises :class:`ClientError` on 4xx/5xx or no answer."""
         try:
             response = self._http.request(method, path, **kwargs)
+            if response.status_code in (307, 308) and (leader := response.headers.get("location")):
+                # A standby sends leader-only calls to the leader: once, with the same body and credentials
+                # (httpx's own redirects drop the Authorization header on the way to another origin).
+                response = self._http.request(method, leader, **kwargs)
         except httpx.HTTPError as exc:
             raise ClientError(f"cannot reach the overlord at {self.url}: {exc}") from None
         if response.status_code >= 400:
