@@ -379,6 +379,40 @@ def test_unexpected_errors_are_500_with_a_logged_traceback(api: Api, monkeypatch
 # --- ingestion, tasks, console, metrics ------------------------------------------------------
 
 
+def test_a_tasks_log_and_report_are_one_call_away_as_druid_serves_them(api: Api, stack: DevStack, make_topic,
+                                                                        datasource):
+    topic = make_topic(1)
+    sample = make_sample_events(200, bad_every=20)
+    produce(stack.bootstrap_servers, topic, sample.records, 1)
+    submit(api, spec_json(datasource, topic))
+    wait_until(lambda: [t for t in api.get("/tasks", datasource=datasource) if t["status"] == "SUCCESS"],
+               "a task to publish", 60)
+    [task] = [t for t in api.get("/tasks", datasource=datasource) if t["status"] == "SUCCESS"][-1:]
+    task_id = task["id"]
+
+    log = api.http.get(f"{V1}/task/{task_id}/log")
+    assert log.status_code == 200 and log.headers["content-type"].startswith("text/plain")
+    lines = log.text.splitlines()
+    assert any(f"launched task {task_id}" in line for line in lines)  # the supervisor's line that names it
+    assert any(f"task {task_id}: indexing {datasource}" in line for line in lines)  # the task's own thread
+    assert f"task {task_id} SUCCESS: published" in lines[-1]
+    assert api.http.get(f"{V1}/task/{task_id}/log", params={"offset": -40}).text == log.text[-40:]
+    other = api.get("/tasks", datasource=datasource)
+    assert all(task_id not in line for t in other if t["id"] != task_id
+               for line in api.http.get(f"{V1}/task/{t['id']}/log").text.splitlines())  # one task's lines only
+
+    payload = api.get(f"/task/{task_id}/reports")["ingestionStatsAndErrors"]
+    assert payload["type"] == "ingestionStatsAndErrors" and payload["taskId"] == task_id
+    report = api.get(f"/task/{task_id}")["payload"]["report"]
+    stats = payload["payload"]["rowStats"]["buildSegments"]
+    assert (stats["processed"], stats["unparseable"], stats["thrownAway"]) == (
+        report["processed"], report["unparseable"], report["thrownAway"])
+    assert payload["payload"]["ingestionState"] == "COMPLETED" and stats["unparseable"] >= 1
+    assert payload["payload"]["unparseableEvents"]["buildSegments"][0].startswith("partition 0 offset ")
+    assert api.http.get(f"{V1}/task/nope/log").status_code == 404
+    assert api.http.get(f"{V1}/task/nope/reports").status_code == 404
+
+
 def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: DevStack, make_topic, datasource):
     topic = make_topic(2)
     sample = make_sample_events(300, bad_every=0)

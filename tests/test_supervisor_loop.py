@@ -22,6 +22,7 @@ from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.ranges import TopicChanged, next_task_request
+from overlord.supervisor.task_logs import TaskLogs
 from segment_store import Offsets, PublishOutcome, TopicPartitionId, committed_offsets, publish, reset_offsets
 from segment_store.publish import PublishRequest, Status
 from specs import KafkaIOConfigSpec, load_supervisor_spec
@@ -39,6 +40,7 @@ class FakeRunner:
         self.stopped: list[str] = []
         self.slots_free = True
         self.queued: list[tuple[str, Any]] = []
+        self.logs = TaskLogs()  # the real one: the loop hands each finished task's lines to the store
 
     def submit(self, request: IndexTaskRequest, on_done: Any, on_start: Any) -> Future[TaskReport]:
         future: Future[TaskReport] = Future()

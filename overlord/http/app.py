@@ -33,7 +33,7 @@ from overlord.http.console import console_routes
 from overlord.http.coordinator import coordinator_routes
 from overlord.http.json_bodies import JsonBodies
 from overlord.http.query_routes import query_routes
-from overlord.http.redact import SecretRegistry
+from overlord.http.redact import SecretLogFilter, SecretRegistry
 from overlord.http.replies import ApiError, Replies
 from overlord.http.request_metrics import RequestMetrics
 from overlord.http.same_origin import HostAllowList, SameOriginWrites, Site
@@ -75,6 +75,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
     in the background; whoever serves the app stops it.
     """
     secrets = secrets or SecretRegistry()
+    overlord.runner.logs.addFilter(SecretLogFilter(secrets))  # task logs are served: scrubbed like the log
     secrets.learn(sup.spec.to_druid_json() for sup in list(overlord.supervisors.values()))
     app = FastAPI(title="overlord", version="0.1.0",
                   description="Druid-compatible supervisor and task API of the Kafka-to-segment indexing service.")

@@ -1,11 +1,11 @@
-"""Druid's task calls under ``/druid/indexer/v1``: listing, status, payload and shutdown."""
+"""Druid's task calls under ``/druid/indexer/v1``: listing, status, payload, log, reports and shutdown."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
 from overlord.errors import NotFound
 from overlord.http.replies import Replies
@@ -55,9 +55,38 @@ def task_routes(out: Replies) -> APIRouter:
     def get_task_status(task_id: str) -> Response:
         return reply({"task": task_id, "status": task_view(task_record(task_id), active_ids())})
 
+    @router.get(f"{PREFIX}/task/{{task_id}}/log", tags=["tasks"], response_class=PlainTextResponse,
+                summary="The lines the overlord wrote running the task (live while it runs); offset<0: the end")
+    def get_task_log(task_id: str, offset: int = 0) -> Response:
+        record = task_record(task_id)
+        text = overlord.runner.logs.text(task_id) or overlord.store.task_log(task_id) or ""
+        if record.status == "RUNNING" and not text:
+            text = "the task has not logged anything yet\n"
+        return PlainTextResponse(text[offset:])
+
+    @router.get(f"{PREFIX}/task/{{task_id}}/reports", tags=["tasks"],
+                summary="Druid's ingestionStatsAndErrors report: row counts and parse errors")
+    def get_task_reports(task_id: str) -> Response:
+        return reply(ingestion_report(task_record(task_id)))
+
     @router.post(f"{PREFIX}/task/{{task_id}}/shutdown", tags=["tasks"], summary="Stop a task; it will not publish")
     def shutdown_task(task_id: str) -> Response:
         overlord.shutdown_task(task_id)
         return reply({"task": task_id})
 
     return router
+
+
+def ingestion_report(record: TaskRecord) -> dict[str, Any]:
+    """Druid's task report for ``record``: rows processed, unparseable and thrown away, the parse errors sampled."""
+    report = record.report or {}
+    state = {"RUNNING": "BUILD_SEGMENTS"}.get(record.status, "COMPLETED")
+    rows = {"processed": report.get("processed", 0), "processedWithError": 0,
+            "unparseable": report.get("unparseable", 0), "thrownAway": report.get("thrownAway", 0)}
+    errors = [f"partition {s.get('partition')} offset {s.get('offset')}: {s.get('reason')}"
+              for s in report.get("badSamples", [])]
+    return {"ingestionStatsAndErrors": {"type": "ingestionStatsAndErrors", "taskId": record.id, "payload": {
+        "ingestionState": state, "rowStats": {"buildSegments": rows} if record.report else {},
+        "unparseableEvents": {"buildSegments": errors} if record.report else {},
+        "errorMsg": record.status_detail if record.status == "FAILED" else None,
+        "segmentAvailabilityConfirmed": False, "segmentAvailabilityWaitTimeMs": 0}}}

@@ -397,7 +397,8 @@ class Supervisor:
             self.active[request.task_id] = task
             task.future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id),
                                                  partial(self._mark_started, task))
-            logger.info("supervisor %s: launched task %s: %s", self.id, request.task_id, todo)
+            logger.info("supervisor %s: launched task %s: %s", self.id, request.task_id, todo,
+                        extra={"task_id": request.task_id})
 
     def _mark_started(self, task: ActiveTask, _task_id: str) -> None:
         task.started = self.ctx.clock()  # completionTimeout counts from here, not from the queue
@@ -426,15 +427,15 @@ class Supervisor:
             delay = self.ctx.policy.backoff_s(state.failures)
             state.retry_after = self.ctx.clock() + delay
             self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)")
-        self.ctx.store.finish_task(task_id, status, detail, _report_json(report))
+        log = logger.info if status == "SUCCESS" else logger.warning
+        log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail, extra={"task_id": task_id})
+        self.ctx.store.finish_task(task_id, status, detail, _report_json(report), self.ctx.runner.logs.take(task_id))
         duration = round(self.ctx.clock() - task.launched, 3)
         self.recent_tasks.appendleft(FinishedTaskStatus(
             task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.launched_at,
             duration))
         if self.ctx.metrics is not None:
             self.ctx.metrics.task_finished(self.spec.datasource, report, duration)
-        log = logger.info if status == "SUCCESS" else logger.warning
-        log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail)
 
     def record_error(self, message: str) -> None:
         self.recent_errors.appendleft((self.ctx.now(), message))

@@ -109,6 +109,7 @@ class Overlord:
     def start(self) -> None:
         """Upgrade the metadata store's schema and run for leadership: a lone overlord leads before this returns."""
         upgrade_schema(self.engine)
+        logging.getLogger().addHandler(self.runner.logs)
         self.scheduler.start()
         duties = (("auto-compaction", self.auto_compact, self.settings.compaction_period_s),
                   ("retention", self.apply_retention, self.settings.retention_period_s),
@@ -191,6 +192,7 @@ class Overlord:
             with sup.lock:
                 sup.update_task_status()
         self.runner.shutdown()
+        logging.getLogger().removeHandler(self.runner.logs)
         close_metadata_clients()
         for sup in self.supervisors.values():
             with sup.lock:
@@ -359,7 +361,8 @@ class Overlord:
             lambda _stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
                                   max_rows_per_segment=max_rows_per_segment, select=select), owner=datasource)
         future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
-        logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all")
+        logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all",
+                    extra={"task_id": task_id})
         return task_id, future
 
     def _spec_of(self, datasource: str) -> SupervisorSpec:
@@ -511,6 +514,6 @@ class Overlord:
                       "outputSegments": sum(len(r.output_segments) for r in reports)}
         else:
             ok, detail, report = False, error_summary(error), None
-        self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report)
+        (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail, extra={"task_id": task_id})
+        self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report, self.runner.logs.take(task_id))
         self.metrics.compactions.labels(datasource, "ok" if ok else "failed").inc()
-        (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail)

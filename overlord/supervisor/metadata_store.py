@@ -64,6 +64,7 @@ tasks = sa.Table(
     sa.Column("report", JSONB, nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("log", sa.Text, nullable=True),  # the lines the overlord wrote while it ran (see task_logs)
 )
 
 compaction_configs = sa.Table(
@@ -109,6 +110,10 @@ class TaskRecord:
     report: Mapping[str, Any] | None
     created_at: datetime
     finished_at: datetime | None
+
+
+_TASK_COLUMNS = [column for column in tasks.c if column.name != "log"]
+"""A task row without its log, which only ``task_log`` reads."""
 
 
 def _task(row: Any) -> TaskRecord:
@@ -211,11 +216,17 @@ class MetadataStore:
                 id=task_id, type=task_type, supervisor_id=supervisor_id, datasource=datasource, status="RUNNING",
                 start_offsets=Offsets(start_offsets).to_json(), end_offsets=Offsets(end_offsets).to_json()))
 
-    def finish_task(self, task_id: str, status: str, detail: str | None, report: Mapping[str, Any] | None) -> None:
+    def finish_task(self, task_id: str, status: str, detail: str | None, report: Mapping[str, Any] | None,
+                    log: str | None = None) -> None:
         with self.engine.begin() as conn:
             conn.execute(tasks.update().where(tasks.c.id == task_id).values(
                 status=status, status_detail=detail, report=dict(report) if report else None,
-                finished_at=sa.func.now()))
+                finished_at=sa.func.now(), log=log))
+
+    def task_log(self, task_id: str) -> str | None:
+        """A finished task's log (None if it has none, or there is no such task)."""
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(tasks.c.log).where(tasks.c.id == task_id)).scalar()
 
     def record_reset(self, supervisor_id: str, datasource: str, before: Mapping[Partition, int],
                      after: Mapping[Partition, int], detail: str) -> None:
@@ -236,7 +247,7 @@ class MetadataStore:
 
     def tasks(self, *, status: str | None = None, datasource: str | None = None, task_type: str | None = None,
               limit: int = 200) -> list[TaskRecord]:
-        query = tasks.select().order_by(tasks.c.created_at.desc()).limit(limit)
+        query = sa.select(*_TASK_COLUMNS).order_by(tasks.c.created_at.desc()).limit(limit)
         if task_type is not None:
             query = query.where(tasks.c.type == task_type)
         if status is not None:
@@ -248,5 +259,5 @@ class MetadataStore:
 
     def task(self, task_id: str) -> TaskRecord | None:
         with self.engine.connect() as conn:
-            row = conn.execute(tasks.select().where(tasks.c.id == task_id)).one_or_none()
+            row = conn.execute(sa.select(*_TASK_COLUMNS).where(tasks.c.id == task_id)).one_or_none()
         return _task(row) if row is not None else None

@@ -15,6 +15,7 @@ from indexing_task.resident import ResidentRunners
 from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.task import BeforePublish, IndexTaskRequest, TaskReport, run_index_task
 from overlord.supervisor.fair_executor import FairExecutor
+from overlord.supervisor.task_logs import TaskLogs
 
 __all__ = ["TaskRunner"]
 
@@ -42,6 +43,8 @@ class TaskRunner:
         self.before_publish = before_publish
         self.resident = ResidentRunners(spark, resident_runners) if resident_runners else None
         self._pool = FairExecutor(slots, thread_name_prefix="task")
+        self.logs = TaskLogs()
+        """Each task's log lines (see :mod:`overlord.supervisor.task_logs`); its owner puts it on the root logger."""
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -79,12 +82,14 @@ class TaskRunner:
         stop = threading.Event()
         with self._lock:
             self._stops[task_id] = stop
+        self.logs.open(task_id)
 
         def run() -> T:
             on_start(task_id)
             self.spark.sparkContext.setJobGroup(task_id, description, interruptOnCancel=True)
             use_pool(self.spark, INGEST_POOL)
-            return work(stop)
+            with self.logs.running(task_id):
+                return work(stop)
 
         future = self._pool.submit(owner or task_id, run)
         future.add_done_callback(lambda _f: self._finished(task_id, on_done))
