@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -95,6 +96,9 @@ def test_supervisor_lag_tasks_segments_and_parse_errors_appear_and_update_in_pla
     errors = page.locator("#task-list details", has_text="unparseable").first
     errors.locator("summary").click()
     expect(errors.locator("pre.sample").first).to_contain_text("invalid JSON")
+    log_link = tasks.first.locator('a[data-role="task-log"]')  # a task's log is one click away
+    task_log = page.request.get(urljoin(page.url, log_link.get_attribute("href")))
+    assert task_log.ok and f"{log_link.inner_text()} SUCCESS: published" in task_log.text()
     segments = page.locator(f'.datasource[data-name="{datasource}"]')
     expect(segments.locator("tr")).to_have_count(3)  # the header and the sample's two hours
     expect(segments).to_contain_text("2 intervals")

@@ -122,7 +122,8 @@ function supervisorCard(s) {
     ...stoppedPartitions(p, id, path),
     el("h3", {}, "Active tasks"),
     table(["task", "start", "end", "running (s)"],
-      p.activeTasks.map((t) => [t.id, offsets(t.startingOffsets), offsets(t.endOffsets), t.runningSeconds]), [3]),
+      p.activeTasks.map((t) => [taskLinks(t.id), offsets(t.startingOffsets), offsets(t.endOffsets), t.runningSeconds]),
+      [3]),
     p.recentErrors.length ? el("h3", {}, "Recent errors") : null,
     p.recentErrors.length ? table(["time", "message"], p.recentErrors.map((e) => [e.timestamp, e.message])) : null);
 }
@@ -140,12 +141,19 @@ function stoppedPartitions(p, id, path) {
         `Read from its earliest offset (${fmt(p.earliestOffsets[part] ?? 0)})`)]))];
 }
 
+function taskLinks(id) {
+  // The task's id opens its log (plain text, live while it runs); "report" its Druid ingestion report.
+  const base = `${API}/task/${encodeURIComponent(id)}`;
+  return [el("a", { href: `${base}/log`, target: "_blank", rel: "noopener", "data-role": "task-log" }, id), " ",
+    el("a", { href: `${base}/reports`, target: "_blank", rel: "noopener", class: "muted" }, "report")];
+}
+
 function taskRows(tasks) {
   return tasks.map((t) => {
     const r = t.report || {};
     const samples = (r.badSamples || []).map((b) =>
       el("pre", { class: "sample" }, `partition ${b.partition} offset ${b.offset}: ${b.reason}: ${b.value ?? ""}`));
-    return [t.id, t.type, t.dataSource, el("span", { class: t.status === "FAILED" ? "bad" : "" }, t.status),
+    return [taskLinks(t.id), t.type, t.dataSource, el("span", { class: t.status === "FAILED" ? "bad" : "" }, t.status),
       t.type === "index_kafka" ? `${offsets(t.startOffsets)} → ${offsets(t.endOffsets)}` : "",
       t.duration >= 0 ? (t.duration / 1000).toFixed(1) : "running",
       fmt(r.records ?? r.inputSegments ?? ""), fmt(r.rowsOut ?? r.outputSegments ?? ""),
