@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -512,6 +513,13 @@ def test_health_and_openapi(api: Api):
     assert {f"{V1}/supervisor", f"{V1}/supervisor/{{supervisor_id}}/resetOffsets", f"{V1}/tasks", "/metrics"} <= set(
         openapi["paths"])
     assert "SupervisorSpec" in openapi["components"]["schemas"]
+
+    docs = api.http.get("/docs")  # the console's "API" link: rendered here, nothing from a CDN
+    assert docs.status_code == 200 and docs.headers["content-type"].startswith("text/html")
+    assert all(path in docs.text for path in openapi["paths"])
+    assert "<script" not in docs.text and not re.search(r'(src|href)="(https?:)?//', docs.text)
+    assert "POST /druid/indexer/v1/supervisor</code>" in docs.text
+    assert api.http.get("/redoc").status_code == 404
 
 
 # --- the command line ---------------------------------------------------------------------------

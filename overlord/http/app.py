@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from overlord.errors import NotFound, NotLeader
+from overlord.http.api_docs import api_docs_routes
 from overlord.http.audit import AuditLog, audit_routes
 from overlord.http.auth import Authenticator, AuthMiddleware
 from overlord.http.body_limit import BodySizeLimit
@@ -41,6 +42,7 @@ from overlord.http.service import service_routes
 from overlord.http.standby import StandbyRedirect
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
+from overlord.metrics import package_version
 from overlord.query.errors import QueryError
 from overlord.query.process import QueryProcess
 from overlord.supervisor.manager import Overlord
@@ -77,7 +79,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
     secrets = secrets or SecretRegistry()
     overlord.runner.logs.addFilter(SecretLogFilter(secrets))  # task logs are served: scrubbed like the log
     secrets.learn(sup.spec.to_druid_json() for sup in list(overlord.supervisors.values()))
-    app = FastAPI(title="overlord", version="0.1.0",
+    app = FastAPI(title="overlord", version=package_version(), docs_url=None, redoc_url=None,  # CDN pages: see api_docs
                   description="Druid-compatible supervisor and task API of the Kafka-to-segment indexing service.")
 
     out = Replies(overlord, secrets)
@@ -139,7 +141,8 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     app.openapi = openapi  # type: ignore[method-assign]
     for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
-                   coordinator_routes(out), audit_routes(out), query_routes(overlord, out.secrets, queries)):
+                   coordinator_routes(out), audit_routes(out), query_routes(overlord, out.secrets, queries),
+                   api_docs_routes(app.openapi)):
         app.include_router(router)
     site = Site.of(overlord.settings.public_urls or ())  # innermost first: a request meets them bottom to top
     app.add_middleware(AuditLog, store=overlord.store)  # changes the leader made, by whom

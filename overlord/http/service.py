@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from overlord.http.replies import Replies
+from overlord.metrics import package_version
 
 __all__ = ["service_routes"]
 
@@ -35,17 +34,10 @@ def service_routes(out: Replies) -> APIRouter:
 
     @router.get("/status", tags=["service"], summary="Version, as Druid's /status (Grafana's Druid plugin asks it)")
     def status() -> Response:
-        return reply({"version": _version(), "modules": []})
+        return reply({"version": package_version(), "modules": []})
 
     @router.get("/metrics", tags=["service"], summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:
         return Response(overlord.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return router
-
-
-def _version() -> str:
-    try:
-        return version("kafka-segment-indexer")
-    except PackageNotFoundError:  # running from a source tree that was not installed
-        return "unknown"
