@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from overlord.dev.sample_data import make_sample_events, produce
 from specs import load_example
@@ -48,3 +52,32 @@ def test_invalid_spec_names_the_field(stack, tmp_path: Path):
 
     assert result.returncode == 2
     assert "spec.ioConfig.taskCount" in result.stderr and "Traceback" not in result.stderr
+
+
+RUNS_A_SERVICE = {"dev up", "demo", "quickstart", "serve"}
+"""Commands that run until stopped or print a walk-through, not data a script reads."""
+
+
+def _commands(parser: Any, name: str = "") -> Iterator[tuple[str, Any]]:
+    """Every leaf command of the ``overlord`` parser, by its words."""
+    import argparse
+
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        yield name.strip(), parser
+    for action in subcommands:
+        for word, sub in action.choices.items():
+            yield from _commands(sub, f"{name} {word}")
+
+
+@pytest.mark.unit
+def test_every_command_explains_each_argument_and_prints_data_as_json_when_asked():
+    from overlord.cli.main import _parser
+
+    commands = dict(_commands(_parser()))
+    assert len(commands) > 30
+    for name, parser in commands.items():
+        for action in parser._actions:
+            assert action.help, f"overlord {name}: {'/'.join(action.option_strings) or action.dest} has no help"
+        if name not in RUNS_A_SERVICE | {"auth hash-password"}:  # that one prints the hash alone, to paste
+            assert any(a.dest == "json" for a in parser._actions), f"overlord {name} has no --json"

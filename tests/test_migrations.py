@@ -134,3 +134,5 @@ def test_overlord_db_upgrade_and_current_say_where_the_store_is(fresh, monkeypat
     assert capsys.readouterr().out.strip() == f"metadata store at revision {head_revision()} already"
     assert main(["db", "current"]) == 0
     assert capsys.readouterr().out.startswith(f"{head_revision()} ")
+    assert main(["db", "current", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"revision": head_revision(), "head": head_revision()}

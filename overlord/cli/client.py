@@ -304,10 +304,13 @@ def _cmd_hash_password(_args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_new_token(_args: argparse.Namespace) -> int:
+def _cmd_new_token(args: argparse.Namespace) -> int:
     from overlord.http.auth import new_token
 
     token, digest = new_token()
+    if args.json:
+        print(json.dumps({"token": token, "tokenSha256": digest}))
+        return 0
     print(f"token (give it to the client, e.g. OVERLORD_TOKEN):  {token}")
     print(f"tokenSha256 (put it in OVERLORD_AUTH_FILE):            {digest}")
     return 0
@@ -340,8 +343,9 @@ def add_commands(sub: Any) -> None:
         dest="auth_command", required=True)
     auth.add_parser("hash-password", help="print the argon2 hash of a password (read from the terminal or "
                                           "stdin) for a user's passwordHash").set_defaults(func=_cmd_hash_password)
-    auth.add_parser("new-token", help="print a new bearer token and its tokenSha256").set_defaults(
-        func=_cmd_new_token)
+    token = auth.add_parser("new-token", help="print a new bearer token and its tokenSha256")
+    token.add_argument("--json", action="store_true", help='print {"token", "tokenSha256"} as JSON')
+    token.set_defaults(func=_cmd_new_token)
 
     common = common_options()
     supervisor = sub.add_parser("supervisor", help="manage supervisors of a running overlord over HTTP")

@@ -35,10 +35,13 @@ def _cmd_dev_up(args: argparse.Namespace) -> int:
     from overlord.dev.stack import dev_stack
 
     with dev_stack(Path(args.workdir) if args.workdir else None) as stack:
-        print("Embedded stack is up. Use these settings in another shell:")
-        for key, value in stack.as_env().items():
-            print(f"export {key}='{value}'")
-        print("Press Ctrl-C to stop.", flush=True)
+        if args.json:
+            print(json.dumps(stack.as_env()), flush=True)
+        else:
+            print("Embedded stack is up. Use these settings in another shell:")
+            for key, value in stack.as_env().items():
+                print(f"export {key}='{value}'")
+            print("Press Ctrl-C to stop.", flush=True)
         try:
             while True:
                 time.sleep(3600)
@@ -238,11 +241,13 @@ def _cmd_db(args: argparse.Namespace) -> int:
     engine = metadata_engine(Settings.from_env().database_url)
     if args.db == "current":
         current = current_revision(engine)
-        print(f"{current or 'none (a new store, or one of release 0.1.0)'} (this release's newest: {head_revision()})")
+        print(json.dumps({"revision": current, "head": head_revision()}) if args.json else
+              f"{current or 'none (a new store, or one of release 0.1.0)'} (this release's newest: {head_revision()})")
         return 0
     before = upgrade_schema(engine)
-    print(f"metadata store at revision {head_revision()}" + (
-        " already" if before == head_revision() else f" (was {before or 'none'})"))
+    print(json.dumps({"revision": head_revision(), "was": before}) if args.json else
+          f"metadata store at revision {head_revision()}" + (
+              " already" if before == head_revision() else f" (was {before or 'none'})"))
     return 0
 
 
@@ -259,6 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="the embedded development stack").add_subparsers(dest="dev", required=True)
     up = dev.add_parser("up", help="start a Tansu broker and PostgreSQL, print their settings, wait")
     up.add_argument("--workdir", help="directory for PostgreSQL data and deep storage (default: a temp dir)")
+    up.add_argument("--json", action="store_true", help="print the settings as one JSON object (then wait)")
     up.set_defaults(func=_cmd_dev_up)
 
     index = sub.add_parser("index", help="index a datasource once, from its committed offsets to the end "
@@ -316,9 +322,11 @@ def _parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("db", help="the metadata store's schema (overlord serve upgrades it at start-up too)")
     db_sub = db.add_subparsers(dest="db", required=True)
-    db_sub.add_parser("upgrade", help="apply the migrations it lacks (safe while overlords run)").set_defaults(
-        func=_cmd_db)
-    db_sub.add_parser("current", help="print its schema revision").set_defaults(func=_cmd_db)
+    for name, text in (("upgrade", "apply the migrations it lacks (safe while overlords run)"),
+                       ("current", "print its schema revision")):
+        command = db_sub.add_parser(name, help=text)
+        command.add_argument("--json", action="store_true", help='print {"revision", ...} as JSON')
+        command.set_defaults(func=_cmd_db)
 
     add_commands(sub)
     add_storage_commands(sub, common_options())
