@@ -456,7 +456,11 @@ def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: De
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     overview = api.http.get("/console/api/overview").json()
     [shown] = [s for s in overview["supervisors"] if s["id"] == datasource]
-    assert shown["payload"]["aggregateLag"] == 0 and shown["history"]
+    assert shown["payload"]["aggregateLag"] == 0 and shown["series"]["points"]
+    series = api.get(f"/supervisor/{datasource}/series")  # an hour in 10-s steps: what the charts draw
+    assert series["stepSeconds"] == 10 and all(p["t"] % 10 == 0 for p in series["points"])
+    assert sum(p["published"] for p in series["points"]) == len([t for t in tasks if t["status"] == "SUCCESS"])
+    assert all(p["lagMin"] <= p["lag"] <= p["lagMax"] for p in series["points"] if p["lag"] is not None)
     [segments] = [d for d in overview["datasources"] if d["name"] == datasource]
     assert segments["rows"] == sum(i["rows"] for i in segments["intervals"]) > 0
     metrics = api.http.get("/metrics")

@@ -90,7 +90,9 @@ def test_supervisor_lag_tasks_segments_and_parse_errors_appear_and_update_in_pla
     card = page.locator(f'.supervisor[data-id="{datasource}"]')
     expect(card.locator('[data-role="state"]')).to_have_text("RUNNING")
     expect(card.locator('[data-role="lag"]')).to_have_text("0")
-    expect(card.locator("svg.chart.lag polyline")).to_have_count(1)
+    expect(card.locator("svg.chart.lag polyline")).to_have_count(2)  # the band: each 10-s step's max and min
+    expect(card.locator("svg.chart.tasks rect.ok").first).to_be_attached()  # a step with a published task
+    expect(card.locator("svg.chart.lag rect.hover title").first).to_contain_text("lag")  # values on hover
     tasks = page.locator("#task-list tr", has_text=datasource)
     expect(tasks.first).to_contain_text("SUCCESS")
     errors = page.locator("#task-list details", has_text="unparseable").first

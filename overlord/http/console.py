@@ -9,6 +9,7 @@ does not allow (authentication included: the browser's Basic credentials go with
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,9 @@ def console_routes(out: Replies) -> APIRouter:
     def overview() -> Response:
         active = {task.id for status in out.supervisors() for task in status.active_tasks}
         tasks = [{**task_view(t, active), "report": t.report} for t in overlord.store.tasks(limit=50)]
-        supervisors = [{**status_payload(s), "history": s.history} for s in out.supervisors()]
+        now = time.time()
+        supervisors = [{**status_payload(sup.status), "series": sup.series.as_json(now)}
+                       for sup in sorted(overlord.supervisors.values(), key=lambda sup: sup.id)]
         names = sorted({s["payload"]["dataSource"] for s in supervisors} | set(datasources(overlord.engine)))
         rules = overlord.rules()
         return out.reply({"leader": overlord.leading, "supervisors": supervisors, "tasks": tasks,

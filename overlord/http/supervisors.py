@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
@@ -90,6 +91,11 @@ def supervisor_routes(out: Replies) -> APIRouter:
     def get_health(supervisor_id: str) -> Response:
         status = overlord.get(supervisor_id).status
         return reply({"healthy": status.healthy, "state": status.state}, 200 if status.healthy else 503)
+
+    @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}/series", tags=["supervisors"],
+                summary="Lag, records/s and task outcomes in 10-s steps (min and max of each) for the last hour")
+    def get_series(supervisor_id: str) -> Response:
+        return reply(overlord.get(supervisor_id).series.as_json(time.time()))
 
     @router.get(f"{PREFIX}/supervisor/{{supervisor_id}}/stats", tags=["supervisors"], summary="Row counters, rates")
     def get_stats(supervisor_id: str) -> Response:

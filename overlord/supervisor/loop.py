@@ -21,7 +21,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,7 @@ from overlord.supervisor.ranges import (
     pin_initial_offsets,
     task_group,
 )
+from overlord.supervisor.series import Series
 from overlord.supervisor.status import (
     ActiveTaskStatus,
     CounterStatus,
@@ -116,8 +117,7 @@ class GroupState:
 
 
 RATE_HORIZON_S = 900
-"""The longest window a processing rate is given for, and the span of the charted history (15 minutes)."""
-HISTORY_STEP_S = 2.0
+"""The longest window a processing rate is given for (15 minutes)."""
 
 
 @dataclass
@@ -169,8 +169,8 @@ class Supervisor:
         of discovery."""
         self.recent_errors: deque[tuple[datetime, str]] = deque(maxlen=10)
         self.recent_tasks: deque[FinishedTaskStatus] = deque(maxlen=20)
-        self.history: deque[tuple[float, int, float]] = deque()
-        """(unix time, aggregate lag, records/s over 1 min), every 2 s at most, for 15 minutes: the console's charts."""
+        self.series = Series()
+        """Lag, records/s and task outcomes in fixed steps for an hour: the console's charts, ``.../series``."""
         self.watermarks: dict[Partition, tuple[int, int]] = {}
         self.arrivals: dict[Partition, deque[tuple[int, float]]] = {}
         """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
@@ -357,16 +357,9 @@ class Supervisor:
 
     def publish_status(self) -> None:
         """Replace :attr:`status` with a snapshot of now, and remember its lag and rate (callers hold ``lock``)."""
-        status = self.snapshot()
-        point = (round(status.generated_at.timestamp(), 3), sum(status.lag.values()),
-                 status.counters.processed_per_second["1m"])
-        if self.history and point[0] - self.history[-1][0] < HISTORY_STEP_S:
-            self.history[-1] = point
-        else:
-            self.history.append(point)
-        while point[0] - self.history[0][0] > RATE_HORIZON_S:
-            self.history.popleft()
-        self.status = replace(status, history=tuple(self.history))
+        self.status = self.snapshot()
+        self.series.observe(self.status.generated_at.timestamp(), sum(self.status.lag.values()),
+                            self.status.counters.processed_per_second["1m"])
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -434,6 +427,7 @@ class Supervisor:
         self.recent_tasks.appendleft(FinishedTaskStatus(
             task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.launched_at,
             duration))
+        self.series.task(self.ctx.now().timestamp(), status == "SUCCESS", duration)
         if self.ctx.metrics is not None:
             self.ctx.metrics.task_finished(self.spec.datasource, report, duration)
 

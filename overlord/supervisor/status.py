@@ -71,8 +71,6 @@ class SupervisorStatus:
     recent_errors: tuple[tuple[datetime, str], ...]
     counters: CounterStatus
     generated_at: datetime
-    history: tuple[tuple[float, int, float], ...] = ()
-    """(unix time, aggregate lag, records/s over 1 min) over the last 15 minutes, oldest first."""
     dimensions: Mapping[str, str] = field(default_factory=dict)
     """The dimensions of the rows published since the overlord started and their types (discovered ones included)."""
     stopped_partitions: Mapping[Partition, str] = field(default_factory=dict)

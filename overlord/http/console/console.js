@@ -60,29 +60,73 @@ async function act(label, method, path, body) {
 
 // --- charts --------------------------------------------------------------------------------
 
-function chart(points, pick, label, css) {
-  const width = 320, height = 80, now = Date.now() / 1000, span = 900;
-  const values = points.map(pick);
-  const top = Math.max(1, ...values);
-  const coords = points.map((p, i) =>
-    `${(width * (1 - (now - p[0]) / span)).toFixed(1)},${(height - 14 - (height - 24) * values[i] / top).toFixed(1)}`);
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("class", `chart ${css}`);
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `${label}, last 15 minutes`);
-  const line = document.createElementNS(svg.namespaceURI, "polyline");
-  line.setAttribute("points", coords.join(" "));
-  svg.append(line);
-  for (const [x, y, text, anchor] of [[4, 10, `${label} (max ${fmt(Math.round(top))})`, "start"],
-                                      [4, height - 2, "-15 min", "start"], [width - 4, height - 2, "now", "end"]]) {
-    const t = document.createElementNS(svg.namespaceURI, "text");
-    t.setAttribute("x", x); t.setAttribute("y", y); t.setAttribute("text-anchor", anchor);
-    t.textContent = text;
-    svg.append(t);
+const SVG = "http://www.w3.org/2000/svg";
+const SPAN_S = 3600;
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+const clock = (t) => new Date(t * 1000).toLocaleTimeString("en-GB");
+
+function chart({ stepSeconds: step, points }, lines, label, css, describe, bars) {
+  // The last hour in fixed steps: each line is a value per step (a lag band is its min and max line),
+  // bars are stacked counts per step; hovering a step shows its values (an SVG <title>).
+  const width = 380, height = 110, left = 46, right = 6, top = 14, bottom = 16, now = Date.now() / 1000;
+  const x = (t) => left + (width - left - right) * (1 - (now - t) / SPAN_S);
+  const values = points.flatMap((p) => [...lines.map((l) => l.pick(p)), bars ? bars.reduce((n, b) => n + b.pick(p), 0)
+    : null]).filter((v) => v !== null && v !== undefined);
+  const ymax = Math.max(1, ...values);
+  const y = (v) => height - bottom - (height - bottom - top) * v / ymax;
+  const svg = svgEl("svg", { class: `chart ${css}`, width, height, role: "img", "aria-label": `${label}, last hour` });
+  svg.append(svgEl("line", { class: "axis", x1: left, y1: top, x2: left, y2: height - bottom }),
+    svgEl("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }));
+  for (const [tx, ty, text, anchor] of [[left - 3, top + 4, fmt(Math.round(ymax)), "end"],
+    [left - 3, height - bottom, "0", "end"], [left, height - 3, "-60 min", "start"],
+    [(left + width - right) / 2, height - 3, "-30 min", "middle"], [width - right, height - 3, "now", "end"],
+    [left + 4, top - 3, label, "start"]]) {
+    svg.append(svgEl("text", { x: tx, y: ty, "text-anchor": anchor }, text));
+  }
+  const barWidth = Math.max(1, (width - left - right) * step / SPAN_S);
+  for (const p of points) {
+    let base = 0;
+    for (const b of bars || []) {
+      const n = b.pick(p);
+      if (n) {
+        svg.append(svgEl("rect", { class: b.cls, x: x(p.t), y: y(base + n), width: barWidth,
+          height: y(base) - y(base + n) }));
+      }
+      base += n;
+    }
+  }
+  for (const line of lines) {
+    const coords = points.filter((p) => line.pick(p) !== null && line.pick(p) !== undefined)
+      .map((p) => `${x(p.t + step / 2).toFixed(1)},${y(line.pick(p)).toFixed(1)}`);
+    svg.append(svgEl("polyline", { class: line.cls, points: coords.join(" ") }));
+  }
+  for (const p of points) {  // hover targets, one per step
+    const target = svgEl("rect", { class: "hover", x: x(p.t), y: top, width: barWidth, height: height - top - bottom });
+    target.append(svgEl("title", {}, `${clock(p.t)}: ${describe(p)}`));
+    svg.append(target);
   }
   return svg;
+}
+
+function supervisorCharts(series) {
+  const lag = (p) => p.lagMin === null ? "no poll" : p.lagMin === p.lagMax ? `lag ${fmt(p.lag)}`
+    : `lag ${fmt(p.lagMin)}–${fmt(p.lagMax)} (last ${fmt(p.lag)})`;
+  return el("div", { class: "charts" },
+    chart(series, [{ pick: (p) => p.lagMax, cls: "max" }, { pick: (p) => p.lagMin, cls: "min" }],
+      "lag (records), min and max per 10 s", "lag", lag),
+    chart(series, [{ pick: (p) => p.rate, cls: "last" }], "records/s (1 min)", "rate",
+      (p) => p.rate === null ? "no poll" : `${fmt(Math.round(p.rate))} records/s (max ${fmt(Math.round(p.rateMax))})`),
+    chart(series, [], "tasks ended: published, failed", "tasks",
+      (p) => `${p.published} published, ${p.failed} failed` + (p.taskSecondsMax === null ? ""
+        : `, longest ${p.taskSecondsMax.toFixed(1)} s`),
+      [{ pick: (p) => p.published, cls: "ok" }, { pick: (p) => p.failed, cls: "bad" }]));
 }
 
 // --- sections ------------------------------------------------------------------------------
@@ -104,8 +148,7 @@ function supervisorCard(s) {
       p.maxLagMillis ? ` (oldest waiting ${(p.maxLagMillis / 1000).toFixed(1)} s)` : "",
       `; ${fmt(c.processedPerSecond["1m"])} records/s (1 min), ${fmt(c.processedPerSecond["5m"])} (5 min); `,
       `processed ${fmt(c.processed)}, unparseable ${fmt(c.unparseable)}, thrown away ${fmt(c.thrownAway)}`),
-    el("div", { class: "charts" }, chart(s.history, (h) => h[1], "lag (records)", "lag"),
-      chart(s.history, (h) => h[2], "records/s (1 min)", "rate")),
+    supervisorCharts(s.series),
     el("div", { class: "actions" },
       p.suspended
         ? el("button", { onclick: () => act(`Resume ${id}`, "POST", `${path}/resume`) }, "Resume")
