@@ -141,6 +141,7 @@ def test_every_change_is_recorded_with_who_what_when_and_from_where(secured, tok
         assert writer.post(f"{supervisor}/suspend").status_code == 400  # already suspended: recorded as refused
         assert reader.post(f"{supervisor}/resume").status_code == 403  # no write role: never reached the change
         assert reader.post("/druid/v2/sql", json={"query": "SELECT 1 AS one"}).status_code == 200  # a read
+        assert writer.post(f"{supervisor}%00/suspend").status_code == 400  # a NUL: refused, and still recorded
         assert ci.post(f"{supervisor}/terminate").status_code == 200
 
         audit = reader.get("/druid/indexer/v1/audit", params={"max": 50}).json()
@@ -149,10 +150,11 @@ def test_every_change_is_recorded_with_who_what_when_and_from_where(secured, tok
             if datasource in row["path"] or row["comment"] == "first load"]
     assert ours == [
         ("ci", "POST", f"{supervisor}/terminate", 200, None),
+        (WRITER[0], "POST", f"{supervisor}\\x00/suspend", 400, None),
         (WRITER[0], "POST", f"{supervisor}/suspend", 400, None),
         (WRITER[0], "POST", f"{supervisor}/suspend", 200, None),
         (WRITER[0], "POST", "/druid/indexer/v1/supervisor", 200, "first load"),
     ]
-    assert all(row["remote_address"] == "127.0.0.1" and row["at"] for row in audit[:4])
+    assert all(row["remote_address"] == "127.0.0.1" and row["at"] for row in audit[:5])
     assert [(entry["author"], entry["suspended"], entry["terminated"]) for entry in history] == [
         ("ci", False, True), (WRITER[0], True, False), (WRITER[0], False, False)]

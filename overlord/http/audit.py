@@ -1,10 +1,10 @@
 """The audit log: who changed what, when, from where.
 
-Every request that needs the write role and got past authentication is recorded once it is
-answered (the answer's status says whether the change happened) in PostgreSQL's ``audit_log``,
-and logged. A standby's redirect is not recorded: the leader records the call it redirects.
-The author is the authenticated user or token name (``anonymous`` when authentication is off);
-Druid's ``X-Druid-Comment`` header is kept as the comment.
+Every request that needs the write role and got past authentication is recorded in PostgreSQL's
+``audit_log`` as its answer starts (its status says whether the change happened; the client gets
+the answer once the row is written), and logged. A standby's redirect is not recorded: the leader
+records the call it redirects. The author is the authenticated user or token name (``anonymous``
+when authentication is off); Druid's ``X-Druid-Comment`` header is kept as the comment.
 """
 
 from __future__ import annotations
@@ -48,26 +48,29 @@ class AuditLog:
         if scope["type"] != "http" or required_role(scope["method"], scope["path"]) != "write":
             await self.app(scope, receive, send)
             return
-        status = 500  # what the client sees if the app fails before answering
+        recorded = False
 
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
+        async def record_then_answer(message: Message) -> None:
+            nonlocal recorded
+            if message["type"] == "http.response.start" and not recorded:
+                recorded = True  # before the answer leaves: a client that has it finds the change in the log
+                if message["status"] != 307:  # a standby's redirect: the leader records the change
+                    await self._record(scope, int(message["status"]))
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.app(scope, receive, record_then_answer)
         finally:
-            if status != 307:  # a standby's redirect: the leader records the change
-                await self._record(scope, status)
+            if not recorded:  # the app failed before answering: the client sees a 500
+                await self._record(scope, 500)
 
     async def _record(self, scope: Scope, status: int) -> None:
-        author, method, path = author_of(scope), scope["method"], scope["path"]
+        author, method = author_of(scope), scope["method"]
+        path = scope["path"].replace("\x00", "\\x00")  # PostgreSQL text holds no NUL (the answer was a 400)
         client = scope.get("client")
         address = client[0] if client else None
-        headers = dict(scope["headers"])
-        comment = headers.get(b"x-druid-comment", b"").decode("utf-8", "replace")[:_MAX_COMMENT] or None
+        comment = dict(scope["headers"]).get(b"x-druid-comment", b"").decode("utf-8", "replace")
+        comment = comment.replace("\x00", "\\x00")[:_MAX_COMMENT] or None
         logger.info("audit: %s %s by %s from %s: %d%s", method, path, author, address, status,
                     f" ({comment})" if comment else "")
         try:
