@@ -181,7 +181,8 @@ def test_a_reader_racing_publishes_and_compactions_sees_exactly_the_offsets_each
 
     table = catalog.load_table((NAMESPACE, datasource))
     operations = Counter(op for op, _, _ in seen.values())
-    assert len(table.snapshots()) >= 10 and operations["overwrite"] >= 1, operations
+    # how many snapshots 12 rounds make depends on the machine's load (CI saw 9): enough to race, of both kinds
+    assert len(table.snapshots()) >= 5 and operations["overwrite"] >= 1 and operations["append"] >= 1, operations
     topic_records = {p: read_back(stack.bootstrap_servers, topic, p, 0, final[str(p)]) for p in (0, 1)}
     for snapshot_id, (operation, offsets, found) in seen.items():
         expected = Expected()
