@@ -95,3 +95,17 @@ def test_by_default_fresh_segments_are_tiered_and_settled_hours_compacted_whole(
 
     overlord.set_compaction_config(CompactionConfig(dataSource=datasource, skipOffsetFromLatest="P1D"))
     assert overlord.compaction_configs()[datasource].skip_offset_from_latest == "P1D"  # its own config wins
+
+
+def test_a_duty_run_cut_short_by_shutdown_is_not_logged_as_an_error(make_overlord, caplog):
+    """Quickstart's Ctrl-C logged an auto-compaction traceback: the run met the task runner already shut down."""
+    overlord = make_overlord()
+    overlord.stop(grace_s=1)
+
+    def meets_the_shutdown() -> None:
+        raise RuntimeError("the executor has shut down")
+
+    with caplog.at_level("INFO", logger="overlord.supervisor.manager"):
+        overlord._run_duty("auto-compaction", meets_the_shutdown)
+    [record] = [r for r in caplog.records if "auto-compaction" in r.getMessage()]
+    assert record.levelname == "INFO" and "shutdown" in record.getMessage() and record.exc_info is None

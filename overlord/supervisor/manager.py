@@ -444,12 +444,14 @@ class Overlord:
             "intervals": intervals,
         }
 
-    @staticmethod
-    def _run_duty(name: str, duty: Callable[[], object]) -> None:
+    def _run_duty(self, name: str, duty: Callable[[], object]) -> None:
         try:
             duty()
-        except Exception:  # PostgreSQL unreachable and the like: the next run tries again
-            logger.exception("%s run failed", name)
+        except Exception as exc:
+            if self._stopped:  # a run that overlapped the shutdown met what is already stopped: not a failure
+                logger.info("%s run cut short by the overlord's shutdown: %s", name, exc)
+            else:  # PostgreSQL unreachable and the like: the next run tries again
+                logger.exception("%s run failed", name)
 
     # --- retention and lifecycle -------------------------------------------------------------
 
