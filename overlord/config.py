@@ -77,6 +77,18 @@ class Settings(BaseSettings):
         default_factory=lambda: {"spark.driver.memory": "1g"}, description="Spark properties of the query "
         "engine's application, as a JSON object (over `OVERLORD_SPARK_CONF` when `OVERLORD_QUERY_SPARK_MASTER` "
         "is set): its heap (`spark.driver.memory`) bounds what queries may use together")
+    query_cpus: str | None = Field(
+        default=None, description="the CPUs the query engine and its Spark JVM may run on, as Linux lists them "
+        "(`1`, `2-3`, `0,2`): a hostile or heavy query then never takes CPU from ingestion and the API on the "
+        "others. Unset: every CPU, at a lower priority than ingestion (see docs/security.md)")
+
+    @field_validator("query_cpus")
+    @classmethod
+    def _cpus_of_this_machine(cls, value: str | None) -> str | None:
+        if value is not None:
+            cpu_list(value)
+        return value
+
     auth_file: str | None = Field(
         default=None, description="JSON file of users (argon2 password hashes) and bearer tokens (SHA-256 "
         "digests) with their roles, `read` or `write` (`overlord auth --help`); `overlord serve` refuses to start "
@@ -190,6 +202,22 @@ class Settings(BaseSettings):
             problems = "; ".join(f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {_message(e)}" for e in exc.errors())
             raise SystemExit(f"invalid settings: {problems} (`overlord dev up` prints the settings of an "
                              "embedded stack)") from None
+
+
+def cpu_list(text: str) -> set[int]:
+    """The CPUs a Linux CPU list names (``1``, ``2-3``, ``0,2``); a ValueError unless this process may use them all."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise ValueError(f"expected a CPU list such as `1` or `2-3,5`, got {text!r}") from None
+    usable = os.sched_getaffinity(0)
+    if not cpus or not cpus <= usable:
+        raise ValueError(f"{text!r} names CPUs this machine does not give the overlord (it may use "
+                         f"{','.join(map(str, sorted(usable)))})")
+    return cpus
 
 
 def _message(error: object) -> str:

@@ -31,6 +31,8 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_QUERY_MAX_ROWS": "0"}, "OVERLORD_QUERY_MAX_ROWS: input should be"),
     ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_QUERY_MAX_ROWS": "-3"}, "OVERLORD_QUERY_MAX_ROWS: input should be"),
     ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_TASK_SLOTS": "many"}, "OVERLORD_TASK_SLOTS: input should be"),
+    ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_QUERY_CPUS": "one"}, "OVERLORD_QUERY_CPUS: .*a cpu list"),
+    ({"OVERLORD_DATABASE_URL": "x", "OVERLORD_QUERY_CPUS": "0-4095"}, "OVERLORD_QUERY_CPUS: .*does not give"),
 ])
 def test_a_bad_setting_exits_naming_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
                                                  message: str) -> None:
@@ -39,6 +41,13 @@ def test_a_bad_setting_exits_naming_the_variable(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv(key, value)
     with pytest.raises(SystemExit, match=message):
         Settings.from_env()
+
+
+def test_query_cpus_name_the_cpus_of_a_linux_cpu_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    from overlord.config import cpu_list
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(8)))
+    assert cpu_list("1") == {1} and cpu_list("2-3,5") == {2, 3, 5} and cpu_list(" 0 , 6-7") == {0, 6, 7}
 
 
 def test_keyword_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,6 +35,9 @@ HEAP_ATTACK = ("SELECT max(length(format_string(concat('%0', CAST(900000000 + id
                "FROM range(2)")
 """The issue's query that ran the shared JVM out of heap (and so killed ingestion)."""
 
+QUERY_CPU = str(max(os.sched_getaffinity(0)))
+"""The one CPU the query engine of these tests may use (``OVERLORD_QUERY_CPUS``)."""
+
 
 @dataclass
 class Served:
@@ -45,7 +49,8 @@ class Served:
 @pytest.fixture(scope="module")
 def served_overlord(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory
                     ) -> Iterator[Served]:
-    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")), query_max_concurrent=2)
+    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")), query_max_concurrent=2,
+                              query_cpus=QUERY_CPU)
     app = create_app(overlord, authenticator=None)
     try:
         with served(app) as url, httpx.Client(base_url=url, timeout=120) as http:
@@ -110,6 +115,16 @@ def test_a_dead_query_engine_is_restarted_and_reported(served_overlord: Served, 
     assert sql(http, "SELECT 2 AS two").json() == [{"two": 2}]  # a new engine answers
     assert restarts(http) == before + 1
     assert served_overlord.overlord.runner.spark_alive()
+
+
+def test_the_query_engine_and_its_jvm_run_only_on_the_cpus_they_are_given(served_overlord: Served):
+    assert sql(served_overlord.http, "SELECT 1 AS one").json() == [{"one": 1}]
+    engine = psutil.Process(engine_pid(served_overlord.queries))
+    jvms = [child for child in engine.children(recursive=True) if child.name() == "java"]
+    assert jvms, "the query engine's Spark JVM"
+    for process in (engine, *jvms):
+        assert process.cpu_affinity() == [int(QUERY_CPU)], process
+    assert psutil.Process().cpu_affinity() == sorted(os.sched_getaffinity(0))  # ingestion and the API: every CPU
 
 
 def test_a_query_that_ignores_its_timeout_is_stopped_at_its_deadline(served_overlord: Served):

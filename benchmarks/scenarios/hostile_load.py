@@ -8,7 +8,7 @@ clients sending wrong passwords (:func:`benchmarks.scenarios.auth_flood.flood_in
 ``--queries`` read-only clients each sending the issue's hostile queries one after another.
 Prints and saves the figures, the hostile queries' answers by status and the query engine's restarts.
 
-    python -m benchmarks.scenarios.hostile_load --clients 60 --queries 40 --seconds 30
+    python -m benchmarks.scenarios.hostile_load --clients 60 --queries 40 --seconds 30 --query-cpus 1
 """
 
 from __future__ import annotations
@@ -218,6 +218,8 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=500, help="events/s produced to the supervisor's topic")
     parser.add_argument("--remote-attackers", action="store_true",
                         help="run the attacking processes at the lowest CPU priority, as if they ran elsewhere")
+    parser.add_argument("--query-cpus", default=os.environ.get("OVERLORD_QUERY_CPUS"),
+                        help="OVERLORD_QUERY_CPUS of the overlord, e.g. 1: the query engine's own CPUs")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--hostile-only", metavar="URL", help=argparse.SUPPRESS)  # the child sending hostile SQL
     args = parser.parse_args()
@@ -226,8 +228,10 @@ def main() -> int:
         return 0
     if args.remote_attackers:
         os.environ["HOSTILE_REMOTE_ATTACKERS"] = "1"  # read by both attacking child processes
+    if args.query_cpus:
+        os.environ["OVERLORD_QUERY_CPUS"] = args.query_cpus  # the overlord's environment
     result = run(args.clients, args.queries, args.seconds, args.baseline_s, args.rate)
-    result["remote_attackers"] = args.remote_attackers
+    result.update(remote_attackers=args.remote_attackers, query_cpus=args.query_cpus)
     out = args.out or RESULTS / ("hostile_load_remote_attackers.json" if args.remote_attackers else "hostile_load.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

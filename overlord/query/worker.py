@@ -17,7 +17,7 @@ import threading
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
-from overlord.config import Settings
+from overlord.config import Settings, cpu_list
 from overlord.logs import configure_logging
 from overlord.query.errors import QueryError
 
@@ -36,6 +36,8 @@ def main() -> None:
     configure_logging(logging.INFO, config["log_format"], process="query-engine")
     os.nice(QUERY_NICENESS)  # before Spark starts: its JVM inherits it
     settings = Settings.model_validate(config["settings"])
+    if settings.query_cpus is not None:
+        os.sched_setaffinity(0, cpu_list(settings.query_cpus))  # the JVM inherits it too, and sizes local[*] by it
     engine = _Engine(settings)
     listener = Listener(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
     threading.Thread(target=_exit_when_stdin_closes, name="parent-watch", daemon=True).start()
