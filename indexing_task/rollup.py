@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import duckdb
 import numpy as np
@@ -835,6 +835,47 @@ class Rollup:
         by need: ``key`` and ``header:<name>`` (binary), ``timestamp`` (int64 ms), ``topic`` (string),
         ``offset`` (int64; the records' positions in ``values`` if not given).
         """
+        out = self._classified(values, metadata)
+        status = out.column("__status")
+        good = pc.equal(status, 0)
+        if pc.all(good).as_py() is not False:  # the usual case: every record is good (or none came)
+            return ParsedBatch(self._sketched(out.drop_columns(_AUX_COLUMNS), build_sketches), 0, (), 0)
+        bad = out.filter(pc.equal(status, 1)).sort_by("__bad_i")  # one row per bad record
+        if self._became_multi_value(bad):
+            return self.parse(values, metadata)
+        rows = self._sketched(out.filter(good).drop_columns(_AUX_COLUMNS), build_sketches)
+        thrown = out.filter(pc.equal(status, 2)).column("__n")
+        first = bad.slice(0, _SAMPLE_LIMIT)
+        samples = tuple(BadRecord(int(i), str(r), _text(values[i])[:300])
+                        for i, r in zip(first.column("__bad_i").to_pylist(), first.column("__reason").to_pylist(),
+                                        strict=True))
+        return ParsedBatch(rows, bad.num_rows, samples, int(pc.sum(thrown).as_py() or 0))
+
+    def parse_each(self, values: list[bytes | None], metadata: Mapping[str, pa.Array] | None = None
+                   ) -> list[tuple[dict[str, Any] | None, str | None]]:
+        """Each record parsed on its own, in batch order, by a schema without rollup (the sampler's view).
+
+        A kept record gives ``(row, None)``, an unparseable one ``(None, reason)``, one the filter
+        throws away ``(None, None)``. The batch is still parsed in one pass.
+        """
+        if self.schema.rollup:
+            raise ValueError("parse_each needs a schema without rollup: with it, records share rows")
+        out = self._classified(values, metadata)
+        status = out.column("__status").to_pylist()
+        if self._became_multi_value(out.filter(pc.equal(out.column("__status"), 1))):
+            return self.parse_each(values, metadata)
+        bad_at = out.column("__bad_i").to_pylist()
+        if len(status) != len(values) or any(s == 1 and i != k for k, (s, i) in enumerate(zip(status, bad_at,
+                                                                                                strict=True))):
+            raise AssertionError("the parse did not keep the batch's order")  # a row per record, in order
+        kept = self._sketched(out.filter(pc.equal(out.column("__status"), 0)).drop_columns(
+            [*_AUX_COLUMNS, SEGMENT_START]), build_sketches).to_pylist()
+        reasons, rows = out.column("__reason").to_pylist(), iter(kept)
+        return [(next(rows), None) if s == 0 else (None, reasons[k] if s == 1 else None)
+                for k, s in enumerate(status)]
+
+    def _classified(self, values: list[bytes | None], metadata: Mapping[str, pa.Array] | None) -> pa.Table:
+        """The parse query's answer for one batch: its rows, each with the status of its records."""
         problems: dict[str, pa.Array] = {}
         raw_values = values
         if self._avro is not None:  # decoded to JSON text here; the reason for each that cannot be
@@ -848,27 +889,21 @@ class Rollup:
         try:
             if self.schema.discover:
                 self._discover()
-            out = self._con.sql(self._parse_query).to_arrow_table()
+            return self._con.sql(self._parse_query).to_arrow_table()
         finally:
             self._con.unregister("batch")
-        status = out.column("__status")
-        good = pc.equal(status, 0)
-        if pc.all(good).as_py() is not False:  # the usual case: every record is good (or none came)
-            return ParsedBatch(self._sketched(out.drop_columns(_AUX_COLUMNS), build_sketches), 0, (), 0)
-        bad = out.filter(pc.equal(status, 1)).sort_by("__bad_i")  # one row per bad record
+
+    def _became_multi_value(self, bad: pa.Table) -> bool:
+        """Whether ``bad`` rows hold arrays in string dimensions (Druid's multi-value dimensions).
+
+        If so, the schema stores them as lists from now on, and the batch must be parsed again.
+        """
         arrays = {_array_reason(d.name): d.name for d in self.schema.dimensions
                   if d.type == "string" and not d.multi_value}
         found = {arrays[r] for r in pc.unique(bad.column("__reason")).to_pylist() if r in arrays}
-        if found:  # Druid's multi-value dimensions: stored as lists from now on, and this batch parsed again
+        if found:
             self._use(self.schema.with_multi_value(found))
-            return self.parse(values, metadata)
-        rows = self._sketched(out.filter(good).drop_columns(_AUX_COLUMNS), build_sketches)
-        thrown = out.filter(pc.equal(status, 2)).column("__n")
-        first = bad.slice(0, _SAMPLE_LIMIT)
-        samples = tuple(BadRecord(int(i), str(r), _text(values[i])[:300])
-                        for i, r in zip(first.column("__bad_i").to_pylist(), first.column("__reason").to_pylist(),
-                                        strict=True))
-        return ParsedBatch(rows, bad.num_rows, samples, int(pc.sum(thrown).as_py() or 0))
+        return bool(found)
 
     def _with_every_dimension(self, rows: pa.Table) -> pa.Table:
         """``rows`` (with a segment start) in the schema's column order.

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -375,6 +376,100 @@ def test_unexpected_errors_are_500_with_a_logged_traceback(api: Api, monkeypatch
         response = api.http.get(f"{V1}/tasks")
     assert response.status_code == 500 and "error" in response.json()
     assert any(r.exc_info and "metadata store on fire" in str(r.exc_info[1]) for r in caplog.records)
+
+
+# --- the data loader: sampler and validate-only --------------------------------------------------
+
+
+def sampled(api: Api, spec: dict[str, Any], **config: int) -> httpx.Response:
+    return api.post("/sampler", json={"type": "kafka", "spec": spec["spec"], "samplerConfig": config})
+
+
+def test_the_sampler_shows_each_record_as_parsed_and_the_rollup_a_task_would_write(api: Api, stack: DevStack,
+                                                                                  make_topic, datasource):
+    topic = make_topic(1)
+    events = make_sample_events(60, bad_every=20)
+    produce(stack.bootstrap_servers, topic, events.records, 1)
+
+    answer = sampled(api, spec_json(datasource, topic), numRows=500)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["numRowsRead"] == len(events.records) == 63 and body["numRowsIndexed"] == 60
+    expected_rollup: dict[tuple[int, str, str], list[float]] = {}
+    for offset, (record, item) in enumerate(zip(events.records, body["data"], strict=True)):
+        assert (item["partition"], item["offset"]) == (0, offset)
+        try:
+            event = json.loads(record)
+        except ValueError:
+            assert item["input"] == {"raw": record.decode()} and item["unparseable"] is True
+            assert item["error"] == "invalid JSON"
+            continue
+        assert item["input"] == event
+        if "ts" not in event:
+            assert item["unparseable"] is True and "timestamp" in item["error"]
+            continue
+        minute = int(datetime.fromisoformat(event["ts"]).timestamp()) // 60 * 60_000  # queryGranularity MINUTE
+        assert item["parsed"] == {"__time": minute, "country": event["country"], "device": event["device"],
+                                  "count": 1, "value_sum": event["value"], "value_min": event["value"],
+                                  "value_max": event["value"], "price_sum": event["price"]}
+        sums = expected_rollup.setdefault((minute, event["country"], event["device"]), [0, 0, 0.0])
+        sums[0], sums[1], sums[2] = sums[0] + 1, sums[1] + event["value"], sums[2] + event["price"]
+    rolled = {(r["__time"], r["country"], r["device"]): [r["count"], r["value_sum"], r["price_sum"]]
+              for r in body["rollup"]["rows"]}
+    assert rolled.keys() == expected_rollup.keys()
+    for key, (count, value, price) in expected_rollup.items():
+        assert rolled[key][:2] == [count, value] and rolled[key][2] == pytest.approx(price)
+    assert [c["name"] for c in body["logicalSegmentSchema"]] == [
+        "__time", "country", "device", "count", "value_sum", "value_min", "value_max", "price_sum"]
+    assert committed_offsets(api.engine, datasource) is None and datasource not in api.get("/supervisor")
+
+
+def test_the_sampler_shares_its_rows_across_partitions_from_the_latest_or_the_earliest(api: Api, stack: DevStack,
+                                                                                      make_topic, datasource):
+    topic = make_topic(2)
+    produce(stack.bootstrap_servers, topic, make_sample_events(40, bad_every=0).records, 2)  # 20 per partition
+
+    latest = sampled(api, spec_json(datasource, topic, useEarliestOffset=False), numRows=10).json()["data"]
+    assert sorted((d["partition"], d["offset"]) for d in latest) == [(p, o) for p in (0, 1) for o in range(15, 20)]
+    earliest = sampled(api, spec_json(datasource, topic), numRows=7).json()["data"]
+    assert sorted((d["partition"], d["offset"]) for d in earliest) == [(p, o) for p in (0, 1) for o in range(4)]
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    (lambda body: body["samplerConfig"].update(numRows=5001), "samplerConfig.numRows"),
+    (lambda body: body["samplerConfig"].update(timeoutMs="soon"), "samplerConfig.timeoutMs"),
+    (lambda body: body["spec"]["ioConfig"].update(topic="no-such-topic-here"), "spec.ioConfig.topic"),
+    (lambda body: body["spec"]["ioConfig"]["consumerProperties"].update({"debug": "all"}),
+     "spec.ioConfig.consumerProperties.debug"),
+    (lambda body: body["spec"]["dataSchema"]["metricsSpec"].append({"type": "longSum"}),
+     "spec.dataSchema.metricsSpec[5]"),
+])
+def test_a_bad_sampler_request_is_a_400_naming_its_path(api: Api, make_topic, datasource, change, path):
+    body = {"type": "kafka", "spec": spec_json(datasource, make_topic(1))["spec"], "samplerConfig": {}}
+    body["spec"]["ioConfig"]["consumerProperties"] = {}
+    change(body)
+    answer = api.post("/sampler", json=body)
+    assert answer.status_code == 400, answer.text
+    assert any(e["path"].startswith(path) for e in answer.json()["errors"]), answer.json()
+
+
+def test_validate_only_checks_what_a_submit_checks_and_changes_nothing(api: Api, make_topic, datasource):
+    topic = make_topic(1)
+    checked = api.post("/supervisor", params={"validateOnly": "true"}, json=spec_json(datasource, topic))
+    assert checked.status_code == 200 and checked.json() == {"id": datasource, "valid": True, "ignoredFields": []}
+    assert datasource not in api.get("/supervisor")
+    bad = spec_json(datasource, topic, taskCount=0)
+    refused = api.post("/supervisor", params={"validateOnly": "true"}, json=bad)
+    assert refused.status_code == 400 and refused.json()["errors"][0]["path"] == "spec.ioConfig.taskCount"
+
+    submit(api, spec_json(datasource, topic))  # an update a submit refuses is refused alike, and nothing changes
+    retyped = spec_json(datasource, topic, taskCount=2)
+    retyped["spec"]["dataSchema"]["metricsSpec"][1]["type"] = "doubleSum"
+    refused = api.post("/supervisor", params={"validateOnly": "true"}, json=retyped)
+    assert refused.status_code == 400 and refused.json()["errors"][0]["path"] == "spec.dataSchema.metricsSpec[1].type"
+    retyped["spec"]["dataSchema"]["metricsSpec"][1]["type"] = "longSum"
+    assert api.post("/supervisor", params={"validateOnly": "true"}, json=retyped).status_code == 200
+    assert api.get(f"/supervisor/{datasource}")["spec"]["ioConfig"]["taskCount"] == 1
 
 
 # --- ingestion, tasks, console, metrics ------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -16,6 +16,7 @@ from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
 from overlord.http.status import stats_payload, status_payload
 from overlord.http.views import history_entry, list_entry, spec_view
+from overlord.sampler import SamplerBusy, parse_request, sample
 from overlord.supervisor.ranges import TopicChanged, committed_for, reads_partition
 from segment_store import Offsets, committed_offsets
 from segment_store.leadership import current_leader
@@ -51,18 +52,38 @@ def supervisor_routes(out: Replies) -> APIRouter:
     @router.post(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Create or update a supervisor",
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": {"$ref": "#/components/schemas/SupervisorSpec"}}}}})
-    async def submit(request: Request) -> Response:
+    async def submit(request: Request, validate_only: Annotated[bool, Query(alias="validateOnly")] = False
+                     ) -> Response:
+        """``?validateOnly=true``: every check a submit makes, and nothing changed (200 or the same 400)."""
         body: Any = await request.body()
         try:
             body = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             pass  # not JSON: submit reports it
         try:
-            spec = await run_in_threadpool(overlord.submit, body, author_of(request))
+            spec = await run_in_threadpool(overlord.submit, body, author_of(request), validate_only=validate_only)
         except SpecError as exc:  # scrubbed of this body's secrets, which are not remembered
             raise exc.scrubbed(SecretRegistry.of([body]).scrub) from None
+        if validate_only:
+            return reply({"id": spec.id, "valid": True, "ignoredFields": spec.ignored_fields})
         secrets.learn([body])  # accepted: its secrets are scrubbed from free text from now on
         return reply({"id": spec.id, "ignoredFields": spec.ignored_fields})
+
+    @router.post(f"{PREFIX}/sampler", tags=["supervisors"], summary="Sample a topic through a spec (nothing committed)")
+    async def sampler(request: Request) -> Response:
+        body: Any = await request.body()
+        try:
+            body = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise SpecError.at("$", "not valid JSON") from None
+        spec, config = parse_request(body)
+        try:
+            answer = await run_in_threadpool(sample, spec, overlord.settings, config)
+        except SamplerBusy as exc:
+            raise ApiError(429, str(exc)) from None
+        except SpecError as exc:
+            raise exc.scrubbed(SecretRegistry.of([body]).scrub) from None
+        return reply(answer)
 
     @router.get(f"{PREFIX}/supervisor", tags=["supervisors"], summary="Supervisor ids, or their state and specs")
     def list_supervisors(full: str | None = None, state: bool = False) -> Response:

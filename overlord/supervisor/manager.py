@@ -240,14 +240,19 @@ class Overlord:
 
     # --- operations ------------------------------------------------------------------------
 
-    def submit(self, raw: Mapping[str, Any] | str | bytes, author: str | None = None) -> SupervisorSpec:
+    def submit(self, raw: Mapping[str, Any] | str | bytes, author: str | None = None, *,
+               validate_only: bool = False) -> SupervisorSpec:
         """Create or update a supervisor, returning its spec. Tasks of a previous spec finish and publish under it.
 
         A consumer property sent as the mask answers show keeps the supervisor's stored secret. ``author``
-        (the API's user) is kept in the spec history.
+        (the API's user) is kept in the spec history. ``validate_only`` makes every check a submit makes
+        (the spec, its secrets, the update rules against the datasource's history) and changes nothing.
         """
         spec = load_supervisor_spec(self._keep_masked_secrets(raw))
         resolved_consumer_properties(spec.spec.io_config.consumer_properties)  # every secret it names is set
+        if validate_only:
+            check_update(self.store.datasource_history(spec.datasource), spec)
+            return spec
         self._require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)
