@@ -4,8 +4,8 @@
 "samplerConfig": {"numRows": 200, "timeoutMs": 10000}}``. It reads up to ``numRows`` records,
 shared across the partitions (from the earliest offsets with ``useEarliestOffset``, else the
 latest records), with the same exact range reader and the same parse as a task, and answers in
-Druid's shape: ``data`` holds each record's ``input`` and the row it parses to on its own
-(``parsed``), or ``unparseable`` and its ``error``; ``rollup`` (ours) the rows a task would write
+Druid's shape: ``data`` holds each record's ``input`` (its JSON object; ``raw`` text for any other
+value) and the row it parses to on its own (``parsed``), or ``unparseable`` and its ``error``; ``rollup`` (ours) the rows a task would write
 for these records together. Nothing is committed and no consumer group joins: the read is assign
 and poll, like a task's.
 """
@@ -132,7 +132,7 @@ def _parsed(spec: SupervisorSpec, messages: list[Message]) -> dict[str, Any]:
         together.close()
     data = []
     for message, (row, reason) in zip(messages, each, strict=True):
-        item: dict[str, Any] = {"input": _input(message.value()), "partition": message.partition(),
+        item: dict[str, Any] = {**_input(message.value()), "partition": message.partition(),
                                 "offset": message.offset()}
         if row is not None:
             item["parsed"] = _json_row(row)
@@ -156,14 +156,14 @@ def _parsed(spec: SupervisorSpec, messages: list[Message]) -> dict[str, Any]:
 
 
 def _input(value: bytes | None) -> dict[str, Any]:
-    """A record's value as the sampler shows it: its JSON object, else its text (``raw``), cut at a bound."""
+    """A record's value as the sampler shows it: ``input``, its JSON object, else ``raw``, its text cut at a bound."""
     if value is None:
         return {"raw": None}
     if len(value) <= MAX_SHOWN_BYTES:
         try:
             decoded = json.loads(value)
             if isinstance(decoded, dict):
-                return decoded
+                return {"input": decoded}
         except ValueError:
             pass
     text = value[:MAX_SHOWN_BYTES].decode("utf-8", "replace")

@@ -303,7 +303,7 @@ class AuthMiddleware:
                     await send_error(send, 403, f"{scope['method']} {scope['path']} needs the write role; these "
                                             "credentials have the read role")
                     return
-                scope["user"] = granted.who
+                scope["user"], scope["role"] = granted.who, granted.role
         await self.app(scope, receive, send)
 
 

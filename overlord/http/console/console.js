@@ -150,15 +150,16 @@ function supervisorCard(s) {
       `processed ${fmt(c.processed)}, unparseable ${fmt(c.unparseable)}, thrown away ${fmt(c.thrownAway)}`),
     supervisorCharts(s.series),
     el("div", { class: "actions" },
+      el("button", { onclick: () => showHistory(id) }, "Spec history"),
       p.suspended
-        ? el("button", { onclick: () => act(`Resume ${id}`, "POST", `${path}/resume`) }, "Resume")
-        : el("button", { onclick: () => act(`Suspend ${id}`, "POST", `${path}/suspend`) }, "Suspend"),
-      el("button", { onclick: () => editSpec(id) }, "Edit spec"),
-      el("button", { onclick: () => act(`Compact ${p.dataSource}`, "POST",
+        ? el("button", { class: "write", onclick: () => act(`Resume ${id}`, "POST", `${path}/resume`) }, "Resume")
+        : el("button", { class: "write", onclick: () => act(`Suspend ${id}`, "POST", `${path}/suspend`) }, "Suspend"),
+      el("button", { class: "write", onclick: () => editSpec(id) }, "Edit spec"),
+      el("button", { class: "write", onclick: () => act(`Compact ${p.dataSource}`, "POST",
         `${API}/compact/${encodeURIComponent(p.dataSource)}`, {}) }, "Compact"),
-      el("button", { class: "danger", onclick: () => act(`Reset the offsets of ${id} (re-reads or skips records)`,
+      el("button", { class: "danger write", onclick: () => act(`Reset the offsets of ${id} (re-reads or skips records)`,
         "POST", `${path}/reset`) }, "Reset"),
-      el("button", { class: "danger", onclick: () => act(`Terminate ${id}`, "POST", `${path}/terminate`) },
+      el("button", { class: "danger write", onclick: () => act(`Terminate ${id}`, "POST", `${path}/terminate`) },
         "Terminate")),
     el("h3", {}, "Partitions"),
     table(["partition", "committed", "latest", "lag", "oldest waiting (s)"], partitions, [1, 2, 3, 4]),
@@ -179,7 +180,7 @@ function stoppedPartitions(p, id, path) {
       partitionOffsetMap: { [part]: offset } } });
   return [el("h3", { class: "bad" }, "Stopped partitions"),
     table(["partition", "why", ""], stopped.map(([part, why]) => [part, why,
-      el("button", { class: "danger", "data-role": "read-from-earliest",
+      el("button", { class: "danger write", "data-role": "read-from-earliest",
         onclick: () => readFrom(part, p.earliestOffsets[part] ?? 0) },
         `Read from its earliest offset (${fmt(p.earliestOffsets[part] ?? 0)})`)]))];
 }
@@ -200,9 +201,18 @@ function taskRows(tasks) {
       t.type === "index_kafka" ? `${offsets(t.startOffsets)} → ${offsets(t.endOffsets)}` : "",
       t.duration >= 0 ? (t.duration / 1000).toFixed(1) : "running",
       fmt(r.records ?? r.inputSegments ?? ""), fmt(r.rowsOut ?? r.outputSegments ?? ""),
-      r.unparseable ? el("details", {}, el("summary", {}, `${fmt(r.unparseable)} unparseable`), samples) : "",
+      r.unparseable ? kept(el("details", {}, el("summary", {}, `${fmt(r.unparseable)} unparseable`), samples),
+        `errors-${t.id}`) : "",
       t.statusDetail || ""];
   });
+}
+
+const openDetails = new Set();
+function kept(details, key) {
+  // A <details> that stays open across the poll's redraws once the user opened it.
+  details.open = openDetails.has(key);
+  details.addEventListener("toggle", () => (details.open ? openDetails.add(key) : openDetails.delete(key)));
+  return details;
 }
 
 const COORDINATOR = "/druid/coordinator/v1";
@@ -237,7 +247,7 @@ function datasourceCard(d) {
     el("p", {}, `${fmt(d.segmentCount)} visible segments, ${fmt(d.rows)} rows in ${fmt(d.intervalCount)} intervals`),
     el("p", { "data-role": "compaction" }, compactionLine(c)),
     el("p", { "data-role": "rules" }, `retention rules: ${rules}`),
-    el("div", { class: "actions" },
+    el("div", { class: "actions write" },
       el("button", { onclick: () => editJson(`compaction config of ${d.name}`,
         c.config && !c.defaultConfig ? c.config : { dataSource: d.name, skipOffsetFromLatest: "PT1H" },
         `${COORDINATOR}/config/compaction`, ["DELETE", `${COORDINATOR}/config/compaction/${name}`]) },
@@ -252,14 +262,16 @@ function datasourceCard(d) {
     table(["interval", "segments", "rows", "bytes", "version", "compaction", ""],
       d.intervals.map((i) => [i.interval, i.segments, fmt(i.rows), fmt(i.bytes), i.version,
         `${i.settled ? "settled" : "fresh"}${i.awaitingCompaction ? `, ${i.awaitingCompaction} awaiting` : ""}`,
-        el("button", { class: "danger small", "data-role": "drop-interval",
+        el("button", { class: "danger small write", "data-role": "drop-interval",
           onclick: () => act(`Drop ${d.name} ${i.interval}`, "POST", `${COORDINATOR}/datasources/${name}/markUnused`,
             { interval: i.interval }) }, "Drop")]), [1, 2, 3, 4]));
 }
 
 function render(o) {
   lastOverview = o;
-  document.getElementById("leader").textContent = o.leader ? "leader" : "standby (read-only)";
+  document.getElementById("leader").textContent = (o.leader ? "leader" : "standby (read-only)") +
+    (o.role === "read" ? "; your role: read" : "");
+  document.body.classList.toggle("read-only", o.role === "read");
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   document.getElementById("supervisor-list").replaceChildren(
     ...(o.supervisors.length ? o.supervisors.map(supervisorCard) : [el("p", { class: "muted" }, "no supervisors")]));
@@ -342,6 +354,170 @@ async function runSql() {
   out.replaceChildren(table(header || [], rows), el("p", { class: "muted" }, `${rows.length} rows`));
 }
 
+// --- spec history and diff ---------------------------------------------------------------
+
+function lineDiff(a, b) {
+  // The lines of b against a: [" ", kept], ["-", removed], ["+", added] (longest common subsequence).
+  const n = a.length, m = b.length, common = Array.from({ length: n + 1 }, () => new Int32Array(m + 1));
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      common[i][j] = a[i] === b[j] ? common[i + 1][j + 1] + 1 : Math.max(common[i + 1][j], common[i][j + 1]);
+    }
+  }
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && a[i] === b[j]) {
+      out.push([" ", a[i]]);
+      i++;
+      j++;
+    } else if (j < m && (i >= n || common[i][j + 1] >= common[i + 1][j])) out.push(["+", b[j++]]);
+    else out.push(["-", a[i++]]);
+  }
+  return out;
+}
+
+const specLines = (spec) => JSON.stringify(spec, null, 2).split("\n");
+
+function diffView(before, after) {
+  const changed = lineDiff(specLines(before), specLines(after));
+  return el("pre", { class: "diff" }, changed.map(([mark, line]) =>
+    el("span", { class: mark === "+" ? "add" : mark === "-" ? "del" : "" }, `${mark} ${line}\n`)));
+}
+
+async function showHistory(id) {
+  const box = document.getElementById("spec-history");
+  const answer = await api("GET", `${API}/supervisor/${encodeURIComponent(id)}/history`);
+  if (!answer.ok) return say(`history of ${id}: ${answer.data?.errorMessage || answer.status}`, true);
+  const versions = answer.data;  // newest first
+  const shown = el("div", { "data-role": "diff" });
+  const rows = versions.map((v, k) => [v.version, v.author ?? "", v.terminated ? "terminated"
+    : v.suspended ? "suspended" : "running",
+  k + 1 < versions.length ? el("button", { class: "small", "data-role": "diff-previous",
+    onclick: () => shown.replaceChildren(el("h3", {}, `${versions[k + 1].version} → ${v.version}`),
+      diffView(versions[k + 1].spec, v.spec)) }, "diff with the previous") : "the first"]);
+  box.replaceChildren(el("h3", {}, `Spec history of ${id}`, el("button", { class: "small",
+    onclick: () => box.replaceChildren() }, "close")), table(["version", "by", "state", ""], rows), shown);
+  box.scrollIntoView();
+}
+
+// --- the data loader: topic → sample → schema → preview → supervisor -------------------------
+
+const TIME_NAMES = /^(__time|ts|timestamp|time|event_?time|created_?at|date)$/i;
+const loaderValue = (id) => document.getElementById(id).value.trim();
+
+function loaderSpec() {
+  // The supervisor spec the loader's choices make (JSON records, a count metric and one sum per chosen field).
+  const ts = loaderValue("load-ts");
+  const roles = [...document.querySelectorAll("#load-fields select[data-field]")]
+    .map((s) => [s.dataset.field, s.value]).filter(([field]) => field !== ts);
+  return { type: "kafka", spec: {
+    dataSchema: {
+      dataSource: loaderValue("load-datasource"),
+      timestampSpec: { column: ts, format: loaderValue("load-ts-format") },
+      dimensionsSpec: { dimensions: roles.filter(([, role]) => role === "dimension").map(([field]) => field) },
+      metricsSpec: [{ type: "count", name: "count" }, ...roles.filter(([, role]) => role.endsWith("Sum"))
+        .map(([field, role]) => ({ type: role, name: `sum_${field}`, fieldName: field }))],
+      granularitySpec: { type: "uniform", segmentGranularity: loaderValue("load-segment-gran").toUpperCase(),
+        queryGranularity: loaderValue("load-query-gran").toUpperCase(),
+        rollup: document.getElementById("load-rollup").checked } },
+    ioConfig: { type: "kafka", topic: loaderValue("load-topic"), inputFormat: { type: "json" },
+      useEarliestOffset: loaderValue("load-start") === "earliest" },
+    tuningConfig: { type: "kafka" } } };
+}
+
+async function sampler(spec) {
+  return api("POST", `${API}/sampler`, { type: "kafka", spec: spec.spec, samplerConfig: { numRows: 200 } });
+}
+
+function refusal(answer) {
+  const found = answer.data?.errors || [{ path: "$", message: answer.data?.errorMessage || String(answer.status) }];
+  return el("ul", { class: "error", "data-role": "refusal" },
+    found.map((e) => el("li", {}, el("code", {}, e.path), `: ${e.message}`)));
+}
+
+const shownValue = (v) => (v !== null && typeof v === "object" ? JSON.stringify(v)
+  : typeof v === "number" && !Number.isInteger(v) ? +v.toPrecision(12) : v);  // no 649.1099999999999
+
+function guessRole(values) {
+  const present = values.filter((v) => v !== null && v !== undefined);
+  if (present.length && present.every((v) => Number.isInteger(v))) return "longSum";
+  if (present.length && present.every((v) => typeof v === "number")) return "doubleSum";
+  if (present.some((v) => typeof v === "object" && !Array.isArray(v))) return "ignore";
+  return "dimension";
+}
+
+async function sampleTopic() {
+  const topic = loaderValue("load-topic"), out = document.getElementById("load-raw");
+  if (!topic) return say("Load data: name a topic", true);
+  out.replaceChildren(el("p", { class: "muted" }, "sampling…"));
+  document.getElementById("load-datasource").value ||= topic.replace(/[^A-Za-z0-9_-]/g, "_");
+  const first = loaderSpec();  // a first look: discovery, any time column
+  first.spec.dataSchema.timestampSpec = { column: "timestamp", format: "auto" };
+  first.spec.dataSchema.dimensionsSpec = { dimensions: [] };
+  first.spec.dataSchema.dataSource ||= "sample";
+  const answer = await sampler(first);
+  if (!answer.ok) return out.replaceChildren(refusal(answer));
+  const records = answer.data.data, inputs = records.filter((d) => d.input).map((d) => d.input);
+  const fields = [...new Set(inputs.flatMap((i) => Object.keys(i)))];
+  if (!records.length) return out.replaceChildren(el("p", { class: "muted" }, `no records in ${topic} yet`));
+  out.replaceChildren(el("p", {}, `${records.length} records sampled from ${topic}` +
+    (records.length > inputs.length ? `, ${records.length - inputs.length} not a JSON object` : "") +
+    (records.length > 10 ? "; the first 10:" : "")), el("div", { class: "scroll" },
+    table(["partition", "offset", ...fields, "not a JSON object"], records.slice(0, 10).map((d) =>
+      [d.partition, d.offset, ...fields.map((f) => shownValue(d.input?.[f])), d.raw ?? ""]), [0, 1])));
+  const timeColumn = fields.find((f) => TIME_NAMES.test(f)) || fields[0];
+  document.getElementById("load-ts").replaceChildren(...fields.map((f) =>
+    el("option", { selected: f === timeColumn }, f)));
+  document.getElementById("load-fields").replaceChildren(table(["field", "example", "use as"], fields.map((f) => {
+    const values = inputs.map((i) => i[f]);
+    const role = guessRole(values);
+    return [f, String(shownValue(values.find((v) => v !== undefined)) ?? ""), el("select", { "data-field": f },
+      ["dimension", "longSum", "doubleSum", "ignore"].map((r) => el("option", { selected: r === role }, r)))];
+  })));
+  document.getElementById("load-schema").hidden = false;
+  document.getElementById("load-result").replaceChildren();
+}
+
+async function previewSpec() {
+  const out = document.getElementById("load-result");
+  out.replaceChildren(el("p", { class: "muted" }, "previewing…"));
+  const answer = await sampler(loaderSpec());
+  if (!answer.ok) return out.replaceChildren(refusal(answer));
+  const { numRowsRead, numRowsIndexed, data, rollup, logicalSegmentSchema } = answer.data;
+  const bad = data.filter((d) => d.unparseable);
+  const columns = logicalSegmentSchema.map((c) => c.name);
+  out.replaceChildren(
+    el("p", { "data-role": "preview-counts" }, `${fmt(numRowsRead)} records read, ${fmt(numRowsIndexed)} parsed, ` +
+      `${fmt(bad.length)} unparseable → ${fmt(rollup.rows.length)} rows ${rollup.rollup ? "after rollup" : ""}`),
+    bad.length ? table(["partition", "offset", "why", "record"], bad.slice(0, 10).map((d) =>
+      [d.partition, d.offset, d.error, d.raw ?? JSON.stringify(d.input)])) : null,
+    el("div", { class: "scroll", "data-role": "preview-rows" }, table(columns, rollup.rows.slice(0, 100).map((r) =>
+      columns.map((c) => (c === "__time" ? new Date(r[c]).toISOString() : shownValue(r[c])))))));
+}
+
+async function submitLoaded() {
+  const out = document.getElementById("load-result"), spec = loaderSpec();
+  if (!spec.spec.dataSchema.dimensionsSpec.dimensions.length) {
+    return say("Load data: choose at least one dimension (none would discover every field)", true);
+  }
+  if (!window.confirm(`Start supervisor ${spec.spec.dataSchema.dataSource} on ${spec.spec.ioConfig.topic}?`)) return;
+  const answer = await api("POST", `${API}/supervisor`, spec);
+  if (!answer.ok) return out.replaceChildren(refusal(answer));
+  say(`supervisor ${answer.data.id} submitted`);
+  refresh();
+  document.getElementById("supervisors").scrollIntoView();
+}
+
+function editLoaded() {
+  document.getElementById("spec").value = JSON.stringify(loaderSpec(), null, 2);
+  document.getElementById("submit").scrollIntoView();
+}
+
+document.getElementById("load-sample").addEventListener("click", sampleTopic);
+document.getElementById("load-preview").addEventListener("click", previewSpec);
+document.getElementById("load-submit").addEventListener("click", submitLoaded);
+document.getElementById("load-edit").addEventListener("click", editLoaded);
 document.getElementById("submit-spec").addEventListener("click", submitSpec);
 document.getElementById("run-sql").addEventListener("click", runSql);
 refresh();
