@@ -5,9 +5,9 @@
 shared across the partitions (from the earliest offsets with ``useEarliestOffset``, else the
 latest records), with the same exact range reader and the same parse as a task, and answers in
 Druid's shape: ``data`` holds each record's ``input`` (its JSON object; ``raw`` text for any other
-value) and the row it parses to on its own (``parsed``), or ``unparseable`` and its ``error``; ``rollup`` (ours) the rows a task would write
-for these records together. Nothing is committed and no consumer group joins: the read is assign
-and poll, like a task's.
+value) and the row it parses to on its own (``parsed``), or ``unparseable`` and its ``error``;
+``rollup`` (ours) the rows a task would write for these records together. Nothing is committed
+and no consumer group joins: the read is assign and poll, like a task's.
 """
 
 from __future__ import annotations

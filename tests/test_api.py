@@ -475,6 +475,32 @@ def test_validate_only_checks_what_a_submit_checks_and_changes_nothing(api: Api,
 # --- ingestion, tasks, console, metrics ------------------------------------------------------
 
 
+def test_the_consoles_task_list_pages_newest_first_and_filters_on_the_server(api: Api, datasource):
+    store = api.overlord.store
+    ids = [f"task_{datasource}_{i:03d}" for i in range(120)]
+    for i, task_id in enumerate(ids):
+        store.insert_task(task_id, datasource, datasource, {0: i}, {0: i + 1}, task_type="compact" if i % 3 else
+                          "index_kafka")
+        if i % 10 == 0:
+            store.finish_task(task_id, "FAILED", "broken", None)
+
+    def page(number: int, **filters: Any) -> dict[str, Any]:
+        answer = api.http.get("/console/api/tasks", params={"datasource": datasource, "page": number, **filters})
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    pages = [page(n) for n in range(3)]
+    assert [(len(p["tasks"]), p["more"]) for p in pages] == [(50, True), (50, True), (20, False)]
+    assert [t["id"] for p in pages for t in p["tasks"]] == ids[::-1]  # every task once, newest first
+    failed = page(0, status="FAILED")["tasks"]
+    assert [t["id"] for t in failed] == [i for i in ids[::-1] if int(i[-3:]) % 10 == 0]
+    assert all(t["errorMsg"] == "broken" for t in failed)
+    kafka = page(0, type="index_kafka")["tasks"]
+    assert [t["id"] for t in kafka] == [i for i in ids[::-1] if int(i[-3:]) % 3 == 0]
+    assert page(0, sinceSeconds=3600)["tasks"] == pages[0]["tasks"]  # all created just now
+    assert api.http.get("/console/api/tasks", params={"status": "LOST"}).status_code == 400
+
+
 def test_a_tasks_log_and_report_are_one_call_away_as_druid_serves_them(api: Api, stack: DevStack, make_topic,
                                                                         datasource):
     topic = make_topic(1)

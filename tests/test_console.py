@@ -142,6 +142,22 @@ def test_the_datasource_card_sets_compaction_and_retention_and_drops_and_restore
     expect(card.locator('[data-role="compaction"]')).to_contain_text("default config")
 
 
+def test_the_task_list_filters_by_datasource_status_and_type_and_keeps_the_choice_across_polls(page, live):
+    datasource = live["datasource"]
+    page.select_option("#task-datasource", datasource)
+    page.select_option("#task-status", "SUCCESS")
+    rows = page.locator("#task-list tr")
+    expect(rows.nth(1)).to_contain_text(datasource)
+    page.wait_for_timeout(2_500)  # a poll redraws the list with the same filter
+    assert page.locator("#task-datasource").input_value() == datasource
+    for text in rows.all_inner_texts()[1:]:
+        assert datasource in text and "SUCCESS" in text and "index_kafka" in text, text
+    page.select_option("#task-type", "compact")
+    page.select_option("#task-status", "RUNNING")
+    expect(page.locator("#task-list")).to_have_text("none")  # nothing compacts this datasource now
+    expect(page.locator("#task-older")).to_be_disabled()
+
+
 def test_a_refused_spec_shows_each_error_at_its_field(page, live):
     bad = spec_json(f"ds_{uuid.uuid4().hex[:8]}", live["topic"], taskCount=-2)
     page.fill("#spec", json.dumps(bad, indent=2))

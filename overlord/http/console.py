@@ -2,18 +2,20 @@
 
 The script and stylesheet are bundled in the package (no CDN: it works offline). The page is
 static; a small script without a framework (``console/console.js``) polls
-``GET /console/api/overview`` every 2 s, redraws its tables and SVG charts in place, and sends
-every action to the same Druid API other clients use, so the console can do nothing the API
-does not allow (authentication included: the browser's Basic credentials go with every call).
+``GET /console/api/overview`` and a page of ``GET /console/api/tasks`` every 2 s, redraws its
+tables and SVG charts in place, and sends every action to the same Druid API other clients use, so
+the console can do nothing the API does not allow (authentication included: the browser's Basic
+credentials go with every call).
 """
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
 from overlord.errors import NotFound
@@ -31,10 +33,12 @@ ASSETS = Path(__file__).parent / "console"
 _MEDIA_TYPES = {"console.js": "text/javascript", "console.css": "text/css"}
 MAX_INTERVALS = 48
 """Newest intervals shown per datasource."""
+TASK_PAGE = 50
+"""Tasks per page of the console's task list."""
 
 
 def console_routes(out: Replies) -> APIRouter:
-    """``/``, ``/console/{asset}`` and ``/console/api/overview``."""
+    """``/``, ``/console/{asset}``, ``/console/api/overview`` and ``/console/api/tasks``."""
     overlord = out.overlord
     router = APIRouter()
 
@@ -51,16 +55,26 @@ def console_routes(out: Replies) -> APIRouter:
 
     @router.get("/console/api/overview", tags=["console"], summary="Everything the console shows, in one answer")
     def overview(request: Request) -> Response:
-        active = {task.id for status in out.supervisors() for task in status.active_tasks}
-        tasks = [{**task_view(t, active), "report": t.report} for t in overlord.store.tasks(limit=50)]
         now = time.time()
         supervisors = [{**status_payload(sup.status), "series": sup.series.as_json(now)}
                        for sup in sorted(overlord.supervisors.values(), key=lambda sup: sup.id)]
         names = sorted({s["payload"]["dataSource"] for s in supervisors} | set(datasources(overlord.engine)))
         rules = overlord.rules()
         role = request.scope.get("role", "write")  # authentication off: anyone may change anything
-        return out.reply({"leader": overlord.leading, "role": role, "supervisors": supervisors, "tasks": tasks,
+        return out.reply({"leader": overlord.leading, "role": role, "supervisors": supervisors,
                           "datasources": [_datasource(overlord, name, rules.get(name, [])) for name in names]})
+
+    @router.get("/console/api/tasks", tags=["console"], summary="A page of tasks, newest first, with their reports")
+    def task_page(datasource: str | None = None, status: Literal["RUNNING", "SUCCESS", "FAILED"] | None = None,
+                  task_type: Annotated[Literal["index_kafka", "compact"] | None, Query(alias="type")] = None,
+                  since_s: Annotated[int | None, Query(alias="sinceSeconds", ge=1)] = None,
+                  page: Annotated[int, Query(ge=0, le=10_000)] = 0) -> Response:
+        since = None if since_s is None else datetime.now(UTC) - timedelta(seconds=since_s)
+        found = overlord.store.tasks(status=status, datasource=datasource or None, task_type=task_type, since=since,
+                                     limit=TASK_PAGE + 1, offset=page * TASK_PAGE)
+        active = {task.id for status in out.supervisors() for task in status.active_tasks}
+        return out.reply({"tasks": [{**task_view(t, active), "report": t.report} for t in found[:TASK_PAGE]],
+                          "page": page, "more": len(found) > TASK_PAGE})
 
     return router
 

@@ -65,6 +65,7 @@ tasks = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("log", sa.Text, nullable=True),  # the lines the overlord wrote while it ran (see task_logs)
+    sa.Index("tasks_created_at_idx", "created_at"),  # newest first: the task list and its pages
 )
 
 compaction_configs = sa.Table(
@@ -246,8 +247,11 @@ class MetadataStore:
             return int(result.rowcount)
 
     def tasks(self, *, status: str | None = None, datasource: str | None = None, task_type: str | None = None,
-              limit: int = 200) -> list[TaskRecord]:
-        query = sa.select(*_TASK_COLUMNS).order_by(tasks.c.created_at.desc()).limit(limit)
+              since: datetime | None = None, limit: int = 200, offset: int = 0) -> list[TaskRecord]:
+        """Tasks newest first, filtered; ``offset`` skips that many (a page of the list)."""
+        query = sa.select(*_TASK_COLUMNS).order_by(tasks.c.created_at.desc(), tasks.c.id).limit(limit).offset(offset)
+        if since is not None:
+            query = query.where(tasks.c.created_at >= since)
         if task_type is not None:
             query = query.where(tasks.c.type == task_type)
         if status is not None:

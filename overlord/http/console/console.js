@@ -275,20 +275,56 @@ function render(o) {
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   document.getElementById("supervisor-list").replaceChildren(
     ...(o.supervisors.length ? o.supervisors.map(supervisorCard) : [el("p", { class: "muted" }, "no supervisors")]));
-  document.getElementById("task-list").replaceChildren(table(
-    ["task", "type", "datasource", "status", "offsets", "seconds", "in", "out", "parse errors", "detail"],
-    taskRows(o.tasks), [5, 6, 7]));
+  const names = o.datasources.map((d) => d.name), choice = document.getElementById("task-datasource");
+  if (choice.dataset.names !== names.join("\n")) {  // rebuilt only when datasources come or go: the choice stays
+    choice.dataset.names = names.join("\n");
+    choice.replaceChildren(el("option", { value: "" }, "all"),
+      ...names.map((n) => el("option", { selected: n === taskFilter.datasource }, n)));
+  }
   document.getElementById("datasource-list").replaceChildren(
     ...(o.datasources.length ? o.datasources.map(datasourceCard) : [el("p", { class: "muted" }, "none")]));
   const sql = document.getElementById("sql-text");
   if (!sql.value && o.datasources.length) sql.value = `SELECT COUNT(*) AS "rows" FROM "${o.datasources[0].name}"`;
 }
 
+// The task list: filtered and paged on the server, the choices kept across polls.
+const taskFilter = { datasource: "", status: "", type: "", sinceSeconds: "", page: 0 };
+
+function renderTasks(answer) {
+  document.getElementById("task-list").replaceChildren(table(
+    ["task", "type", "datasource", "status", "offsets", "seconds", "in", "out", "parse errors", "detail"],
+    taskRows(answer.tasks), [5, 6, 7]));
+  document.getElementById("task-page").textContent = `page ${answer.page + 1}`;
+  document.getElementById("task-newer").disabled = answer.page === 0;
+  document.getElementById("task-older").disabled = !answer.more;
+}
+
+async function refreshTasks() {
+  const query = new URLSearchParams(Object.entries(taskFilter).filter(([, v]) => v !== ""));
+  const answer = await api("GET", `/console/api/tasks?${query}`);
+  if (answer.ok) renderTasks(answer.data);
+  else say(`tasks: ${answer.data?.errorMessage || answer.status}`, true);
+}
+
+for (const [id, key] of [["task-datasource", "datasource"], ["task-status", "status"], ["task-type", "type"],
+  ["task-since", "sinceSeconds"]]) {
+  document.getElementById(id).addEventListener("change", (event) => {
+    Object.assign(taskFilter, { [key]: event.target.value, page: 0 });
+    refreshTasks();
+  });
+}
+for (const [id, step] of [["task-newer", -1], ["task-older", 1]]) {
+  document.getElementById(id).addEventListener("click", () => {
+    taskFilter.page = Math.max(0, taskFilter.page + step);
+    refreshTasks();
+  });
+}
+
 let timer = null;
 async function refresh() {
   clearTimeout(timer);
   try {
-    const answer = await api("GET", "/console/api/overview");
+    const [answer] = await Promise.all([api("GET", "/console/api/overview"), refreshTasks()]);
     if (answer.ok) render(answer.data);
     else say(`overview: ${answer.data?.errorMessage || answer.status}`, true);
   } catch (e) {
