@@ -223,13 +223,41 @@ def test_failed_tasks_back_off_per_policy_and_turn_unhealthy(stack, engine, worl
     runner.tasks[second.task_id][1].set_exception(RuntimeError("executor lost"))
     sup.run_once()
     assert sup.status.state == "UNHEALTHY_TASKS" and not sup.status.healthy  # unhealthy_after = 2
-    assert "executor lost" in sup.status.recent_errors[0][1] and "retrying in 20s" in sup.status.recent_errors[0][1]
+    latest = sup.status.recent_errors[0].message
+    assert "executor lost" in latest and "retrying in 20s" in latest
     world.time += 20.1
     sup.run_once()
     (third,) = runner.running()
     finish(runner, third, really_publish=True, engine=engine)
     sup.run_once()
     assert sup.status.state == "RUNNING" and sup.status.healthy
+
+
+def test_one_cause_of_failure_is_one_recent_error_with_a_count_resolved_when_a_task_publishes(
+        stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.run_once()
+    for _ in range(3):  # the same failure under three task ids, each after its backoff
+        (task,) = runner.running()
+        runner.tasks[task.task_id][1].set_exception(RuntimeError("executor lost"))
+        sup.run_once()
+        world.time += 200
+        sup.run_once()
+    (error,) = sup.status.recent_errors
+    assert error.count == 3 and error.resolved is None and error.first < error.last
+    assert task.task_id in error.message  # the latest occurrence's wording
+
+    finish(runner, runner.running()[0], really_publish=True, engine=engine)
+    sup.run_once()
+    (error,) = sup.status.recent_errors
+    assert error.resolved is not None  # kept, apart: the status lists it under resolvedErrors
+    world.marks, world.time = {0: (0, 20)}, world.time + 10  # more records: a new task
+    sup.run_once()
+    (task,) = runner.running()
+    runner.tasks[task.task_id][1].set_exception(RuntimeError("executor lost"))
+    sup.run_once()
+    assert [(e.count, e.resolved is None) for e in sup.status.recent_errors] == [(1, True), (3, False)]
 
 
 def test_a_task_past_completion_timeout_is_stopped(stack, engine, world, runner, datasource):
@@ -242,7 +270,7 @@ def test_a_task_past_completion_timeout_is_stopped(stack, engine, world, runner,
     assert runner.stopped == []
     world.time += 2
     sup.run_once()
-    assert runner.stopped == [task.task_id] and "exceeded completionTimeout" in sup.status.recent_errors[0][1]
+    assert runner.stopped == [task.task_id] and "exceeded completionTimeout" in sup.status.recent_errors[0].message
 
 
 def test_an_unreachable_broker_makes_the_supervisor_unhealthy_until_it_is_back(
@@ -252,7 +280,7 @@ def test_an_unreachable_broker_makes_the_supervisor_unhealthy_until_it_is_back(
     sup.run_once()
     before = sup.status
     sup.run_once()
-    assert sup.status.state == "UNHEALTHY_SUPERVISOR" and "broker unreachable" in sup.status.recent_errors[0][1]
+    assert sup.status.state == "UNHEALTHY_SUPERVISOR" and "broker unreachable" in sup.status.recent_errors[0].message
     assert before.state == "PENDING" and before is not sup.status  # snapshots are values: never updated in place
     world.broker_down = False
     sup.run_once()
@@ -264,7 +292,7 @@ def test_offsets_of_another_topic_are_refused_until_a_reset(stack, engine, world
     publish(engine, PublishRequest(datasource, "topic-old", "t0", {0: 0}, {0: 7}, initial_offsets={0: 0}))
     sup = make_supervisor(stack, engine, world, runner, datasource)
     sup.run_once()
-    assert runner.tasks == {} and "found offsets of 'topic-old'" in sup.status.recent_errors[0][1]
+    assert runner.tasks == {} and "found offsets of 'topic-old'" in sup.status.recent_errors[0].message
     reset_offsets(engine, datasource, None)
     sup.run_once()
     (task,) = runner.running()  # the reset forgot topic-old: earliest offsets of topic-a are pinned and read
@@ -299,7 +327,7 @@ def test_a_topic_pattern_spreads_each_topics_partitions_over_the_groups_and_may_
     publish(engine, PublishRequest(single.spec.datasource, "topic-a", "t0", {0: 0}, {0: 7}, initial_offsets={0: 0}))
     pattern = make_supervisor(stack, engine, world, runner, single.spec.datasource, topic=None, topicPattern="topic-a")
     pattern.run_once()
-    refused = pattern.status.recent_errors[0][1]
+    refused = pattern.status.recent_errors[0].message
     assert "expected committed offsets of '(topicPattern)', found offsets of 'topic-a'" in refused
 
 
@@ -389,7 +417,7 @@ def test_completion_timeout_counts_from_the_start_not_from_the_queue(stack, engi
     sup.run_once()
     sup.run_once()
     assert runner.stopped == []
-    waiting = [m for _, m in sup.status.recent_errors if "waiting for a task slot" in m]
+    waiting = [e.message for e in sup.status.recent_errors if "waiting for a task slot" in e.message]
     assert len(waiting) == 1 and task.task_id in waiting[0] and "OVERLORD_TASK_SLOTS" in waiting[0]
     runner.start_queued()
     world.time += 59
@@ -423,7 +451,7 @@ def test_offsets_that_go_backwards_make_the_supervisor_unhealthy_naming_the_part
     for _ in range(POLICY.unhealthy_after):
         sup.run_once()
     assert sup.status.state == "UNHEALTHY_SUPERVISOR" and runner.running() == []
-    assert "partition 1: committed offset 10 is past the latest offset 4" in sup.status.recent_errors[0][1]
+    assert "partition 1: committed offset 10 is past the latest offset 4" in sup.status.recent_errors[0].message
 
 
 def test_a_partition_out_of_range_stops_alone_until_its_offsets_are_reset(stack, engine, world, runner, datasource):
@@ -440,7 +468,8 @@ def test_a_partition_out_of_range_stops_alone_until_its_offsets_are_reset(stack,
     finish(runner, task, really_publish=True, engine=engine)
     sup.run_once()
     sup.run_once()
-    assert [m for _, m in sup.status.recent_errors if "partition 1" in m] == [sup.status.stopped_partitions[1]]  # once
+    messages = [e.message for e in sup.status.recent_errors]
+    assert [m for m in messages if "partition 1" in m] == [sup.status.stopped_partitions[1]]  # once
 
     reset_offsets(engine, datasource, {1: 0})  # the operator's choice: the new topic from its start
     sup.run_once()
@@ -458,7 +487,7 @@ def test_records_lost_to_retention_are_loud_by_default(stack, engine, world, run
     for _ in range(POLICY.unhealthy_after):
         sup.run_once()
     assert sup.status.state == "UNHEALTHY_SUPERVISOR" and runner.running() == []
-    assert "partition 0: records [10, 25) were deleted before they were indexed" in sup.status.recent_errors[0][1]
+    assert "partition 0: records [10, 25) were deleted before they were indexed" in sup.status.recent_errors[0].message
     assert sup.status.committed == {0: 10}
 
 
@@ -474,7 +503,7 @@ def test_reset_offset_automatically_skips_the_gap_and_says_exactly_what(stack, e
     sup.run_once()
     (task,) = runner.running()
     assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 25}, {0: 40})
-    assert "skipped records [10, 25) of partition 0" in sup.status.recent_errors[0][1]
+    assert "skipped records [10, 25) of partition 0" in sup.status.recent_errors[0].message
     assert sup.status.healthy
     [skip] = [t for t in sup.ctx.store.tasks(datasource=datasource) if t.type == "reset_offsets"]  # kept for good
     assert (dict(skip.start_offsets), dict(skip.end_offsets), skip.status) == ({0: 10}, {0: 25}, "SUCCESS")

@@ -149,7 +149,9 @@ def format_status(status: dict[str, Any]) -> str:
                  f"({c['processedPerSecond']['1m']}/s over 1 min)")
     if p["recentErrors"]:
         lines.append("recent errors:")
-        lines += [f"  {e['timestamp']}  {e['message']}" for e in p["recentErrors"]]
+        for e in p["recentErrors"]:
+            repeated = f" ({e['count']} times since {e['firstTimestamp']})" if e.get("count", 1) > 1 else ""
+            lines.append(f"  {e['timestamp']}  {e['message']}{repeated}")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from overlord.supervisor.recent_errors import SeenError
 from overlord.supervisor.status import SupervisorStatus
 from specs import DYNAMIC_CONFIG_PROVIDER
 from specs.masked import MASK
@@ -54,9 +55,17 @@ def status_payload(status: SupervisorStatus) -> dict[str, Any]:
         **({"discoveredDimensions": list(status.dimensions),
             "discoveredSchema": [{"name": name, "type": kind.upper()} for name, kind in status.dimensions.items()]}
            if status.spec.spec.data_schema.dimensions_spec.discovers else {}),
-        "recentErrors": [{"timestamp": at.isoformat(), "message": message} for at, message in status.recent_errors],
+        "recentErrors": [_error(e) for e in status.recent_errors if e.resolved is None],
+        "resolvedErrors": [{**_error(e), "resolvedTimestamp": e.resolved.isoformat()} for e in status.recent_errors
+                           if e.resolved is not None],
         "stoppedPartitions": {str(p): reason for p, reason in status.stopped_partitions.items()},
         "counters": counters(status)}}
+
+
+def _error(error: SeenError) -> dict[str, Any]:
+    """Druid's recent error (``timestamp``: the last time) with how often it came since ``firstTimestamp``."""
+    return {"timestamp": error.last.isoformat(), "message": error.message, "count": error.count,
+            "firstTimestamp": error.first.isoformat()}
 
 
 def counters(status: SupervisorStatus) -> dict[str, Any]:

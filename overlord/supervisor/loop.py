@@ -42,6 +42,7 @@ from overlord.supervisor.ranges import (
     pin_initial_offsets,
     task_group,
 )
+from overlord.supervisor.recent_errors import RecentErrors
 from overlord.supervisor.series import Series
 from overlord.supervisor.status import (
     ActiveTaskStatus,
@@ -167,7 +168,7 @@ class Supervisor:
         self.discovered: dict[str, str] = {}
         """The dimensions of the rows published since the overlord started and their (widest) types, in order
         of discovery."""
-        self.recent_errors: deque[tuple[datetime, str]] = deque(maxlen=10)
+        self.recent_errors = RecentErrors()
         self.recent_tasks: deque[FinishedTaskStatus] = deque(maxlen=20)
         self.series = Series()
         """Lag, records/s and task outcomes in fixed steps for an hour: the console's charts, ``.../series``."""
@@ -200,11 +201,13 @@ class Supervisor:
                     self.create_new_tasks()
                 else:
                     self.detailed_state = "SUSPENDED" if self.suspended else "STOPPING"
+                if self.failed_runs:
+                    self.recent_errors.resolve(self.ctx.now(), run_only=True)
                 self.failed_runs = 0
             except Exception as exc:  # broker or PostgreSQL unreachable, topic changed, and the like
                 self.failed_runs += 1
                 self.detailed_state = "UNABLE_TO_CONNECT"
-                self.record_error(f"{type(exc).__name__}: {exc}")
+                self.record_error(f"{type(exc).__name__}: {exc}", run=True)
                 logger.warning("supervisor %s: run failed (%d in a row): %s", self.id, self.failed_runs, exc)
             finally:
                 self.runs += 1
@@ -245,12 +248,13 @@ class Supervisor:
                 self._handle_finished(task)
             elif task.started is not None and now - task.started > timeout:
                 self.ctx.runner.stop(task_id)
-                self.record_error(f"task {task_id} exceeded completionTimeout ({timeout:.0f}s); stopped")
+                self.record_error(f"task {task_id} exceeded completionTimeout ({timeout:.0f}s); stopped",
+                                  "completionTimeout")
             elif task.started is None and now - task.launched > timeout and not task.said_waiting:
                 task.said_waiting = True
                 self.record_error(f"task {task_id} has been waiting for a task slot for {now - task.launched:.0f} s, "
                                   "longer than completionTimeout: every slot is busy (OVERLORD_TASK_SLOTS); lag grows "
-                                  "meanwhile")
+                                  "meanwhile", "waiting for a task slot")
 
     def read_committed_offsets(self) -> None:
         """Read the committed offsets; refuse offsets of another topic (a reset is needed)."""
@@ -405,6 +409,7 @@ class Supervisor:
         if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
             state.failures = 0
+            self.recent_errors.resolve(self.ctx.now())  # ingestion works again
             self.counters.count_processed(self.ctx.clock(), report.processed)
             self.counters.unparseable += report.unparseable
             self.counters.thrown_away += report.thrown_away
@@ -419,7 +424,7 @@ class Supervisor:
             state.failures += 1
             delay = self.ctx.policy.backoff_s(state.failures)
             state.retry_after = self.ctx.clock() + delay
-            self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)")
+            self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)", f"task failed: {detail}")
         log = logger.info if status == "SUCCESS" else logger.warning
         log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail, extra={"task_id": task_id})
         self.ctx.store.finish_task(task_id, status, detail, _report_json(report), self.ctx.runner.logs.take(task_id))
@@ -431,8 +436,9 @@ class Supervisor:
         if self.ctx.metrics is not None:
             self.ctx.metrics.task_finished(self.spec.datasource, report, duration)
 
-    def record_error(self, message: str) -> None:
-        self.recent_errors.appendleft((self.ctx.now(), message))
+    def record_error(self, message: str, key: str | None = None, *, run: bool = False) -> None:
+        """Note an error for the status (``key``: what makes two the same error; see :class:`RecentErrors`)."""
+        self.recent_errors.record(self.ctx.now(), message, key, run=run)
 
     # --- what is shown ---------------------------------------------------------------------
 
@@ -477,7 +483,7 @@ class Supervisor:
             offsets_updated=self.offsets_updated,
             active_tasks=tuple(ActiveTaskStatus(task_id, t.request.start_offsets, t.request.end_offsets,
                                                 t.launched_at) for task_id, t in self.active.items()),
-            recent_tasks=tuple(self.recent_tasks), recent_errors=tuple(self.recent_errors),
+            recent_tasks=tuple(self.recent_tasks), recent_errors=self.recent_errors.snapshot(),
             counters=CounterStatus(c.processed, c.unparseable, c.thrown_away, c.lost_publish_races,
                                    {"1m": round(c.rate(now, 60), 1), "5m": round(c.rate(now, 300), 1),
                                     "15m": round(c.rate(now, 900), 1)}),

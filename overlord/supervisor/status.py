@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from overlord.supervisor.recent_errors import SeenError
 from segment_store import Offsets, Partition
 from specs import SupervisorSpec
 
@@ -68,7 +69,7 @@ class SupervisorStatus:
     offsets_updated: datetime | None
     active_tasks: tuple[ActiveTaskStatus, ...]
     recent_tasks: tuple[FinishedTaskStatus, ...]
-    recent_errors: tuple[tuple[datetime, str], ...]
+    recent_errors: tuple[SeenError, ...]
     counters: CounterStatus
     generated_at: datetime
     dimensions: Mapping[str, str] = field(default_factory=dict)

@@ -168,8 +168,13 @@ function supervisorCard(s) {
     table(["task", "start", "end", "running (s)"],
       p.activeTasks.map((t) => [taskLinks(t.id), offsets(t.startingOffsets), offsets(t.endOffsets), t.runningSeconds]),
       [3]),
-    p.recentErrors.length ? el("h3", {}, "Recent errors") : null,
-    p.recentErrors.length ? table(["time", "message"], p.recentErrors.map((e) => [e.timestamp, e.message])) : null);
+    p.recentErrors.length ? el("h3", { class: "bad" }, "Recent errors") : null,
+    p.recentErrors.length ? table(["last", "times", "since", "message"], p.recentErrors.map((e) =>
+      [e.timestamp, e.count, e.firstTimestamp, e.message]), [1]) : null,
+    p.resolvedErrors?.length ? kept(el("details", { "data-role": "resolved-errors" },
+      el("summary", {}, `${p.resolvedErrors.length} resolved errors`), table(["resolved", "last", "times", "message"],
+        p.resolvedErrors.map((e) => [e.resolvedTimestamp, e.timestamp, e.count, e.message]), [2])),
+    `resolved-${id}`) : null);
 }
 
 function stoppedPartitions(p, id, path) {
