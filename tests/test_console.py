@@ -196,7 +196,22 @@ def test_the_sql_box_shows_the_rows(page, live):
     shown = {row[0]: int(row[1].replace(",", "")) for row in
              (r.split("\t") for r in result.locator("tr").all_inner_texts()[1:])}
     assert shown == dict(expected.count_by_country)
+    expect(page.locator('[data-role="sql-timing"]')).to_contain_text(
+        f"{len(expected.count_by_country)} rows in")  # and the engine that answered, e.g. "on duckdb"
+    assert page.locator('[data-role="sql-timing"]').inner_text().rsplit(" on ", 1)[1] in ("duckdb", "spark")
+    with page.expect_download() as download:
+        page.click("#sql-csv")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines[0] == "country,events" and {tuple(line.split(",")) for line in lines[1:] if line} == {
+        (country, str(n)) for country, n in expected.count_by_country.items()}
     page.locator("#sql").screenshot(path=ARTIFACTS / "sql.png")
+
+    query = page.locator("#sql-text").input_value()
+    page.reload()  # the history is kept in the browser
+    page.locator("#sql-history summary").click()
+    page.fill("#sql-text", "")
+    page.locator('[data-role="history-query"]', has_text="GROUP BY country").first.click()
+    assert page.locator("#sql-text").input_value() == query
 
 
 def test_the_console_asks_for_credentials_and_a_reader_cannot_act(browser, secured, live):

@@ -69,9 +69,11 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProc
     def sql(body: SqlQuery) -> Response:
         query_id = body.query_id()
         timeout_ms = body.limits(limits).timeout_ms
-        result = timed(lambda: queries.run("sql", body.model_dump(by_alias=True), query_id, timeout_ms))
+        started = time.perf_counter()
+        result, answered_by = timed(lambda: queries.run("sql", body.model_dump(by_alias=True), query_id, timeout_ms))
         content = secrets.scrub(result) if isinstance(result, str) else json.dumps(secrets.scrub_strings(result))
-        headers = {"X-Druid-SQL-Query-Id": query_id} | ({"X-Druid-SQL-Header-Included": "yes"} if body.header else {})
+        headers = {"X-Druid-SQL-Query-Id": query_id, **answered(answered_by, started)} | (
+            {"X-Druid-SQL-Header-Included": "yes"} if body.header else {})
         return Response(content, media_type=CONTENT_TYPES[body.result_format], headers=headers)
 
     @router.post("/druid/v2", tags=["query"], summary="A native query (timeseries, topN, groupBy, timeBoundary, "
@@ -79,7 +81,14 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProc
     @router.post("/druid/v2/", tags=["query"], include_in_schema=False)
     def native(body: Annotated[dict[str, Any], Body()]) -> Response:
         query_id = str((body.get("context") or {}).get("queryId") or uuid.uuid4().hex)
-        return JSONResponse(timed(lambda: queries.run("native", body, query_id, limits.timeout_ms)))
+        started = time.perf_counter()
+        result, answered_by = timed(lambda: queries.run("native", body, query_id, limits.timeout_ms))
+        return JSONResponse(result, headers=answered(answered_by, started))
+
+    def answered(answered_by: str | None, started: float) -> dict[str, str]:
+        """Headers saying which engine answered (DuckDB or Spark) and how long the query took in the overlord."""
+        took = {"X-Overlord-Query-Time-Ms": f"{(time.perf_counter() - started) * 1000:.0f}"}
+        return took | ({"X-Overlord-Query-Engine": answered_by} if answered_by else {})
 
     def timed(run: Callable[[], T]) -> T:
         """Run a query, observing its duration and outcome in the query latency histogram."""

@@ -27,6 +27,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -55,6 +56,9 @@ from segment_store.timeline import VisibleSet, visible_set
 from segment_store.value_types import widest_types
 
 __all__ = ["QueryLimits", "SqlQuery", "execute_sql", "run_sql"]
+
+ANSWERED_BY: ContextVar[str | None] = ContextVar("answered_by", default=None)
+"""The engine that answered this thread's last query (``spark`` or ``duckdb``): the query engine reports it."""
 
 logger = logging.getLogger(__name__)
 
@@ -394,6 +398,7 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
                          f"{limits.max_bytes:,} (OVERLORD_QUERY_MAX_BYTES): select fewer or smaller columns",
                          "RESULT_TOO_LARGE")
     logger.debug("query returned %d rows on %s: %s", result.table.num_rows, result.engine, query)
+    ANSWERED_BY.set(result.engine)
     return result
 
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from multiprocessing.connection import Client
-from typing import Any
+from typing import Any, NamedTuple
 
 from overlord.config import Settings
 from overlord.logs import log_format
@@ -51,6 +51,13 @@ GRACE_S = 5.0
 
 START_TIMEOUT_S = 180.0
 """How long the child may take to start its Spark application and answer."""
+
+
+class Answer(NamedTuple):
+    """A query's result and the engine that answered it (``spark``, ``duckdb``; None: no table was read)."""
+
+    result: Any
+    engine: str | None
 
 
 class QueryProcess:
@@ -95,8 +102,8 @@ class QueryProcess:
         child = self._child
         return child.process.pid if child is not None and child.process.poll() is None else None
 
-    def run(self, kind: str, body: Mapping[str, Any], query_id: str, timeout_ms: int) -> Any:
-        """Run a ``sql`` or ``native`` query (``body`` as sent) in the child; its result, or :class:`QueryError`.
+    def run(self, kind: str, body: Mapping[str, Any], query_id: str, timeout_ms: int) -> Answer:
+        """Run a ``sql`` or ``native`` query (``body`` as sent) in the child; its answer, or :class:`QueryError`.
 
         ``timeout_ms``: the query's own timeout (the child enforces it); the child is killed if
         the answer has not come :data:`GRACE_S` after it.
@@ -128,7 +135,7 @@ class QueryProcess:
         if "error" in reply:
             error = reply["error"]
             raise QueryError(error["message"], error.get("errorClass"), status=error.get("status", 400))
-        return reply["result"]
+        return Answer(reply["result"], reply.get("engine"))
 
     def cancel(self, query_id: str) -> bool:
         """Cancel the running query ``query_id``; False if the engine runs no such query."""

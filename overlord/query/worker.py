@@ -19,6 +19,7 @@ from typing import Any
 
 from overlord.config import Settings, cpu_list
 from overlord.logs import configure_logging
+from overlord.query.engine import ANSWERED_BY
 from overlord.query.errors import QueryError
 
 logger = logging.getLogger("overlord.query.worker")
@@ -81,7 +82,7 @@ class _Engine:
         with conn:
             try:
                 request = json.loads(conn.recv_bytes())
-                reply: dict[str, Any] = {"result": self._run(request)}
+                reply: dict[str, Any] = {"result": self._run(request), "engine": ANSWERED_BY.get()}
             except QueryError as exc:
                 reply = {"error": {"message": exc.message, "errorClass": exc.error_class, "status": exc.status}}
             except Exception as exc:

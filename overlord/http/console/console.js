@@ -41,7 +41,7 @@ async function api(method, path, body) {
   const text = await response.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = text; }
-  return { ok: response.ok, status: response.status, data };
+  return { ok: response.ok, status: response.status, data, headers: response.headers };
 }
 
 function say(text, isError = false) {
@@ -382,17 +382,53 @@ async function submitSpec() {
   say("the spec was refused: see the errors under the editor", true);
 }
 
+// The SQL box: each run's time and engine, a history kept in this browser, downloads as CSV or JSON.
+const HISTORY_KEY = "overlord.sqlHistory";
+const sqlHistory = () => JSON.parse(localStorage.getItem(HISTORY_KEY) || "[]");
+
+function renderSqlHistory() {
+  const list = sqlHistory();
+  document.getElementById("sql-history").replaceChildren(list.length ? el("details", {},
+    el("summary", {}, `history (${list.length}, kept in this browser)`),
+    el("ul", {}, list.map((h) => el("li", {}, el("a", { href: "#sql", "data-role": "history-query",
+      onclick: () => { document.getElementById("sql-text").value = h.query; } }, h.query),
+    el("span", { class: "muted" }, ` ${h.at}: ${h.outcome}`))))) : "");
+}
+
+function remember(query, outcome) {
+  const list = [{ query, outcome, at: new Date().toLocaleString() }, ...sqlHistory().filter((h) => h.query !== query)];
+  localStorage.setItem(HISTORY_KEY, JSON.stringify(list.slice(0, 30)));
+  renderSqlHistory();
+}
+
 async function runSql() {
   const out = document.getElementById("sql-result");
   out.replaceChildren(el("p", { class: "muted" }, "running…"));
-  const query = document.getElementById("sql-text").value;
+  const query = document.getElementById("sql-text").value, started = performance.now();
   const answer = await api("POST", "/druid/v2/sql", { query, resultFormat: "array", header: true });
+  const ms = Math.round(performance.now() - started);
   if (!answer.ok) {
-    out.replaceChildren(el("p", { class: "error" }, answer.data?.errorMessage || answer.data?.error || answer.status));
+    const message = answer.data?.errorMessage || answer.data?.error || String(answer.status);
+    out.replaceChildren(el("p", { class: "error" }, message));
+    remember(query, `refused in ${fmt(ms)} ms`);
     return;
   }
   const [header, ...rows] = answer.data;
-  out.replaceChildren(table(header || [], rows), el("p", { class: "muted" }, `${rows.length} rows`));
+  const engine = answer.headers.get("X-Overlord-Query-Engine");
+  const summary = `${fmt(rows.length)} rows in ${fmt(ms)} ms` + (engine ? ` on ${engine}` : "");
+  out.replaceChildren(table(header || [], rows), el("p", { class: "muted", "data-role": "sql-timing" }, summary));
+  remember(query, summary);
+}
+
+async function downloadSql(resultFormat, extension) {
+  const query = document.getElementById("sql-text").value;
+  const response = await fetch("/druid/v2/sql", { method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ query, resultFormat, header: resultFormat === "csv" }) });
+  if (!response.ok) return say(`download: ${(await response.json()).errorMessage || response.status}`, true);
+  const link = el("a", { href: URL.createObjectURL(await response.blob()), download: `query.${extension}` });
+  document.body.append(link);
+  link.click();
+  link.remove();
 }
 
 // --- spec history and diff ---------------------------------------------------------------
@@ -561,4 +597,7 @@ document.getElementById("load-submit").addEventListener("click", submitLoaded);
 document.getElementById("load-edit").addEventListener("click", editLoaded);
 document.getElementById("submit-spec").addEventListener("click", submitSpec);
 document.getElementById("run-sql").addEventListener("click", runSql);
+document.getElementById("sql-csv").addEventListener("click", () => downloadSql("csv", "csv"));
+document.getElementById("sql-json").addEventListener("click", () => downloadSql("object", "json"));
+renderSqlHistory();
 refresh();
