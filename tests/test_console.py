@@ -171,6 +171,18 @@ def test_a_refused_spec_shows_each_error_at_its_field(page, live):
     page.locator("#submit").screenshot(path=ARTIFACTS / "spec-error.png")
 
 
+def test_an_error_inside_a_list_selects_its_own_field_not_the_first_of_that_name(page, live):
+    bad = spec_json(f"ds_{uuid.uuid4().hex[:8]}", live["topic"])
+    bad["spec"]["dataSchema"]["metricsSpec"][3]["fieldName"] = 5  # the third "fieldName" in the text
+    text = json.dumps(bad, indent=2)
+    page.fill("#spec", text)
+    page.click("#submit-spec")
+    page.locator('#spec-errors li[data-path="spec.dataSchema.metricsSpec[3].fieldName"]').click()
+    third = text.index('"fieldName"', text.index('"fieldName"', text.index('"fieldName"') + 1) + 1)
+    assert page.evaluate("(e => [e.selectionStart, e.selectionEnd])(document.getElementById('spec'))") == [
+        third, third + len('"fieldName"')]
+
+
 def test_suspend_and_resume_change_the_state(page, live):
     datasource, overlord = live["datasource"], live["overlord"]
     card = page.locator(f'.supervisor[data-id="{datasource}"]')

@@ -348,15 +348,79 @@ async function editSpec(id) {
   document.getElementById("submit").scrollIntoView();
 }
 
+function pathSteps(path) {
+  // "spec.ioConfig.consumerProperties[\"sasl.password\"]" -> ["spec", "ioConfig", "consumerProperties", "sasl.password"]
+  const steps = [];
+  for (const [, name, index, quoted] of path.matchAll(/\.?([^.[\]"]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]/g)) {
+    steps.push(index !== undefined ? Number(index) : quoted !== undefined ? JSON.parse(quoted) : name);
+  }
+  return steps;
+}
+
+function locate(text, steps) {
+  // Where in the JSON text the path's last step is ([start, end) of its key, or of the array element); null if absent.
+  let i = 0;
+  const space = () => { while (/\s/.test(text[i] ?? "")) i++; };
+  const string = () => {
+    const start = i++;
+    while (i < text.length && text[i] !== '"') i += text[i] === "\\" ? 2 : 1;
+    return [start, ++i];
+  };
+  const members = (close, each) => {  // each(k) at the k-th member: a value (from find) or undefined to go on
+    i++;
+    for (let k = 0; ; k++) {
+      space();
+      if (text[i] === close) return null;
+      const found = each(k);
+      if (found !== undefined) return found;
+      space();
+      if (text[i] !== ",") return null;
+      i++;
+    }
+  };
+  const skip = () => {
+    space();
+    if (text[i] === '"') string();
+    else if (text[i] === "{") members("}", () => { string(); space(); i++; skip(); }) ?? i++;
+    else if (text[i] === "[") members("]", () => { skip(); }) ?? i++;
+    else while (i < text.length && !/[,\]}\s]/.test(text[i])) i++;
+  };
+  const find = (depth) => {
+    space();
+    const step = steps[depth], last = depth === steps.length - 1;
+    if (text[i] === "{" && typeof step === "string") {
+      return members("}", () => {
+        const key = string();
+        space();
+        i++;
+        if (JSON.parse(text.slice(...key)) === step) return last ? key : find(depth + 1);
+        skip();
+        return undefined;
+      });
+    }
+    if (text[i] === "[" && typeof step === "number") {
+      return members("]", (k) => {
+        space();
+        const begin = i;
+        if (k === step) return last ? (skip(), [begin, i]) : find(depth + 1);
+        skip();
+        return undefined;
+      });
+    }
+    return null;
+  };
+  try { return steps.length ? find(0) : null; } catch (e) { return null; }
+}
+
 function showAt(path) {
-  // Select the last key of a JSON path (e.g. "taskCount" of spec.ioConfig.taskCount) in the editor.
-  const key = path.split(/[.[\]"]+/).filter(Boolean).pop();
-  const editor = document.getElementById("spec");
-  const at = key ? editor.value.indexOf(`"${key}"`) : -1;
+  // Select the field a JSON path names in the editor; a field that is missing: the nearest one around it.
+  const editor = document.getElementById("spec"), steps = pathSteps(path);
+  let at = null;
+  for (let n = steps.length; n > 0 && !at; n--) at = locate(editor.value, steps.slice(0, n));
   editor.focus();
-  if (at < 0) return;
-  editor.setSelectionRange(at, at + key.length + 2);
-  const line = editor.value.slice(0, at).split("\n").length - 1;
+  if (!at) return;
+  editor.setSelectionRange(at[0], at[1]);
+  const line = editor.value.slice(0, at[0]).split("\n").length - 1;
   editor.scrollTop = Math.max(0, line * parseFloat(getComputedStyle(editor).lineHeight) - editor.clientHeight / 3);
 }
 
