@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -831,6 +831,13 @@ def test_sql_and_compaction_endpoints(api: Api, stack: DevStack, make_topic, dat
     assert ask("csv").text.splitlines()[0] == "country,events,v"
     first = api.http.post("/druid/v2/sql", json={"query": query + " ORDER BY country", "context": {"sqlOuterLimit": 1}})
     assert first.json() == sorted(rows, key=lambda r: r["country"])[:1]
+    second_hour = query.replace("GROUP BY", "WHERE __time >= TIMESTAMP '2026-11-01 01:00:00' GROUP BY")
+    [explained] = ask(sql=f"EXPLAIN PLAN FOR {second_hour}").json()  # reads only the second hour's segments
+    segments = visible_segments(api.engine, datasource)
+    later = [s for s in segments if s.interval_start >= datetime(2026, 11, 1, 1, tzinfo=UTC)]
+    assert 0 < len(later) < len(segments)
+    assert json.loads(explained["PLAN"])["datasources"][datasource] == {
+        "segments": len(segments), "segmentsRead": len(later), "bytesRead": sum(s.size_bytes for s in later)}
 
     for bad in ["SELEC 1", f'DROP TABLE "{datasource}"', "SELECT * FROM no_such_datasource",
                 "SELECT reflect('java.lang.System', 'exit', '0')"]:

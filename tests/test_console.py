@@ -219,6 +219,10 @@ def test_the_sql_box_shows_the_rows(page, live):
     page.locator("#sql").screenshot(path=ARTIFACTS / "sql.png")
 
     query = page.locator("#sql-text").input_value()
+    page.click("#sql-explain")
+    expect(page.locator('#sql-result [data-role="spark-sql"]')).to_contain_text("GROUP BY")
+    expect(page.locator("#sql-result table")).to_contain_text(datasource)
+
     page.reload()  # the history is kept in the browser
     page.locator("#sql-history summary").click()
     page.fill("#sql-text", "")

@@ -4,6 +4,7 @@ visible files, Druid's result formats, and bad or non-read-only queries rejected
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import uuid
@@ -17,6 +18,8 @@ import s3fs
 from overlord.cli.main import _parser
 from overlord.query.engine import QueryLimits, SqlQuery, execute_sql, run_sql
 from overlord.query.errors import QueryError
+from overlord.query.time_pruning import TimeRange
+from segment_store import visible_segments
 from segment_store.schema import segments as segment_status
 from tests.helpers import wait_until
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random, random_rows, write_segment
@@ -148,14 +151,19 @@ def test_bad_queries_are_user_errors(spark, engine, published, sql, expected):
     assert body["errorCode"] == "invalidInput" and body["errorMessage"] == caught.value.message
 
 
-@pytest.mark.parametrize("hidden", [
+HIDDEN_TRANSFORMS = [
     "SELECT country, count(*) OVER w FROM {ds} WINDOW w AS (PARTITION BY (SELECT max(a) FROM "
     "(SELECT TRANSFORM(country) USING 'touch {marker}' AS (a) FROM {ds})))",
     "SELECT (SELECT max(a) FROM (SELECT TRANSFORM(1) USING 'touch {marker}' AS (a)))",
     "WITH c AS (SELECT TRANSFORM(1) USING 'touch {marker}' AS (a)) SELECT * FROM {ds} WHERE country IN "
     "(SELECT a FROM c)",
     "SELECT * FROM {ds} d, LATERAL (SELECT TRANSFORM(d.country) USING 'touch {marker}' AS (a))",
-], ids=["window-definition", "scalar-subquery", "cte", "lateral-subquery"])
+]
+"""Script transforms hidden where a plan's JSON shows null: each ran a shell command once."""
+
+
+@pytest.mark.parametrize("hidden", HIDDEN_TRANSFORMS, ids=["window-definition", "scalar-subquery", "cte",
+                                                           "lateral-subquery"])
 def test_a_hidden_script_transform_is_refused_and_runs_nothing(spark, engine, published, tmp_path, hidden):
     """The bypass that once ran a shell command: TRANSFORM ... USING hidden where a plan's JSON shows null."""
     marker = tmp_path / "ran"
@@ -163,6 +171,26 @@ def test_a_hidden_script_transform_is_refused_and_runs_nothing(spark, engine, pu
         execute_sql(spark, engine, hidden.format(ds=f'"{published[0]}"', marker=marker))
     assert caught.value.error_class == "NOT_READ_ONLY" and "ScriptTransformation" in caught.value.message
     assert not marker.exists()
+
+
+def test_explain_plan_for_names_the_segments_its_time_filter_reads_and_runs_nothing(spark, engine, published,
+                                                                                      tmp_path):
+    datasource, _table = published
+    visible = visible_segments(engine, datasource)
+    [[plan, resources, attributes]] = run_sql(
+        spark, engine, f"explain plan for SELECT COUNT(*) FROM \"{datasource}\" "
+                       "WHERE __time >= TIMESTAMP '2026-11-01 01:00:00'", "array")
+    read = json.loads(plan)["datasources"][datasource]
+    later = [s for s in visible if TimeRange(T0 + HOUR).reads(s)]  # by the __time range each segment records
+    assert read == {"segments": len(visible), "segmentsRead": len(later), "bytesRead": sum(s.size_bytes for s in later)}
+    assert later and "count(" in json.loads(plan)["sparkSql"].lower()
+    assert json.loads(resources) == [{"name": datasource, "type": "DATASOURCE"}]
+    assert json.loads(attributes)["statementType"] == "SELECT"
+    marker = tmp_path / "ran"
+    with pytest.raises(QueryError) as caught:  # explained or not, a query passes the same checks
+        execute_sql(spark, engine, "EXPLAIN PLAN FOR " + HIDDEN_TRANSFORMS[0].format(ds=f'"{datasource}"',
+                                                                                   marker=marker))
+    assert caught.value.error_class == "NOT_READ_ONLY" and not marker.exists()
 
 
 def test_the_analyzed_plan_check_refuses_what_the_parse_check_cannot_name(spark):

@@ -22,7 +22,9 @@ the cap allows), ``context.timeout`` shortens the time limit.
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import re
 import threading
 import uuid
 from collections import Counter
@@ -56,6 +58,9 @@ from segment_store.timeline import VisibleSet, visible_set
 from segment_store.value_types import widest_types
 
 __all__ = ["QueryLimits", "SqlQuery", "execute_sql", "run_sql"]
+
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+PLAN\s+FOR\s+", re.IGNORECASE)
+"""Druid's ``EXPLAIN PLAN FOR <query>``: the query's plan, not its rows."""
 
 ANSWERED_BY: ContextVar[str | None] = ContextVar("answered_by", default=None)
 """The engine that answered this thread's last query (``spark`` or ``duckdb``): the query engine reports it."""
@@ -382,13 +387,15 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     if len(query) > limits.max_length:
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
-    translation, timeline = _translate(engine, query)
+    explain = _EXPLAIN.match(query)
+    translation, timeline = _translate(engine, query[explain.end():] if explain else query)
     cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
-        table = None if local is None else _run_local(local, engine, timeline, translation, parameters, cut,
-                                                      running, limits)
+        table = None if local is None or explain else _run_local(local, engine, timeline, translation, parameters,
+                                                                 cut, running, limits)
         result = QueryResult(table, "duckdb") if table is not None else QueryResult(
-            _run_spark(spark, engine, timeline, translation, parameters, cut, storage_options, running, limits))
+            _run_spark(spark, engine, timeline, translation, parameters, cut, storage_options, running, limits,
+                       explain=explain is not None))
     if result.table.num_rows > limits.max_rows:
         raise QueryError(f"the result has more than {limits.max_rows:,} rows (the overlord's limit, "
                          "OVERLORD_QUERY_MAX_ROWS): aggregate further, add a LIMIT or set context.sqlOuterLimit",
@@ -419,7 +426,8 @@ def _translate(engine: sa.Engine, query: str) -> tuple[Translation, VisibleSet]:
 
 def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
                parameters: Sequence[Any], cut: int, storage_options: Mapping[str, Any] | None,
-               running: RunningQuery, limits: QueryLimits) -> pa.Table:
+               running: RunningQuery, limits: QueryLimits, explain: bool = False) -> pa.Table:
+    """The query's answer from Spark; with ``explain``, its plan instead (after the same checks)."""
     qs = _query_session(spark)
     nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
     names = relations(nodes)
@@ -437,12 +445,35 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
                     if datasource.lower() in ranges:
                         full.createOrReplaceTempView(_view(datasource))
         check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
+        if explain:
+            return _plan(translation, timeline, ranges, frame._jdf.queryExecution().optimizedPlan().toString())
         table = frame.limit(cut).toArrow()
         _raise_if_stopped(running, limits)  # an answer that came after the timeout is not given either
         return table
     except (PySparkException, Py4JJavaError) as exc:
         _raise_if_stopped(running, limits)
         raise (_user_error(exc) if isinstance(exc, PySparkException) else _java_user_error(exc)) or exc from None
+
+
+def _plan(translation: Translation, timeline: VisibleSet, ranges: Mapping[str, Any], spark_plan: str) -> pa.Table:
+    """Druid's ``EXPLAIN PLAN FOR`` answer: PLAN, RESOURCES and ATTRIBUTES, each JSON text.
+
+    The plan: the Spark SQL the query became, the segments of each datasource and those its time
+    filter leaves to read, and Spark's optimized plan.
+    """
+    read = {}
+    for name in sorted(translation.table_names):
+        datasource = timeline.resolve(name)
+        if datasource is None or datasource not in timeline.segments:
+            continue
+        segments, time_range = timeline.segments[datasource], ranges.get(name)
+        kept = [s for s in segments if time_range is None or time_range.reads(s)]
+        read[datasource] = {"segments": len(segments), "segmentsRead": len(kept),
+                            "bytesRead": sum(s.size_bytes for s in kept)}
+    plan = {"sparkSql": translation.sql, "datasources": read, "sparkPlan": spark_plan}
+    resources = [{"name": datasource, "type": "DATASOURCE"} for datasource in read]
+    return pa.table({"PLAN": [json.dumps(plan)], "RESOURCES": [json.dumps(resources)],
+                     "ATTRIBUTES": [json.dumps({"statementType": "SELECT", "targetDataSource": None})]})
 
 
 def _covering(engine: sa.Engine, timeline: VisibleSet, names: Iterable[str]) -> VisibleSet:

@@ -484,6 +484,21 @@ async function runSql() {
   remember(query, summary);
 }
 
+async function explainSql() {
+  // Druid's EXPLAIN PLAN FOR: the Spark SQL the query becomes, the segments its time filter reads, Spark's plan.
+  const out = document.getElementById("sql-result");
+  const query = `EXPLAIN PLAN FOR ${document.getElementById("sql-text").value}`;
+  const answer = await api("POST", "/druid/v2/sql", { query, resultFormat: "object" });
+  if (!answer.ok) {
+    return out.replaceChildren(el("p", { class: "error" }, answer.data?.errorMessage || String(answer.status)));
+  }
+  const plan = JSON.parse(answer.data[0].PLAN);
+  out.replaceChildren(table(["datasource", "segments", "read", "bytes read"], Object.entries(plan.datasources)
+    .map(([name, d]) => [name, fmt(d.segments), fmt(d.segmentsRead), fmt(d.bytesRead)]), [1, 2, 3]),
+  el("h3", {}, "Spark SQL"), el("pre", { class: "sample", "data-role": "spark-sql" }, plan.sparkSql),
+  el("h3", {}, "Spark's plan"), el("pre", { class: "sample" }, plan.sparkPlan));
+}
+
 async function downloadSql(resultFormat, extension) {
   const query = document.getElementById("sql-text").value;
   const response = await fetch("/druid/v2/sql", { method: "POST", credentials: "same-origin",
@@ -661,6 +676,7 @@ document.getElementById("load-submit").addEventListener("click", submitLoaded);
 document.getElementById("load-edit").addEventListener("click", editLoaded);
 document.getElementById("submit-spec").addEventListener("click", submitSpec);
 document.getElementById("run-sql").addEventListener("click", runSql);
+document.getElementById("sql-explain").addEventListener("click", explainSql);
 document.getElementById("sql-csv").addEventListener("click", () => downloadSql("csv", "csv"));
 document.getElementById("sql-json").addEventListener("click", () => downloadSql("object", "json"));
 renderSqlHistory();
