@@ -150,6 +150,10 @@ class Settings(BaseSettings):
         default=1800, ge=0, description="how long a segment replaced by a newer version of its interval (a "
         "compaction's inputs) is kept before it is deleted: a query planned before the swap may still read it, so "
         "keep it well above `OVERLORD_QUERY_TIMEOUT_MS`")
+    task_retention_s: int = Field(
+        default=7 * 86400, ge=0, description="how long the rows of finished tasks (with their reports and logs) "
+        "are kept: the kill duty deletes older ones (not `reset_offsets` rows, the record of offsets moved); "
+        "0 keeps every task")
     iceberg_period_s: int = Field(
         default=10, ge=0, description="how often the leader commits an Apache Iceberg snapshot of each datasource "
         "whose visible segments changed (catalog `overlord`, namespace `druid` in the metadata PostgreSQL; see "

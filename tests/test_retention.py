@@ -202,3 +202,27 @@ def test_the_cli_shows_compaction_sets_rules_and_drops_only_when_confirmed(stack
         restored = overlord_cli("datasource", "restore", datasource, "--url", url)
         assert restored.returncode == 0 and "restored" in restored.stdout
         assert_exact(published_table(overlord.engine, datasource), sample)
+
+
+def test_finished_tasks_past_their_retention_are_deleted_by_the_kill_duty(make_overlord, datasource):
+    """A supervisor launches a task every few seconds: without a bound the task table (with each task's
+    log) grows by tens of thousands of rows a day.
+    """
+    from overlord.supervisor.metadata_store import tasks
+
+    overlord = make_overlord(task_retention_s=3600)
+    store = overlord.store
+    for name, status in [("old_ok", "SUCCESS"), ("old_failed", "FAILED"), ("old_running", "RUNNING"),
+                         ("new_ok", "SUCCESS")]:
+        store.insert_task(f"{datasource}_{name}", datasource, datasource, {0: 0}, {0: 1})
+        if status != "RUNNING":
+            store.finish_task(f"{datasource}_{name}", status, "done", None, log="a line\n")
+    store.record_reset(datasource, datasource, {0: 0}, {0: 5}, "skipped records [0, 5)")  # kept: an audit trail
+    with overlord.engine.begin() as conn:
+        conn.execute(tasks.update().where(tasks.c.id.like(f"{datasource}_old_%") | (tasks.c.type == "reset_offsets"))
+                     .values(created_at=datetime.now(UTC) - timedelta(hours=2)))
+
+    overlord.kill_unused()
+    left = [t.id.removeprefix(f"{datasource}_") for t in store.tasks(datasource=datasource)]
+    assert sorted(left) == ["new_ok", "old_running", *(i for i in left if i.startswith("reset_offsets_"))]
+    assert sum(i.startswith("reset_offsets_") for i in left) == 1

@@ -239,6 +239,21 @@ class MetadataStore:
                 start_offsets=Offsets(before).to_json(), end_offsets=Offsets(after).to_json(),
                 finished_at=sa.func.now()))
 
+    def delete_finished_tasks(self, created_before: datetime, batch: int = 10_000) -> int:
+        """Delete finished tasks created before ``created_before`` (not ``reset_offsets`` rows); how many.
+
+        A batch per transaction: a large backlog holds no long lock.
+        """
+        old = sa.select(tasks.c.id).where(tasks.c.created_at < created_before, tasks.c.type != "reset_offsets",
+                                          tasks.c.status.in_(("SUCCESS", "FAILED"))).limit(batch)
+        deleted = 0
+        while True:
+            with self.engine.begin() as conn:
+                count = conn.execute(tasks.delete().where(tasks.c.id.in_(old.scalar_subquery()))).rowcount
+            deleted += count
+            if count < batch:
+                return deleted
+
     def fail_running_tasks(self, detail: str) -> int:
         """Mark tasks left RUNNING by a previous overlord process as FAILED (they never published)."""
         with self.engine.begin() as conn:
