@@ -695,6 +695,16 @@ def test_cli_client_against_the_server(api: Api, stack: DevStack, make_topic, da
     assert not_offsets.returncode == 2 and "expected PARTITION=OFFSET" in not_offsets.stderr
     compacted = overlord_cli("supervisor", "compact", datasource, "--url", api.url)
     assert compacted.returncode == 0 and compacted.stdout.startswith("compaction task"), compacted.stderr
+    assert compacted.stderr == ""  # no progress for scripts
+    terminal, stderr_end = os.openpty()  # on a terminal, a compaction shows its progress on stderr
+    on_a_terminal = subprocess.run([sys.executable, "-m", "overlord.cli", "supervisor", "compact", datasource,
+                                    "--url", api.url], stdout=subprocess.PIPE, stderr=stderr_end, text=True,
+                                   timeout=300)
+    os.close(stderr_end)
+    shown = os.read(terminal, 1 << 16).decode()
+    os.close(terminal)
+    assert on_a_terminal.returncode == 0 and on_a_terminal.stdout.startswith("compaction task")
+    assert f"compacting {datasource}: 0 s  starting" in shown, shown
 
     bad = overlord_cli("supervisor", "submit", str(bad_file), "--url", api.url)
     assert bad.returncode == 2 and "HTTP 400" in bad.stderr and "spec.ioConfig.taskCount" in bad.stderr

@@ -17,8 +17,10 @@ import json
 import os
 import re
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -67,6 +69,16 @@ class OverlordClient:
         if response.status_code >= 400:
             raise ClientError(_error_message(response), response.status_code)
         return response.json()
+
+    def text(self, path: str, **kwargs: Any) -> str:
+        """A plain-text answer (a task's log); :class:`ClientError` as :meth:`request`."""
+        try:
+            response = self._http.get(path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ClientError(f"cannot reach the overlord at {self.url}: {exc}") from None
+        if response.status_code >= 400:
+            raise ClientError(_error_message(response), response.status_code)
+        return response.text
 
     def sql(self, query: str) -> list[dict[str, Any]]:
         """Run a Druid SQL query (``POST /druid/v2/sql``); its rows as objects, columns in order."""
@@ -243,6 +255,44 @@ def _tasks(client: OverlordClient, args: argparse.Namespace) -> Output:
     return table(rows) if len(rows) > 1 else "no tasks", tasks
 
 
+@contextmanager
+def _compaction_progress(client: OverlordClient, datasource: str, every_s: float = 1.0) -> Iterator[None]:
+    """On a terminal, while the ``with`` body waits for a compaction: its time so far and its task's latest log line.
+
+    Scripts (stderr not a terminal) see nothing: stderr carries only errors there.
+    """
+    if not sys.stderr.isatty():
+        yield
+        return
+    started, stop = time.monotonic(), threading.Event()
+
+    def show(line: str) -> None:
+        sys.stderr.write(f"\r\x1b[Kcompacting {datasource}: {time.monotonic() - started:.0f} s  {line}"[:200])
+        sys.stderr.flush()
+
+    def follow() -> None:
+        show("starting")
+        while not stop.wait(every_s):
+            try:
+                running = [t for t in client.request("GET", "/tasks", params={"datasource": datasource,
+                                                                             "state": "running"})
+                           if t["type"] == "compact"]
+                log = client.text(f"/task/{quote(running[0]['id'], safe='')}/log", params={"offset": -2000}
+                                  ) if running else ""
+            except ClientError:
+                continue
+            show((log.strip().splitlines() or ["waiting for its task"])[-1])
+
+    thread = threading.Thread(target=follow, name="compaction-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sys.stderr.write("\r\x1b[K")
+
+
 def _reset_offsets(client: OverlordClient, args: argparse.Namespace) -> Output:
     topic, offsets = client.request("GET", _path(args.id, "/status"))["payload"]["stream"], dict(args.offsets)
     body = {"type": "kafka", "partitions": {"type": "end", "stream": topic, "partitionOffsetMap": offsets}}
@@ -253,7 +303,8 @@ def _reset_offsets(client: OverlordClient, args: argparse.Namespace) -> Output:
 
 def _compact(client: OverlordClient, args: argparse.Namespace) -> Output:
     body = {k: v for k, v in (("interval", args.interval), ("maxRowsPerSegment", args.max_rows_per_segment)) if v}
-    answer = client.request("POST", f"/compact/{quote(args.id, safe='')}", json=body, timeout=None)
+    with _compaction_progress(client, args.id):
+        answer = client.request("POST", f"/compact/{quote(args.id, safe='')}", json=body, timeout=None)
     rows = [["interval", "segments", "rows", "status"]]
     rows += [[i["interval"], f"{i['inputSegments']} -> {i['outputSegments']}", f"{i['inputRows']} -> {i['outputRows']}",
               i["status"]] for i in answer["intervals"]]
