@@ -98,6 +98,9 @@ def test_supervisor_lag_tasks_segments_and_parse_errors_appear_and_update_in_pla
     errors = page.locator("#task-list details", has_text="unparseable").first
     errors.locator("summary").click()
     expect(errors.locator("pre.sample").first).to_contain_text("invalid JSON")
+    recent = card.locator('[data-role="recent-tasks"] tr', has_text="SUCCESS").first  # from the supervisor's card
+    expect(recent.locator('a[data-role="task-log"]')).to_be_visible()
+    expect(recent.get_by_role("link", name="report")).to_be_visible()
     log_link = tasks.first.locator('a[data-role="task-log"]')  # a task's log is one click away
     task_log = page.request.get(urljoin(page.url, log_link.get_attribute("href")))
     assert task_log.ok and f"{log_link.inner_text()} SUCCESS: published" in task_log.text()

@@ -168,6 +168,10 @@ function supervisorCard(s) {
     table(["task", "start", "end", "running (s)"],
       p.activeTasks.map((t) => [taskLinks(t.id), offsets(t.startingOffsets), offsets(t.endOffsets), t.runningSeconds]),
       [3]),
+    el("h3", {}, "Recent tasks"),
+    el("div", { "data-role": "recent-tasks" }, table(["task", "status", "seconds", "detail"],
+      p.recentTasks.slice(0, 5).map((t) => [taskLinks(t.id), el("span", { class: t.status === "FAILED" ? "bad" : "" },
+        t.status), t.durationSeconds.toFixed(1), t.statusDetail]), [2])),
     p.recentErrors.length ? el("h3", { class: "bad" }, "Recent errors") : null,
     p.recentErrors.length ? table(["last", "times", "since", "message"], p.recentErrors.map((e) =>
       [e.timestamp, e.count, e.firstTimestamp, e.message]), [1]) : null,
