@@ -1,8 +1,8 @@
 """Druid's sampler: a few records of a spec's topic, parsed and rolled up as its tasks would, nothing committed.
 
 ``POST /druid/indexer/v1/sampler`` takes ``{"type": "kafka", "spec": {dataSchema, ioConfig, ...},
-"samplerConfig": {"numRows": 200, "timeoutMs": 10000}}``. It reads up to ``numRows`` records,
-shared across the partitions (from the earliest offsets with ``useEarliestOffset``, else the
+"samplerConfig": {"numRows": 200, "timeoutMs": 10000}}``. It reads up to ``numRows`` records
+(and :data:`MAX_BYTES` of values), shared across the partitions (from the earliest offsets with ``useEarliestOffset``, else the
 latest records), with the same exact range reader and the same parse as a task, and answers in
 Druid's shape: ``data`` holds each record's ``input`` (its JSON object; ``raw`` text for any other
 value) and the row it parses to on its own (``parsed``), or ``unparseable`` and its ``error``;
@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -41,6 +40,9 @@ __all__ = ["MAX_ROWS", "SamplerBusy", "SamplerConfig", "parse_request", "sample"
 
 MAX_ROWS = 5_000
 """The most records one sample reads (Druid's sampler has the same cap)."""
+
+MAX_BYTES = 64 * 2**20
+"""A sample stops reading once its records' values add up to this much: it is parsed in the API's process."""
 
 MAX_SHOWN_BYTES = 8_192
 """A record's input is shown up to this many bytes (as raw text past it)."""
@@ -94,6 +96,7 @@ def _read(spec: SupervisorSpec, settings: Settings, config: SamplerConfig) -> li
         raise SpecError.at("spec.ioConfig.topic", str(exc)) from None
     deadline = time.monotonic() + config.timeout_ms / 1000
     messages: list[Message] = []
+    size = 0
     consumer = Consumer(consumer_config(properties, "overlord-sampler"))
     try:
         for partition, (start, end) in _ranges(marks, config.num_rows, io.use_earliest_offset).items():
@@ -101,6 +104,9 @@ def _read(spec: SupervisorSpec, settings: Settings, config: SamplerConfig) -> li
             try:
                 for batch in read_range(consumer, topic, number, start, end, max(0.1, deadline - time.monotonic())):
                     messages.extend(batch)
+                    size += sum(len(m.value() or b"") for m in batch)
+                    if size > MAX_BYTES:
+                        return messages
             except RangeNotReadableError:
                 pass  # out of time for this partition: the sample has what was read
             if time.monotonic() >= deadline:
@@ -111,10 +117,14 @@ def _read(spec: SupervisorSpec, settings: Settings, config: SamplerConfig) -> li
 
 
 def _ranges(marks: Mapping[Partition, tuple[int, int]], rows: int, earliest: bool) -> dict[Partition, tuple[int, int]]:
-    """``[start, end)`` per partition: ``rows`` shared out, the first records or the latest ones."""
-    share = math.ceil(rows / max(1, len(marks)))
-    return {p: (low, min(high, low + share)) if earliest else (max(low, high - share), high)
-            for p, (low, high) in marks.items() if high > low}
+    """``[start, end)`` per partition: ``rows`` shared out (the first partitions one more), first or latest records."""
+    filled = [(p, low, high) for p, (low, high) in marks.items() if high > low]
+    share, extra = divmod(rows, max(1, len(filled)))
+    ranges = {}
+    for i, (p, low, high) in enumerate(filled):
+        n = share + (i < extra)
+        ranges[p] = (low, min(high, low + n)) if earliest else (max(low, high - n), high)
+    return ranges
 
 
 def _parsed(spec: SupervisorSpec, messages: list[Message]) -> dict[str, Any]:

@@ -425,14 +425,19 @@ def test_the_sampler_shows_each_record_as_parsed_and_the_rollup_a_task_would_wri
 
 
 def test_the_sampler_shares_its_rows_across_partitions_from_the_latest_or_the_earliest(api: Api, stack: DevStack,
-                                                                                      make_topic, datasource):
+                                                                                      make_topic, datasource,
+                                                                                      monkeypatch):
     topic = make_topic(2)
     produce(stack.bootstrap_servers, topic, make_sample_events(40, bad_every=0).records, 2)  # 20 per partition
 
     latest = sampled(api, spec_json(datasource, topic, useEarliestOffset=False), numRows=10).json()["data"]
     assert sorted((d["partition"], d["offset"]) for d in latest) == [(p, o) for p in (0, 1) for o in range(15, 20)]
     earliest = sampled(api, spec_json(datasource, topic), numRows=7).json()["data"]
-    assert sorted((d["partition"], d["offset"]) for d in earliest) == [(p, o) for p in (0, 1) for o in range(4)]
+    assert sorted((d["partition"], d["offset"]) for d in earliest) == [(0, o) for o in range(4)] + [(1, o) for o in
+                                                                                                 range(3)]
+    monkeypatch.setattr("overlord.sampler.MAX_BYTES", 1_000)  # records of ~110 bytes: the read stops past 1,000
+    capped = sampled(api, spec_json(datasource, topic), numRows=40).json()
+    assert 9 <= capped["numRowsRead"] <= 20, capped["numRowsRead"]
 
 
 @pytest.mark.parametrize(("change", "path"), [
