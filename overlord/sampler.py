@@ -2,8 +2,9 @@
 
 ``POST /druid/indexer/v1/sampler`` takes ``{"type": "kafka", "spec": {dataSchema, ioConfig, ...},
 "samplerConfig": {"numRows": 200, "timeoutMs": 10000}}``. It reads up to ``numRows`` records
-(and :data:`MAX_BYTES` of values), shared across the partitions (from the earliest offsets with ``useEarliestOffset``, else the
-latest records), with the same exact range reader and the same parse as a task, and answers in
+(and :data:`MAX_BYTES` of values), shared across the partitions (from the earliest offsets with
+``useEarliestOffset``, else the latest records), with the same exact range reader and the same
+parse as a task, and answers in
 Druid's shape: ``data`` holds each record's ``input`` (its JSON object; ``raw`` text for any other
 value) and the row it parses to on its own (``parsed``), or ``unparseable`` and its ``error``;
 ``rollup`` (ours) the rows a task would write for these records together. Nothing is committed
