@@ -1,0 +1,53 @@
+"""Druid's own test queries, each a test: ingested through supervisors, asked over HTTP, graded against Druid's answer.
+
+A case must PASS or be REFUSED (a 400 of ours naming what is unsupported). Cases known to end otherwise are
+listed in ``known.json`` with their status: they are reported as expected failures, and a listed case that
+starts to pass, or fails differently, fails the test so the list stays true.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from overlord.http.app import create_app
+from tests.conformance.runner import Case, ingest, load_cases, run
+from tests.helpers import served, start_overlord
+
+CASES = load_cases()
+KNOWN: dict[str, str] = json.loads((Path(__file__).parent / "known.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def druid_tables(stack, engine, spark, tmp_path_factory) -> Iterator[httpx.Client]:
+    """A client of an overlord that holds Druid's test tables, ingested by its supervisors."""
+    overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")))
+    try:
+        with served(create_app(overlord, authenticator=None)) as url:
+            ingest(url, stack.bootstrap_servers)
+            with httpx.Client(base_url=url, timeout=120) as client:
+                yield client
+    finally:
+        overlord.stop(grace_s=10)
+        overlord.engine.dispose()
+
+
+def test_every_case_id_listed_as_known_exists():
+    assert set(KNOWN) <= {case.name for case in CASES}
+    assert set(KNOWN.values()) <= {"WRONG", "ERROR"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_druid_answers(druid_tables: httpx.Client, case: Case) -> None:
+    outcome = run(druid_tables, case)
+    known = KNOWN.get(case.name)
+    if known is None:
+        assert outcome.status in ("PASS", "REFUSED"), f"{outcome.status}: {outcome.detail}"
+    elif outcome.status == known:
+        pytest.xfail(f"known {known}: {outcome.detail}")
+    else:
+        pytest.fail(f"listed in known.json as {known}, now {outcome.status} ({outcome.detail}): update the list")
