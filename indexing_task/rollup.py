@@ -696,6 +696,12 @@ class Rollup:
                 kind = f"json_type(__s, {_lit(paths[d.name])})"
                 value = (f"CASE {kind} WHEN 'BOOLEAN' THEN CASE {value} WHEN 'true' THEN '1' ELSE '0' END "
                          f"WHEN 'DOUBLE' THEN java_double({value}::DOUBLE) ELSE {value} END")
+            single_path = d.type == "string" and not d.multi_value and not d.discovered and d.name in paths \
+                and d.name not in outputs
+            if single_path:  # as in Druid, an array of at most one value is that value (or null)
+                kind, first = f"json_type(__s, {_lit(paths[d.name])})", _lit(paths[d.name] + "[0]")
+                value = (f"CASE WHEN left({value}, 1) = '[' AND {kind} = 'ARRAY' "
+                         f"THEN json_extract_string(__s, {first}) ELSE {value} END")
             if d.multi_value:
                 values, check = _multi_value_sql(outputs.get(d.name) or token(d.name), value, d)
                 typed.append(f"{values} AS {_q(d.name)}")
@@ -708,8 +714,11 @@ class Rollup:
             elif d.name in outputs:  # transforms' values are JSON tokens: an array or object shows at once
                 checks.append(f"WHEN left({outputs[d.name]}, 1) IN ('[', '{{') THEN "
                               f"{_lit(f'transform {d.name} gave a JSON array or object, not a string')}")
-            elif d.name in paths and not d.discovered:  # an array: the parse starts again, the dimension multi-value
-                arrays.append(f"WHEN left({value}, 1) = '[' AND json_type(__s, {_lit(paths[d.name])}) = 'ARRAY' "
+            elif single_path:  # an array of several values: the parse starts again, the dimension multi-value
+                path = paths[d.name]
+                arrays.append(f"WHEN left({text(d.name)}, 1) = '[' AND json_type(__s, {_lit(path)}) = 'ARRAY' "
+                              f"AND (json_array_length(__s, {_lit(path)}) > 1 "
+                              f"OR json_type(__s, {_lit(path + '[0]')}) IN ('ARRAY', 'OBJECT')) "
                               f"THEN {_lit(_array_reason(d.name))}")
         for i, m in enumerate(s.metrics):
             if not m.fields:

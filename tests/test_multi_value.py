@@ -58,6 +58,21 @@ def test_arrays_become_multi_value_rows_as_druid_stores_them(handling, expected)
     assert rows(handling, ARRAYS) == sorted(expected, key=repr)
 
 
+def test_arrays_of_at_most_one_value_keep_a_dimension_single_valued():
+    """As in Druid's ``foo`` test table: ``["a"]`` is "a", ``[]`` and ``[null]`` are null, ``[""]`` is ""; the
+    dimension stays a plain string until a record holds two values (a one-element nested array is refused).
+    """
+    rollup = Rollup(RollupSchema.from_spec(load_supervisor_spec(tags_spec()).spec.data_schema))
+    records = [{"t": "2024-05-01T10:00:00Z", "page": str(i), "tags": tags}
+               for i, tags in enumerate([["a"], [], [None], [""], "b", None])]
+    parsed = rollup.parse([json.dumps(r).encode() for r in records])
+    assert parsed.bad_count == 0 and not rollup.schema.dimensions[1].multi_value
+    assert sorted((r["page"], r["tags"]) for r in parsed.rows.to_pylist()) == [
+        ("0", "a"), ("1", None), ("2", None), ("3", ""), ("4", "b"), ("5", None)]
+    nested = rollup.parse([json.dumps({"t": "2024-05-01T10:00:00Z", "tags": [["b"]]}).encode()])
+    assert [b.reason for b in nested.bad_samples] == ["a nested array or object in multi-value dimension tags"]
+
+
 def test_a_nested_array_or_an_unknown_handling_is_refused():
     spec = load_supervisor_spec(tags_spec())
     rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema))
