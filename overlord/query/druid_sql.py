@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 
 import sqlglot
@@ -29,7 +30,7 @@ from sqlglot.parsers.druid import DruidParser
 
 from overlord.query.errors import QueryError
 from overlord.query.metadata_tables import SCHEMAS
-from overlord.query.multi_value import MV_FUNCTIONS, rewrite_multi_value
+from overlord.query.multi_value import MV_FUNCTIONS, as_list, contains, rewrite_multi_value
 from specs.sketches import Sketch
 
 __all__ = ["METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period", "translate"]
@@ -137,6 +138,21 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
             return MV_FUNCTIONS[name](list(node.expressions), multi_value)
         translator = _FUNCTIONS.get(name)
         return translator(list(node.expressions)) if translator else node
+    if isinstance(node, exp.Unnest) and any(_mv_column(e, multi_value) for e in node.expressions):
+        unnested = node.copy()  # as in Druid, a multi-value row with no values unnests to one null row
+        unnested.set("expressions", [_sql("IF(_v IS NULL OR size(_v) = 0, array(CAST(NULL AS STRING)), _v)", _v=e)
+                                     if _mv_column(e, multi_value) else e.copy() for e in node.expressions])
+        return unnested
+    if isinstance(node, exp.Coalesce) and any(_mv_column(e, multi_value) for e in [node.this, *node.expressions]):
+        first, *rest = (exp.Array(expressions=[e.copy()]) if isinstance(e, exp.Literal) else as_list(e, multi_value)
+                        for e in [node.this, *node.expressions])  # all lists
+        return exp.Coalesce(this=first, expressions=rest)
+    if isinstance(node, exp.ArrayContains):  # Druid's second argument may be an array: all of its elements
+        return contains(as_list(node.this, multi_value), node.expression.copy())
+    if isinstance(node, exp.ArraySlice):
+        return MV_FUNCTIONS["ARRAY_SLICE"]([node.this, node.args["start"], node.args["end"]], multi_value)
+    if isinstance(node, exp.ArrayToString):  # Druid writes a null element as null
+        return _call("array_join", node.this.copy(), node.expression.copy(), exp.Literal.string("null"))
     if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("to") is not None:
         unit = node.args["to"].name.upper()
         if unit not in _FLOOR_UNITS:
@@ -146,7 +162,21 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         return floor if isinstance(node, exp.Floor) else _ceil(node.this, floor, unit, 1)
     if isinstance(node, exp.RegexpExtract):  # Druid's third argument is the group, by default 0 (Spark's: 1)
         group = node.args.get("group") or node.args.get("position") or exp.Literal.number(0)
-        return exp.Anonymous(this="regexp_extract", expressions=[node.this, node.expression, group])
+        return _sql("nullif(regexp_extract(_s, _p, _g), '')", _s=node.this, _p=node.expression, _g=group)  # no match
+    if type(node) is exp.Cast:  # Druid's CAST gives NULL for what it cannot convert; Spark's (ANSI) fails
+        cast = exp.TryCast(this=node.this.copy(), to=node.args["to"].copy(), safe=True)
+        if not node.args["to"].is_type(*exp.DataType.INTEGER_TYPES):
+            return cast
+        through_double = exp.TryCast(this=exp.TryCast(this=node.this.copy(), to=exp.DataType.build("DOUBLE"),
+                                                      safe=True), to=node.args["to"].copy(), safe=True)
+        return exp.Coalesce(this=cast, expressions=[through_double])  # Druid: '10.1' as a number is 10
+    if isinstance(node, exp.Substring):  # Druid: NULL from a start past the end of the text
+        start = node.args["start"]
+        length = node.args.get("length")
+        call = exp.Substring(this=node.this.copy(), start=start.copy(), length=length and length.copy())
+        return _sql("CASE WHEN _i > char_length(_s) THEN NULL ELSE _c END", _i=start, _s=node.this, _c=call)
+    if isinstance(node, exp.Trim) and node.args.get("expression") is not None:
+        return node.copy()  # written out: Spark's own LTRIM(a, b) would trim a's characters from b
     if isinstance(node, exp.StrPosition):
         return exp.Anonymous(this="instr", expressions=[node.this, node.args["substr"]])
     if isinstance(node, exp.TimestampAdd | exp.TimestampDiff):
@@ -154,6 +184,10 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         unit = exp.Var(this=node.args["unit"].name.upper())
         return exp.Anonymous(this=name, expressions=[unit, node.expression, node.this])
     return node
+
+
+def _mv_column(node: exp.Expr, multi_value: frozenset[str]) -> bool:
+    return isinstance(node, exp.Column) and node.name.lower() in multi_value
 
 
 def _table(node: exp.Table, tables: set[str]) -> exp.Expr:
@@ -298,6 +332,40 @@ def _time_format(args: list[exp.Expr]) -> exp.Expr:
     return _sql("date_format(_t, _p)", _t=args[0], _p=exp.Literal.string(pattern))
 
 
+def _time_in_interval(args: list[exp.Expr]) -> exp.Expr:
+    """TIME_IN_INTERVAL(t, 'start/end'): ``start <= t < end``; either end may be a period from the other."""
+    _arity("TIME_IN_INTERVAL", args, 2, 2)
+    text = _literal(args, 1, "TIME_IN_INTERVAL", "interval") or ""
+    parts = text.split("/")
+    periods = [parse_period(p) for p in parts]
+    try:
+        if len(parts) != 2 or all(periods):
+            raise ValueError(text)
+        times = [None if period else datetime.fromisoformat(p).astimezone(UTC) for p, period in zip(
+            parts, periods, strict=True)]
+    except ValueError:
+        raise QueryError(f"TIME_IN_INTERVAL: {text!r} is not an ISO 8601 interval (start/end, start/period or "
+                         "period/end)", "UNSUPPORTED_DRUID_SQL") from None
+    bounds = [f"TIMESTAMP '{t:%Y-%m-%d %H:%M:%S.%f}'" if t else "" for t in times]
+    for i, period in enumerate(periods):
+        if period:
+            sign = "+" if i else "-"
+            bounds[i] = f"{bounds[1 - i]} {sign} INTERVAL {period[0]} {period[1]}"
+    return exp.Paren(this=_sql(f"_t >= {bounds[0]} AND _t < {bounds[1]}", _t=args[0]))
+
+
+def _call(name: str, *args: exp.Expr) -> exp.Expr:
+    return exp.Anonymous(this=name, expressions=[a.copy() for a in args])
+
+
+def _operator(druid_name: str, template: str, arity: int) -> Callable[[list[exp.Expr]], exp.Expr]:
+    """A Druid function that is a Spark expression (``_a``, ``_b``: its arguments)."""
+    def translate_call(args: list[exp.Expr]) -> exp.Expr:
+        _arity(druid_name, args, arity, arity)
+        return _sql(template, **dict(zip(("_a", "_b"), args, strict=False)))
+    return translate_call
+
+
 def _rename(druid_name: str, spark_name: str, arity: int) -> Callable[[list[exp.Expr]], exp.Expr]:
     """A Druid function that is a Spark function under another name."""
     def translate_call(args: list[exp.Expr]) -> exp.Expr:
@@ -348,8 +416,10 @@ def _approx_distinct_theta(args: list[exp.Expr]) -> exp.Expr:
 
 
 def _approx_distinct(value: exp.Expr, relative_error: float) -> exp.Expr:
+    """A sketch's distinct count; as DataSketches, it skips the empty string."""
+    counted = _sql("CASE WHEN CAST(_v AS STRING) = '' THEN NULL ELSE _v END", _v=value)
     return exp.Anonymous(this="approx_count_distinct",
-                         expressions=[value.copy(), exp.Literal.number(round(relative_error, 6))])
+                         expressions=[counted, exp.Literal.number(round(relative_error, 6))])
 
 
 def _approx_quantile(args: list[exp.Expr]) -> exp.Expr:
@@ -462,5 +532,11 @@ _FUNCTIONS: dict[str, Callable[[list[exp.Expr]], exp.Expr]] = {
     "STRLEN": _rename("STRLEN", "length", 1), "TEXTCAT": _rename("TEXTCAT", "concat", 2),
     "CONTAINS_STRING": _rename("CONTAINS_STRING", "contains", 2),
     "APPROX_COUNT_DISTINCT_DS_HLL": _approx_distinct_hll, "APPROX_COUNT_DISTINCT_DS_THETA": _approx_distinct_theta,
-    "APPROX_QUANTILE_DS": _approx_quantile,
+    "APPROX_QUANTILE_DS": _approx_quantile, "TIME_IN_INTERVAL": _time_in_interval,
+    "BITWISE_AND": _operator("BITWISE_AND", "_a & _b", 2), "BITWISE_OR": _operator("BITWISE_OR", "_a | _b", 2),
+    "BITWISE_XOR": _operator("BITWISE_XOR", "_a ^ _b", 2),
+    "BITWISE_COMPLEMENT": _operator("BITWISE_COMPLEMENT", "~_a", 1),
+    "BITWISE_SHIFT_LEFT": _operator("BITWISE_SHIFT_LEFT", "shiftleft(_a, _b)", 2),
+    "BITWISE_SHIFT_RIGHT": _operator("BITWISE_SHIFT_RIGHT", "shiftright(_a, _b)", 2),
+    "DECODE_BASE64_UTF8": _operator("DECODE_BASE64_UTF8", "CAST(unbase64(_a) AS STRING)", 1),
 }

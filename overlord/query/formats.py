@@ -42,8 +42,8 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, datetime):
         value = value.astimezone(UTC) if value.tzinfo else value
         return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-    if isinstance(value, date):
-        return value.isoformat()
+    if isinstance(value, date):  # Druid writes a DATE as its midnight
+        return f"{value.isoformat()}T00:00:00.000Z"
     if isinstance(value, Decimal):
         exponent = value.as_tuple().exponent
         return float(value) if isinstance(exponent, int) and exponent < 0 else int(value)

@@ -131,7 +131,8 @@ def _display_name(table: str) -> tuple[str, str]:
 
 def _types(kind: T.DataType) -> tuple[Any, ...]:
     """DATA_TYPE and the columns after it up to JDBC_TYPE."""
-    name, jdbc = _SQL_TYPES.get(type(kind), ("OTHER", 1111))
+    multi_value = isinstance(kind, T.ArrayType) and isinstance(kind.elementType, T.StringType)
+    name, jdbc = ("VARCHAR", 12) if multi_value else _SQL_TYPES.get(type(kind), ("OTHER", 1111))  # as Druid types it
     numeric = name in ("BIGINT", "INTEGER", "DOUBLE", "FLOAT")
     return (name, None, None, 19 if name == "BIGINT" else (15 if numeric else None), 10 if numeric else None,
             0 if name in ("BIGINT", "INTEGER") else None, 3 if name == "TIMESTAMP" else None,

@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from overlord.query.errors import QueryError
 
-__all__ = ["MV_FUNCTIONS", "rewrite_multi_value"]
+__all__ = ["MV_FUNCTIONS", "as_list", "contains", "rewrite_multi_value"]
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between)
 _ELEMENT = "__v"
@@ -48,7 +48,7 @@ def _null_or(column: exp.Expr, value: exp.Expr) -> exp.Expr:
     return exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(), false=value)
 
 
-def _as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
+def as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """``value`` as a list: a multi-value column or a list as it is; a single value as a one-element list."""
     if isinstance(value, exp.Column) and value.name.lower() not in names:
         return _null_or(value, exp.Array(expressions=[value.copy()]))
@@ -61,34 +61,78 @@ def _mv(function: Callable[..., exp.Expr], arity: int) -> Callable[[list[exp.Exp
         if len(args) != arity:
             raise QueryError(f"a multi-value function takes {arity} argument{'s' if arity > 1 else ''} here, "
                              f"got {len(args)}", "UNSUPPORTED_DRUID_SQL")
-        return function(_as_list(args[0], names), *(a.copy() for a in args[1:]))
+        return function(as_list(args[0], names), *(a.copy() for a in args[1:]))
     return translate_call
 
 
-def _contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
+def _two(function: str, args: list[exp.Expr]) -> list[exp.Expr]:
+    if len(args) != 2:
+        raise QueryError(f"{function} takes 2 arguments, got {len(args)}", "UNSUPPORTED_DRUID_SQL")
+    return args
+
+
+def _slice(values: exp.Expr, start: exp.Expr, end: exp.Expr) -> exp.Expr:
+    """Druid's ``[start, end)`` of 0-based offsets as Spark's ``slice(values, 1-based start, length)``."""
+    return _call("slice", values, exp.Add(this=start.copy(), expression=exp.Literal.number(1)),
+                 exp.Sub(this=end, expression=start))
+
+
+def _position(values: exp.Expr, value: exp.Expr, base: int) -> exp.Expr:
+    """The first offset (``base`` 1) or ordinal (``base`` 0) of ``value`` in ``values``; NULL when absent."""
+    found = _call("array_position", values, value)
+    return exp.Sub(this=_call("nullif", found, exp.Literal.number(0)), expression=exp.Literal.number(base))
+
+
+def contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
+    """Whether the list ``values`` holds ``wanted``, or each element of ``wanted`` if it is an array."""
     if isinstance(wanted, exp.Array):  # every element of the array
         return _call("forall", wanted, _lambda(_call("array_contains", values, _element())))
     return _call("array_contains", values, wanted)
 
 
 MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = {
-    "MV_CONTAINS": _mv(_contains, 2),
+    "MV_CONTAINS": _mv(contains, 2),
     "MV_OVERLAP": _mv(lambda a, b: _call("arrays_overlap", a, b), 2),
     "MV_LENGTH": _mv(lambda a: _null_or(a, _call("size", a.copy())), 1),
     "MV_OFFSET": _mv(lambda a, i: _call("try_element_at", a, exp.Add(this=i, expression=exp.Literal.number(1))), 2),
     "MV_ORDINAL": _mv(lambda a, i: _call("try_element_at", a, i), 2),
     "MV_TO_STRING": _mv(lambda a, sep: _call("array_join", a, sep), 2),
     "MV_TO_ARRAY": _mv(lambda a: a, 1),
-    "MV_FILTER_ONLY": _mv(lambda a, keep: _call("filter", a, _lambda(_call("array_contains", keep, _element()))), 2),
-    "MV_FILTER_NONE": _mv(lambda a, drop: _call("filter", a, _lambda(
-        exp.Not(this=_call("array_contains", drop, _element())))), 2),
+    "MV_FILTER_ONLY": _mv(lambda a, keep: _nonempty(_call("filter", a, _lambda(
+        _call("array_contains", keep, _element())))), 2),
+    "MV_FILTER_NONE": _mv(lambda a, drop: _nonempty(_call("filter", a, _lambda(
+        exp.Not(this=_call("array_contains", drop, _element()))))), 2),
     "STRING_TO_MV": lambda args, names: _call("split", *(a.copy() for a in args)),
+    "MV_APPEND": _mv(lambda a, v: _call("concat", a, exp.Array(expressions=[v])), 2),
+    "MV_SLICE": _mv(lambda a, start, end: _slice(a, start, end), 3),
+    "MV_OFFSET_OF": _mv(lambda a, v: _position(a, v, 1), 2),
+    "MV_ORDINAL_OF": _mv(lambda a, v: _position(a, v, 0), 2),
+    "MV_PREPEND": lambda args, names: _call("concat", exp.Array(expressions=[_two("MV_PREPEND", args)[0].copy()]),
+                                            as_list(args[1], names)),
+    "MV_CONCAT": lambda args, names: _call("concat", *(as_list(a, names) for a in _two("MV_CONCAT", args))),
 }
-"""Druid's multi-value functions, by name: (arguments, multi-value column names) -> Spark SQL."""
+for _name in ("OFFSET", "ORDINAL", "OFFSET_OF", "ORDINAL_OF", "OVERLAP", "SLICE"):  # the same over arrays
+    MV_FUNCTIONS[f"ARRAY_{_name}"] = MV_FUNCTIONS[f"MV_{_name}"]
+"""Druid's multi-value and array functions, by name: (arguments, multi-value column names) -> Spark SQL."""
+
+
+_MV_RESULTS = frozenset({"MV_APPEND", "MV_PREPEND", "MV_CONCAT", "MV_SLICE", "MV_FILTER_ONLY", "MV_FILTER_NONE",
+                         "STRING_TO_MV"})
+"""Functions whose value is multi-value: grouped by, they group by each value, as a column does."""
 
 
 def _is_mv(node: exp.Expr, names: frozenset[str]) -> bool:
     return isinstance(node, exp.Column) and node.name.lower() in names
+
+
+def _is_mv_result(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.this).upper() in _MV_RESULTS
+
+
+def _nonempty(values: exp.Expr) -> exp.Expr:
+    """An empty list as NULL: Druid's multi-value rows hold no empty list."""
+    empty = exp.EQ(this=_call("size", values.copy()), expression=exp.Literal.number(0))
+    return exp.If(this=empty, true=exp.Null(), false=values)
 
 
 def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> None:
@@ -100,7 +144,7 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
     for key in group.expressions:
         if isinstance(key, exp.Literal) and key.is_int and 0 < int(key.this) <= len(select.expressions):
             key = select.expressions[int(key.this) - 1].unalias()  # GROUP BY 1
-        if _is_mv(key, names):
+        if _is_mv(key, names) or _is_mv_result(key):
             keys.append(key)
     for key in keys:
         counter[0] += 1
@@ -109,7 +153,9 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
             this=exp.Explode(this=key.copy()), view=True, outer=True,
             alias=exp.TableAlias(this=exp.to_identifier(f"__mvt{counter[0]}"), columns=[exp.to_identifier(value)])))
 
-        def grouped(node: exp.Expr, key: exp.Column = key, value: str = value) -> exp.Expr:
+        def grouped(node: exp.Expr, key: exp.Expr = key, value: str = value) -> exp.Expr:
+            if not isinstance(key, exp.Column):
+                return exp.column(value) if node == key else node
             if isinstance(node, exp.Column) and node.name.lower() == key.name.lower() and node.table in ("",
                                                                                                         key.table):
                 return exp.column(value)

@@ -21,10 +21,12 @@ from tests.conformance.runner import STATUSES, Outcome, ingest, load_cases, mark
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.conformance", description=__doc__)
     parser.add_argument("--area", action="append", help="run only this area (repeatable)")
+    parser.add_argument("--case", action="append", help="run only cases whose area/id contains this (repeatable)")
     parser.add_argument("--show", action="append", choices=STATUSES, default=[], help="print the cases so graded")
     parser.add_argument("--json", type=Path, help="save every outcome to this file")
     args = parser.parse_args()
-    cases = [c for c in load_cases() if not args.area or c.area in args.area]
+    cases = [c for c in load_cases() if (not args.area or c.area in args.area)
+             and (not args.case or any(part in c.name for part in args.case))]
     outcomes = _run_on_embedded_stack(cases)
     for outcome in outcomes:
         if outcome.status in args.show:
