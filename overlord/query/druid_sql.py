@@ -143,10 +143,6 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         unnested.set("expressions", [_sql("IF(_v IS NULL OR size(_v) = 0, array(CAST(NULL AS STRING)), _v)", _v=e)
                                      if _mv_column(e, multi_value) else e.copy() for e in node.expressions])
         return unnested
-    if isinstance(node, exp.Coalesce) and any(_mv_column(e, multi_value) for e in [node.this, *node.expressions]):
-        first, *rest = (exp.Array(expressions=[e.copy()]) if isinstance(e, exp.Literal) else as_list(e, multi_value)
-                        for e in [node.this, *node.expressions])  # all lists
-        return exp.Coalesce(this=first, expressions=rest)
     if isinstance(node, exp.ArrayContains):  # Druid's second argument may be an array: all of its elements
         return contains(as_list(node.this, multi_value), node.expression.copy())
     if isinstance(node, exp.ArraySlice):
