@@ -30,7 +30,7 @@ from sqlglot.parsers.druid import DruidParser
 
 from overlord.query.errors import QueryError
 from overlord.query.metadata_tables import SCHEMAS
-from overlord.query.multi_value import MV_FUNCTIONS, as_list, contains, rewrite_multi_value
+from overlord.query.multi_value import MV_FUNCTIONS, is_mv, rewrite_multi_value
 from specs.sketches import Sketch
 
 __all__ = ["METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period", "translate"]
@@ -138,17 +138,18 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
             return MV_FUNCTIONS[name](list(node.expressions), multi_value)
         translator = _FUNCTIONS.get(name)
         return translator(list(node.expressions)) if translator else node
-    if isinstance(node, exp.Unnest) and any(_mv_column(e, multi_value) for e in node.expressions):
+    if isinstance(node, exp.Unnest) and any(is_mv(e, multi_value) for e in node.expressions):
         unnested = node.copy()  # as in Druid, a multi-value row with no values unnests to one null row
         unnested.set("expressions", [_sql("IF(_v IS NULL OR size(_v) = 0, array(CAST(NULL AS STRING)), _v)", _v=e)
-                                     if _mv_column(e, multi_value) else e.copy() for e in node.expressions])
+                                     if is_mv(e, multi_value) else e.copy() for e in node.expressions])
         return unnested
     if isinstance(node, exp.ArrayContains):  # Druid's second argument may be an array: all of its elements
-        return contains(as_list(node.this, multi_value), node.expression.copy())
+        return MV_FUNCTIONS["MV_CONTAINS"]([node.this, node.expression], multi_value)
     if isinstance(node, exp.ArraySlice):
         return MV_FUNCTIONS["ARRAY_SLICE"]([node.this, node.args["start"], node.args["end"]], multi_value)
     if isinstance(node, exp.ArrayToString):  # Druid writes a null element as null
-        return _call("array_join", node.this.copy(), node.expression.copy(), exp.Literal.string("null"))
+        return exp.Anonymous(this="array_join", expressions=[node.this.copy(), node.expression.copy(),
+                                                             exp.Literal.string("null")])
     if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("to") is not None:
         unit = node.args["to"].name.upper()
         if unit not in _FLOOR_UNITS:
@@ -180,10 +181,6 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         unit = exp.Var(this=node.args["unit"].name.upper())
         return exp.Anonymous(this=name, expressions=[unit, node.expression, node.this])
     return node
-
-
-def _mv_column(node: exp.Expr, multi_value: frozenset[str]) -> bool:
-    return isinstance(node, exp.Column) and node.name.lower() in multi_value
 
 
 def _table(node: exp.Table, tables: set[str]) -> exp.Expr:
@@ -348,10 +345,6 @@ def _time_in_interval(args: list[exp.Expr]) -> exp.Expr:
             sign = "+" if i else "-"
             bounds[i] = f"{bounds[1 - i]} {sign} INTERVAL {period[0]} {period[1]}"
     return exp.Paren(this=_sql(f"_t >= {bounds[0]} AND _t < {bounds[1]}", _t=args[0]))
-
-
-def _call(name: str, *args: exp.Expr) -> exp.Expr:
-    return exp.Anonymous(this=name, expressions=[a.copy() for a in args])
 
 
 def _operator(druid_name: str, template: str, arity: int) -> Callable[[list[exp.Expr]], exp.Expr]:

@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from overlord.query.errors import QueryError
 
-__all__ = ["MV_FUNCTIONS", "as_list", "contains", "rewrite_multi_value"]
+__all__ = ["MV_FUNCTIONS", "is_mv", "rewrite_multi_value"]
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between)
 _ELEMENT = "__v"
@@ -48,7 +48,7 @@ def _null_or(column: exp.Expr, value: exp.Expr) -> exp.Expr:
     return exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(), false=value)
 
 
-def as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
+def _as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """``value`` as a list: a multi-value column or a list as it is; a single value as a one-element list."""
     if isinstance(value, exp.Column) and value.name.lower() not in names:
         return _null_or(value, exp.Array(expressions=[value.copy()]))
@@ -61,7 +61,7 @@ def _mv(function: Callable[..., exp.Expr], arity: int) -> Callable[[list[exp.Exp
         if len(args) != arity:
             raise QueryError(f"a multi-value function takes {arity} argument{'s' if arity > 1 else ''} here, "
                              f"got {len(args)}", "UNSUPPORTED_DRUID_SQL")
-        return function(as_list(args[0], names), *(a.copy() for a in args[1:]))
+        return function(_as_list(args[0], names), *(a.copy() for a in args[1:]))
     return translate_call
 
 
@@ -83,7 +83,7 @@ def _position(values: exp.Expr, value: exp.Expr, base: int) -> exp.Expr:
     return exp.Sub(this=_call("nullif", found, exp.Literal.number(0)), expression=exp.Literal.number(base))
 
 
-def contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
+def _contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
     """Whether the list ``values`` holds ``wanted``, or each element of ``wanted`` if it is an array."""
     if isinstance(wanted, exp.Array):  # every element of the array
         return _call("forall", wanted, _lambda(_call("array_contains", values, _element())))
@@ -91,7 +91,7 @@ def contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
 
 
 MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = {
-    "MV_CONTAINS": _mv(contains, 2),
+    "MV_CONTAINS": _mv(_contains, 2),
     "MV_OVERLAP": _mv(lambda a, b: _call("arrays_overlap", a, b), 2),
     "MV_LENGTH": _mv(lambda a: _null_or(a, _call("size", a.copy())), 1),
     "MV_OFFSET": _mv(lambda a, i: _call("try_element_at", a, exp.Add(this=i, expression=exp.Literal.number(1))), 2),
@@ -108,8 +108,8 @@ MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = 
     "MV_OFFSET_OF": _mv(lambda a, v: _position(a, v, 1), 2),
     "MV_ORDINAL_OF": _mv(lambda a, v: _position(a, v, 0), 2),
     "MV_PREPEND": lambda args, names: _call("concat", exp.Array(expressions=[_two("MV_PREPEND", args)[0].copy()]),
-                                            as_list(args[1], names)),
-    "MV_CONCAT": lambda args, names: _call("concat", *(as_list(a, names) for a in _two("MV_CONCAT", args))),
+                                            _as_list(args[1], names)),
+    "MV_CONCAT": lambda args, names: _call("concat", *(_as_list(a, names) for a in _two("MV_CONCAT", args))),
 }
 for _name in ("OFFSET", "ORDINAL", "OFFSET_OF", "ORDINAL_OF", "OVERLAP", "SLICE"):  # the same over arrays
     MV_FUNCTIONS[f"ARRAY_{_name}"] = MV_FUNCTIONS[f"MV_{_name}"]
@@ -121,7 +121,8 @@ _MV_RESULTS = frozenset({"MV_APPEND", "MV_PREPEND", "MV_CONCAT", "MV_SLICE", "MV
 """Functions whose value is multi-value: grouped by, they group by each value, as a column does."""
 
 
-def _is_mv(node: exp.Expr, names: frozenset[str]) -> bool:
+def is_mv(node: exp.Expr, names: frozenset[str]) -> bool:
+    """Whether ``node`` is one of the multi-value columns ``names``."""
     return isinstance(node, exp.Column) and node.name.lower() in names
 
 
@@ -144,7 +145,7 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
     for key in group.expressions:
         if isinstance(key, exp.Literal) and key.is_int and 0 < int(key.this) <= len(select.expressions):
             key = select.expressions[int(key.this) - 1].unalias()  # GROUP BY 1
-        if _is_mv(key, names) or _is_mv_result(key):
+        if is_mv(key, names) or _is_mv_result(key):
             keys.append(key)
     for key in keys:
         counter[0] += 1
@@ -161,7 +162,7 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
                 return exp.column(value)
             return node
         for i, projection in enumerate(select.expressions):
-            if _is_mv(projection, names) and projection.name.lower() == key.name.lower():
+            if is_mv(projection, names) and projection.name.lower() == key.name.lower():
                 projection = exp.alias_(projection, projection.name, quoted=True)
             select.expressions[i] = projection.transform(grouped)
         for part in ("group", "having", "order"):
@@ -176,7 +177,7 @@ def _any_value(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """
     predicate = exp.EQ(this=node.this.copy(), expression=node.expression.copy()) if isinstance(
         node, exp.NEQ) else node.copy()
-    target = next(c for c in predicate.find_all(exp.Column) if _is_mv(c, names))
+    target = next(c for c in predicate.find_all(exp.Column) if is_mv(c, names))
     column = target.copy()
     target.replace(_element())
     test: exp.Expr = exp.Coalesce(this=_call("exists", column, _lambda(predicate)), expressions=[exp.false()])
@@ -200,9 +201,9 @@ def rewrite_multi_value(tree: exp.Expr, names: frozenset[str]) -> exp.Expr:
     for select in list(tree.find_all(exp.Select)):
         _exploded(select, names, counter)
     for node in list(tree.find_all(*_COMPARISONS)):
-        operands = [c for c in node.find_all(exp.Column) if _is_mv(c, names)]
+        operands = [c for c in node.find_all(exp.Column) if is_mv(c, names)]
         if len(operands) == 1 and not any(isinstance(a, exp.Select) for a in node.find_all(exp.Select)):
             node.replace(_any_value(node, names))
     if isinstance(tree, exp.Select):  # the result's columns (inner queries keep the lists)
-        tree.set("expressions", [_stringified(p) if _is_mv(p, names) else p for p in tree.expressions])
+        tree.set("expressions", [_stringified(p) if is_mv(p, names) else p for p in tree.expressions])
     return tree
