@@ -124,8 +124,24 @@ def test_a_time_zone_other_than_utc_is_refused_not_ignored(spark, engine):
 
 def test_a_druid_function_we_lack_is_named_in_the_error(spark, engine):
     with pytest.raises(QueryError) as refused:
-        run_sql(spark, engine, "SELECT DS_THETA('x')")
-    assert "function ds_theta() does not exist" in refused.value.message
+        run_sql(spark, engine, "SELECT DS_TUPLE_DOUBLES('x')")
+    assert refused.value.message == "DS_TUPLE_DOUBLES is a Druid function this overlord does not support"
+    assert refused.value.error_class == "UNSUPPORTED_DRUID_SQL"
+    with pytest.raises(QueryError) as unknown:
+        run_sql(spark, engine, "SELECT NO_SUCH_FUNCTION('x')")
+    assert "function no_such_function() does not exist" in unknown.value.message
+
+
+def test_a_sketch_is_read_through_its_estimate_and_never_returned(spark, engine):
+    """DS_HLL/DS_THETA count as DataSketches do (no null, no ''); a sketch's bytes are not Druid's, so not given."""
+    rows = "VALUES ('a'), ('b'), (''), (NULL), ('a') AS t(x)"
+    got = run_sql(spark, engine, f"SELECT HLL_SKETCH_ESTIMATE(DS_HLL(x)), THETA_SKETCH_ESTIMATE(DS_THETA(x)), "
+                                 f"THETA_SKETCH_ESTIMATE(THETA_SKETCH_NOT(DS_THETA(x), DS_THETA(x) FILTER "
+                                 f"(WHERE x = 'a'))) FROM {rows}", "array")
+    assert got == [[2, 2.0, 1.0]]
+    with pytest.raises(QueryError) as refused:
+        run_sql(spark, engine, f"SELECT DS_HLL(x) FROM {rows}")
+    assert refused.value.message.startswith("DS_HLL: a sketch is only read through HLL_SKETCH_ESTIMATE")
 
 
 def test_plain_spark_sql_is_passed_on_as_written():

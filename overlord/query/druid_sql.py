@@ -27,10 +27,12 @@ from sqlglot.dialects.dialect import build_date_delta
 from sqlglot.dialects.druid import Druid
 from sqlglot.errors import SqlglotError
 from sqlglot.parsers.druid import DruidParser
+from sqlglot.tokens import Tokenizer
 
 from overlord.query.errors import QueryError
 from overlord.query.metadata_tables import SCHEMAS
 from overlord.query.multi_value import MV_FUNCTIONS, is_mv, rewrite_multi_value
+from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS, sketch_argument
 from specs.sketches import Sketch
 
 __all__ = ["METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period", "translate"]
@@ -59,8 +61,13 @@ class _DruidParser(DruidParser):
                  "TIMESTAMPADD": build_date_delta(exp.TimestampAdd)}
 
 
+class _DruidTokenizer(Tokenizer):
+    UNICODE_STRINGS = [("U&'", "'"), ("u&'", "'")]  # U&'\\05E8': Calcite's Unicode string literals
+
+
 class _DruidDialect(Druid):
     Parser = _DruidParser
+    Tokenizer = _DruidTokenizer
 
 
 @dataclass(frozen=True)
@@ -132,8 +139,40 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         wrapped.set("this", estimate.expressions[0])
         estimate.expressions[0] = wrapped
         return estimate
+    if isinstance(node, exp.UnicodeString):
+        return exp.Literal.string(_unicode(node.this))
+    if isinstance(node, exp.Array):  # Druid's ARRAY[...] is Spark's array(...)
+        return node.copy()
+    if isinstance(node, exp.Column) and not node.table and not node.this.quoted and node.name.upper() == "PI":
+        return exp.Anonymous(this="pi")  # Calcite's PI takes no parentheses
+    if isinstance(node, exp.Is) and isinstance(node.this, exp.Predicate):  # Spark: (a IN (...)) IS TRUE
+        return exp.Is(this=exp.Paren(this=node.this.copy()), expression=node.expression.copy())
+    if isinstance(node, exp.Select) and (group := node.args.get("group")) is not None and all(
+            isinstance(key, exp.Tuple) and not key.expressions for key in group.expressions) and not any(
+            group.args.get(part) for part in ("grouping_sets", "cube", "rollup")):
+        without = node.copy()  # GROUP BY (): one group of every row, as an aggregate without GROUP BY
+        without.set("group", None)
+        return without
+    if isinstance(node, exp.Grouping) and len(node.expressions) > 1:  # one bit per argument, the first highest
+        return exp.Anonymous(this="grouping_id", expressions=[e.copy() for e in node.expressions])
+    if isinstance(node, exp.Extract) and node.name.upper() == "EPOCH":
+        return _sql("unix_seconds(CAST(_t AS TIMESTAMP))", _t=node.expression)
+    if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like | exp.ILike):
+        return _like_escape(node)
+    if isinstance(node, exp.SafeDivide):  # x / 0 is NULL, 0 / 0 is 0
+        return _sql("CASE WHEN _b <> 0 THEN _q WHEN _a = 0 THEN 0 END", _a=node.this, _b=node.expression,
+                    _q=_divide(node.this, node.expression))
+    if type(node) is exp.Div and _integral(node.this) and _integral(node.expression):
+        return _divide(node.this, node.expression)
+    if isinstance(node, exp.ArrayConcatAgg):
+        raise QueryError("ARRAY_CONCAT_AGG is a Druid function this overlord does not support",
+                         "UNSUPPORTED_DRUID_SQL")
     if isinstance(node, exp.Anonymous):
         name = str(node.this).upper()
+        if name in _UNSUPPORTED or name.startswith(_UNSUPPORTED_PREFIXES):
+            raise QueryError(f"{name} is a Druid function this overlord does not support", "UNSUPPORTED_DRUID_SQL")
+        if name in SKETCH_OBJECT_FUNCTIONS:
+            return SKETCH_OBJECT_FUNCTIONS[name](node, list(node.expressions))
         if name in MV_FUNCTIONS:
             return MV_FUNCTIONS[name](list(node.expressions), multi_value)
         translator = _FUNCTIONS.get(name)
@@ -181,6 +220,49 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         unit = exp.Var(this=node.args["unit"].name.upper())
         return exp.Anonymous(this=name, expressions=[unit, node.expression, node.this])
     return node
+
+
+def _integral(node: exp.Expr) -> bool:
+    """Whether ``node`` is a whole number whatever its columns' types: an integer literal, a cast to an
+    integer type, a count, or sums and products of those."""
+    if isinstance(node, exp.Paren):
+        return _integral(node.this)
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul):
+        return _integral(node.this) and _integral(node.expression)
+    if isinstance(node, exp.Cast | exp.TryCast):
+        return node.args["to"].is_type(*exp.DataType.INTEGER_TYPES)
+    if isinstance(node, exp.Coalesce):
+        return all(_integral(e) for e in (node.this, *node.expressions))
+    return isinstance(node, exp.Count) or (isinstance(node, exp.Literal) and node.is_int)
+
+
+def _divide(a: exp.Expr, b: exp.Expr) -> exp.Expr:
+    """``a / b`` as Druid divides: whole numbers give a whole number, cut toward zero."""
+    if _integral(a) and _integral(b):
+        return _sql("_a DIV _b", _a=a, _b=b)
+    return exp.Div(this=a.copy(), expression=b.copy())
+
+
+def _unicode(text: str) -> str:
+    """A Unicode string literal's text: ``\\05E8`` and ``\\+01F600`` are code points, ``\\\\`` a backslash."""
+    return re.sub(r"\\(\\|\+[0-9A-Fa-f]{6}|[0-9A-Fa-f]{4})",
+                  lambda m: "\\" if m.group(1) == "\\" else chr(int(m.group(1).lstrip("+"), 16)), text)
+
+
+def _like_escape(node: exp.Escape) -> exp.Expr:
+    """LIKE ... ESCAPE: Druid lets the escape character precede any character (itself a literal); Spark only
+    ``%``, ``_`` and the escape character, so it is dropped before the others."""
+    like, escape = node.this, node.expression
+    pattern = like.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string and isinstance(escape, exp.Literal)
+            and len(escape.this) == 1):
+        return node
+    mark = escape.this
+    kept = re.sub(re.escape(mark) + "(.)", lambda m: m.group(0) if m.group(1) in ("%", "_", mark) else m.group(1),
+                  pattern.this, flags=re.DOTALL)
+    copy = node.copy()
+    copy.this.set("expression", exp.Literal.string(kept))
+    return copy
 
 
 def _table(node: exp.Table, tables: set[str]) -> exp.Expr:
@@ -406,9 +488,8 @@ def _approx_distinct_theta(args: list[exp.Expr]) -> exp.Expr:
 
 def _approx_distinct(value: exp.Expr, relative_error: float) -> exp.Expr:
     """A sketch's distinct count; as DataSketches, it skips the empty string."""
-    counted = _sql("CASE WHEN CAST(_v AS STRING) = '' THEN NULL ELSE _v END", _v=value)
     return exp.Anonymous(this="approx_count_distinct",
-                         expressions=[counted, exp.Literal.number(round(relative_error, 6))])
+                         expressions=[sketch_argument(value), exp.Literal.number(round(relative_error, 6))])
 
 
 def _approx_quantile(args: list[exp.Expr]) -> exp.Expr:
@@ -429,7 +510,17 @@ def _probability(args: list[exp.Expr]) -> exp.Expr:
     return probability.copy()
 
 
-_SKETCH_FUNCTIONS = frozenset({"APPROX_COUNT_DISTINCT_DS_HLL", "APPROX_COUNT_DISTINCT_DS_THETA", "APPROX_QUANTILE_DS"})
+_UNSUPPORTED = frozenset({"ARRAY_QUANTILE", "BITWISE_CONVERT_DOUBLE_TO_LONG_BITS",
+                          "BITWISE_CONVERT_LONG_BITS_TO_DOUBLE", "HUMAN_READABLE_BINARY_BYTE_FORMAT",
+                          "HUMAN_READABLE_DECIMAL_BYTE_FORMAT", "HUMAN_READABLE_DECIMAL_FORMAT",
+                          "HLL_SKETCH_ESTIMATE_WITH_ERROR_BOUNDS", "THETA_SKETCH_ESTIMATE_WITH_ERROR_BOUNDS",
+                          "HLL_SKETCH_TO_STRING", "THETA_SKETCH_TO_STRING", "DS_QUANTILE_SUMMARY"})
+_UNSUPPORTED_PREFIXES = ("DS_TUPLE_", "DS_CDF", "DS_RANK", "DS_QUANTILES_SKETCH", "DS_GET_QUANTILE",
+                         "BLOOM_FILTER", "SPECTATOR_HISTOGRAM")
+"""Druid functions, by name, that are refused as not supported (rather than as unknown)."""
+
+_SKETCH_FUNCTIONS = frozenset({"APPROX_COUNT_DISTINCT_DS_HLL", "APPROX_COUNT_DISTINCT_DS_THETA", "APPROX_QUANTILE_DS",
+                               "DS_HLL", "DS_THETA"})
 _BY_TIME = {"EARLIEST": "min_by", "EARLIEST_BY": "min_by", "LATEST": "max_by", "LATEST_BY": "max_by"}
 _ESTIMATES = frozenset({"theta_sketch_estimate", "hll_sketch_estimate", "kll_sketch_get_quantile_double"})
 
@@ -527,5 +618,7 @@ _FUNCTIONS: dict[str, Callable[[list[exp.Expr]], exp.Expr]] = {
     "BITWISE_COMPLEMENT": _operator("BITWISE_COMPLEMENT", "~_a", 1),
     "BITWISE_SHIFT_LEFT": _operator("BITWISE_SHIFT_LEFT", "shiftleft(_a, _b)", 2),
     "BITWISE_SHIFT_RIGHT": _operator("BITWISE_SHIFT_RIGHT", "shiftright(_a, _b)", 2),
+    "STRING_TO_ARRAY": _operator("STRING_TO_ARRAY", "split(_a, _b)", 2),  # the delimiter is a regular expression
+    "APPROX_COUNT_DISTINCT_BUILTIN": _rename("APPROX_COUNT_DISTINCT_BUILTIN", "approx_count_distinct", 1),
     "DECODE_BASE64_UTF8": _operator("DECODE_BASE64_UTF8", "CAST(unbase64(_a) AS STRING)", 1),
 }

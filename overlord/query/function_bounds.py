@@ -88,10 +88,10 @@ _BOUNDED = """
     array_contains array_max array_min array_position array_size arrays_overlap array_distinct array_remove
     array_compact array_sort slice flatten map_keys map_values map_contains_key shuffle
     base64 to_base32 from_base32 url_encode to_json quote split regexp_extract_all sentences
-    timestampadd timestampdiff
+    timestampadd timestampdiff hll_sketch_agg theta_sketch_agg theta_intersection theta_difference
 """
 _ADDITIVE = """
-    concat concat_ws array array_append array_prepend array_insert array_union array_intersect array_except
+    theta_union concat concat_ws array array_append array_prepend array_insert array_union array_intersect array_except
     arrays_zip map map_concat map_from_arrays map_from_entries map_entries named_struct struct str_to_map elt
     overlay array_join explode explode_outer posexplode posexplode_outer inline inline_outer stack json_tuple
 """
