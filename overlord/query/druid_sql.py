@@ -223,14 +223,16 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
 
 
 def _integral(node: exp.Expr) -> bool:
-    """Whether ``node`` is a whole number whatever its columns' types: an integer literal, a cast to an
-    integer type, a count, or sums and products of those."""
+    """Whether ``node`` is a whole number whatever its columns' types.
+
+    An integer literal, a cast to an integer type, a count, or sums and products of those.
+    """
     if isinstance(node, exp.Paren):
         return _integral(node.this)
     if isinstance(node, exp.Add | exp.Sub | exp.Mul):
         return _integral(node.this) and _integral(node.expression)
     if isinstance(node, exp.Cast | exp.TryCast):
-        return node.args["to"].is_type(*exp.DataType.INTEGER_TYPES)
+        return bool(node.args["to"].is_type(*exp.DataType.INTEGER_TYPES))
     if isinstance(node, exp.Coalesce):
         return all(_integral(e) for e in (node.this, *node.expressions))
     return isinstance(node, exp.Count) or (isinstance(node, exp.Literal) and node.is_int)
@@ -244,14 +246,16 @@ def _divide(a: exp.Expr, b: exp.Expr) -> exp.Expr:
 
 
 def _unicode(text: str) -> str:
-    """A Unicode string literal's text: ``\\05E8`` and ``\\+01F600`` are code points, ``\\\\`` a backslash."""
+    r"""A Unicode string literal's text: ``\05E8`` and ``\+01F600`` are code points, ``\\`` a backslash."""
     return re.sub(r"\\(\\|\+[0-9A-Fa-f]{6}|[0-9A-Fa-f]{4})",
                   lambda m: "\\" if m.group(1) == "\\" else chr(int(m.group(1).lstrip("+"), 16)), text)
 
 
 def _like_escape(node: exp.Escape) -> exp.Expr:
-    """LIKE ... ESCAPE: Druid lets the escape character precede any character (itself a literal); Spark only
-    ``%``, ``_`` and the escape character, so it is dropped before the others."""
+    """LIKE ... ESCAPE as Druid reads it: the escape character may precede any character.
+
+    Spark allows it only before ``%``, ``_`` and itself, so it is dropped before the others.
+    """
     like, escape = node.this, node.expression
     pattern = like.expression
     if not (isinstance(pattern, exp.Literal) and pattern.is_string and isinstance(escape, exp.Literal)

@@ -38,7 +38,7 @@ def _name(node: exp.Expr | None) -> str:
 def _estimated(node: exp.Expr, function: str) -> None:
     """Refuse ``node`` (a sketch) unless an estimate reads it, through FILTERs and set operations only."""
     parent = node.parent
-    while isinstance(parent, exp.Filter) or _name(parent) in _SET_OPERATIONS:
+    while parent is not None and (isinstance(parent, exp.Filter) or _name(parent) in _SET_OPERATIONS):
         parent = parent.parent
     if _name(parent) != _ESTIMATE[function]:
         raise _refuse(f"{function}: a sketch is only read through {_ESTIMATE[function]}(...) in the same "
