@@ -117,6 +117,10 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
             "functions": sql("SELECT page, MV_LENGTH(tags) AS n, MV_OFFSET(tags, 1) AS second, "
                              "MV_CONTAINS(tags, ARRAY['t1', 't3']) AS both, MV_TO_STRING(tags, '|') AS joined "
                              "FROM {ds} WHERE page IN ('doc0', 'single') ORDER BY page, n"),
+            "per_value": sql("SELECT CONCAT(tags, '!') AS t, COUNT(*) AS n FROM {ds} WHERE UPPER(tags) = 'T3' "
+                             "GROUP BY 1 ORDER BY 1"),  # Druid maps a scalar function over the values
+            "coalesced": sql("SELECT page, COALESCE(tags, 'none') AS t FROM {ds} WHERE page IN ('doc0', 'doc3') "
+                             "ORDER BY page"),
         }
 
     expected = {
@@ -132,6 +136,8 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
         "functions": [{"page": "doc0", "n": 3, "second": "t2", "both": True, "joined": "t1|t2|t3"},
                       {"page": "single", "n": 1, "second": None, "both": False, "joined": "t3"},
                       {"page": "single", "n": 1, "second": None, "both": False, "joined": "t9"}],
+        "per_value": [{"t": t, "n": n} for t, n in [("t1!", 1), ("t2!", 1), ("t3!", 3), ("t4!", 1), ("t5!", 1)]],
+        "coalesced": [{"page": "doc0", "t": '["t1","t2","t3"]'}, {"page": "doc3", "t": "none"}],
     }
     assert answers() == expected
     native = run_native(spark, engine, {

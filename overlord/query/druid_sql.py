@@ -185,7 +185,8 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
     if isinstance(node, exp.ArrayContains):  # Druid's second argument may be an array: all of its elements
         return MV_FUNCTIONS["MV_CONTAINS"]([node.this, node.expression], multi_value)
     if isinstance(node, exp.ArraySlice):
-        return MV_FUNCTIONS["ARRAY_SLICE"]([node.this, node.args["start"], node.args["end"]], multi_value)
+        bounds = [node.args[b] for b in ("start", "end") if node.args.get(b) is not None]
+        return MV_FUNCTIONS["ARRAY_SLICE"]([node.this, *bounds], multi_value)
     if isinstance(node, exp.ArrayToString):  # Druid writes a null element as null
         return exp.Anonymous(this="array_join", expressions=[node.this.copy(), node.expression.copy(),
                                                              exp.Literal.string("null")])

@@ -10,12 +10,15 @@ knowing which columns are multi-value, so that:
   any of its values matches; ``NOT`` matches when none does, and neither matches a null row;
 - the column selected as it is gives the value of a one-value row and the JSON array text of
   a row of several (Druid's ``sqlStringifyArrays``);
-- ``MV_CONTAINS``, ``MV_OVERLAP``, ``MV_LENGTH``, ``MV_OFFSET``, ``MV_ORDINAL``, ``MV_TO_STRING``,
-  ``MV_TO_ARRAY``, ``MV_FILTER_ONLY``, ``MV_FILTER_NONE`` and ``STRING_TO_MV`` are Spark's array
-  functions (over a single-valued column too, as a one-element list).
+- ``MV_*`` functions (``MV_CONTAINS``, ``MV_OVERLAP``, ``MV_LENGTH``, ``MV_OFFSET``, ``MV_TO_STRING``,
+  ``MV_FILTER_ONLY``, ``MV_APPEND``, ``MV_SLICE``, ...), their ``ARRAY_*`` twins and ``STRING_TO_MV``
+  are Spark's array functions (over a single-valued column too, as a one-element list);
+- a scalar string function of the column (``CONCAT``, ``||``, ``SUBSTRING``, ``UPPER``, ``LENGTH``,
+  ...) applies to each value, and ``COALESCE`` gives the row's list or the first other value: a
+  multi-value result, grouped, compared and selected as the column is.
 
-Other uses (an aggregate over the list, a function expecting a string) fail in Spark or are
-refused by the sandbox, never answered differently.
+Other uses (an aggregate over the list, a function of two multi-value columns) fail in Spark or
+are refused, never answered differently.
 """
 
 from __future__ import annotations
@@ -55,11 +58,15 @@ def _as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
     return value.copy()
 
 
-def _mv(function: Callable[..., exp.Expr], arity: int) -> Callable[[list[exp.Expr], frozenset[str]],
-                                                                          exp.Expr]:
+def _mv(function: Callable[..., exp.Expr], arity: int, most: int | None = None) -> Callable[
+        [list[exp.Expr], frozenset[str]], exp.Expr]:
+    """A function of a list (its first argument) and ``arity`` (to ``most``) arguments in all."""
+    most = most or arity
+
     def translate_call(args: list[exp.Expr], names: frozenset[str]) -> exp.Expr:
-        if len(args) != arity:
-            raise QueryError(f"a multi-value function takes {arity} argument{'s' if arity > 1 else ''} here, "
+        if not arity <= len(args) <= most:
+            expected = str(arity) if arity == most else f"{arity} to {most}"
+            raise QueryError(f"a multi-value function takes {expected} argument{'s' if most > 1 else ''} here, "
                              f"got {len(args)}", "UNSUPPORTED_DRUID_SQL")
         return function(_as_list(args[0], names), *(a.copy() for a in args[1:]))
     return translate_call
@@ -71,10 +78,10 @@ def _two(function: str, args: list[exp.Expr]) -> list[exp.Expr]:
     return args
 
 
-def _slice(values: exp.Expr, start: exp.Expr, end: exp.Expr) -> exp.Expr:
-    """Druid's ``[start, end)`` of 0-based offsets as Spark's ``slice(values, 1-based start, length)``."""
-    return _call("slice", values, exp.Add(this=start.copy(), expression=exp.Literal.number(1)),
-                 exp.Sub(this=end, expression=start))
+def _slice(values: exp.Expr, start: exp.Expr, end: exp.Expr | None = None) -> exp.Expr:
+    """Druid's ``[start, end)`` of 0-based offsets (to the last without ``end``) as Spark's ``slice``."""
+    length = _call("size", values.copy()) if end is None else exp.Sub(this=end, expression=start.copy())
+    return _call("slice", values, exp.Add(this=start.copy(), expression=exp.Literal.number(1)), length)
 
 
 def _position(values: exp.Expr, value: exp.Expr, base: int) -> exp.Expr:
@@ -104,7 +111,7 @@ MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = 
         exp.Not(this=_call("array_contains", drop, _element()))))), 2),
     "STRING_TO_MV": lambda args, names: _call("split", *(a.copy() for a in args)),
     "MV_APPEND": _mv(lambda a, v: _call("concat", a, exp.Array(expressions=[v])), 2),
-    "MV_SLICE": _mv(lambda a, start, end: _slice(a, start, end), 3),
+    "MV_SLICE": _mv(_slice, 2, 3),
     "MV_OFFSET_OF": _mv(lambda a, v: _position(a, v, 1), 2),
     "MV_ORDINAL_OF": _mv(lambda a, v: _position(a, v, 0), 2),
     "MV_PREPEND": lambda args, names: _call("concat", exp.Array(expressions=[_two("MV_PREPEND", args)[0].copy()]),
@@ -121,13 +128,54 @@ _MV_RESULTS = frozenset({"MV_APPEND", "MV_PREPEND", "MV_CONCAT", "MV_SLICE", "MV
 """Functions whose value is multi-value: grouped by, they group by each value, as a column does."""
 
 
+_PER_VALUE = (exp.Concat, exp.DPipe, exp.Substring, exp.Upper, exp.Lower, exp.Length, exp.Trim, exp.Reverse)
+"""Scalar functions Druid applies to each value of a multi-value column (its implicit mapping)."""
+_MAPPED = "__mapped"
+
+
 def is_mv(node: exp.Expr, names: frozenset[str]) -> bool:
     """Whether ``node`` is one of the multi-value columns ``names``."""
     return isinstance(node, exp.Column) and node.name.lower() in names
 
 
 def _is_mv_result(node: exp.Expr) -> bool:
-    return isinstance(node, exp.Anonymous) and str(node.this).upper() in _MV_RESULTS
+    """Whether ``node`` is a multi-value function's result or a function mapped over a multi-value column."""
+    return (isinstance(node, exp.Anonymous) and str(node.this).upper() in _MV_RESULTS) or bool(node.meta.get(_MAPPED))
+
+
+def _mapped(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
+    """``f(tags, ...)`` as Druid reads it: ``f`` of each value (one multi-value column; a null row stays null).
+
+    ``COALESCE`` of a multi-value column is the row's list, or the first other argument that is not null.
+    """
+    columns = {c.name.lower() for c in node.find_all(exp.Column) if is_mv(c, names)}
+    if len(columns) > 1:
+        raise QueryError(f"{node.sql(dialect='spark')}: a function of two multi-value columns (Druid's cross "
+                         "product of their values) is not supported", "UNSUPPORTED_DRUID_SQL")
+    if isinstance(node, exp.Coalesce):
+        arguments = [node.this, *node.expressions]
+        if any(isinstance(a, exp.Array) for a in arguments):  # as Druid: a list of strings is not an array
+            raise QueryError("COALESCE of a multi-value column and an array: use MV_TO_ARRAY on the column",
+                             "UNSUPPORTED_DRUID_SQL")
+        mapped: exp.Expr = exp.Coalesce(this=_as_list(node.this, names), expressions=[
+            exp.Array(expressions=[e.copy()]) if isinstance(e, exp.Literal) else _as_list(e, names)
+            for e in node.expressions])
+    else:
+        column = next(c for c in node.find_all(exp.Column) if is_mv(c, names)).copy()
+        body = node.copy().transform(lambda n: _element() if is_mv(n, names) else n)
+        mapped = _call("transform", column, _lambda(body))
+    mapped.meta[_MAPPED] = True
+    return mapped
+
+
+def _map_per_value(tree: exp.Expr, names: frozenset[str]) -> exp.Expr:
+    """Scalar functions over a multi-value column, applied to each value (:func:`_mapped`)."""
+    def per_value(node: exp.Expr) -> exp.Expr:
+        arguments = [node.this, *node.expressions] if isinstance(node, exp.Coalesce) else list(node.iter_expressions())
+        if isinstance(node, _PER_VALUE + (exp.Coalesce,)) and any(is_mv(a, names) for a in arguments):
+            return _mapped(node, names)
+        return node
+    return tree.transform(per_value)
 
 
 def _nonempty(values: exp.Expr) -> exp.Expr:
@@ -177,7 +225,7 @@ def _any_value(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """
     predicate = exp.EQ(this=node.this.copy(), expression=node.expression.copy()) if isinstance(
         node, exp.NEQ) else node.copy()
-    target = next(c for c in predicate.find_all(exp.Column) if is_mv(c, names))
+    [target] = _mv_operands(predicate, names)
     column = target.copy()
     target.replace(_element())
     test: exp.Expr = exp.Coalesce(this=_call("exists", column, _lambda(predicate)), expressions=[exp.false()])
@@ -186,24 +234,35 @@ def _any_value(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
     return _null_or(column, test)
 
 
+def _mv_operands(node: exp.Expr, names: frozenset[str]) -> list[exp.Expr]:
+    """The multi-value columns and results in ``node``, outermost first (none inside another)."""
+    if is_mv(node, names) or _is_mv_result(node):
+        return [node]
+    return [found for child in node.iter_expressions() for found in _mv_operands(child, names)]
+
+
 def _stringified(projection: exp.Expr) -> exp.Expr:
-    """A multi-value column selected as it is: the value of a one-value row, else the JSON array text."""
-    column = projection.copy()
-    single = exp.EQ(this=_call("size", column.copy()), expression=exp.Literal.number(1))
-    text = exp.If(this=single, true=_call("element_at", column.copy(), exp.Literal.number(1)),
-                  false=_call("to_json", column.copy()))
-    return exp.alias_(text, column.name, quoted=True)
+    """A multi-value column (or mapped function) selected: the value of a one-value row, else the JSON array text."""
+    values = projection.unalias().copy()
+    single = exp.EQ(this=_call("size", values.copy()), expression=exp.Literal.number(1))
+    text = exp.If(this=single, true=_call("element_at", values.copy(), exp.Literal.number(1)),
+                  false=_call("to_json", values.copy()))
+    name = projection.alias if isinstance(projection, exp.Alias) else (
+        projection.name if isinstance(projection, exp.Column) else "")
+    return exp.alias_(text, name, quoted=True) if name else text
 
 
 def rewrite_multi_value(tree: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """``tree`` (a Druid SQL query) with Druid's semantics for the multi-value columns ``names`` (lower case)."""
     counter = [0]
+    tree = _map_per_value(tree, names)
     for select in list(tree.find_all(exp.Select)):
         _exploded(select, names, counter)
     for node in list(tree.find_all(*_COMPARISONS)):
-        operands = [c for c in node.find_all(exp.Column) if is_mv(c, names)]
-        if len(operands) == 1 and not any(isinstance(a, exp.Select) for a in node.find_all(exp.Select)):
+        if len(_mv_operands(node, names)) == 1 and not any(isinstance(a, exp.Select) for a in node.find_all(
+                exp.Select)):
             node.replace(_any_value(node, names))
     if isinstance(tree, exp.Select):  # the result's columns (inner queries keep the lists)
-        tree.set("expressions", [_stringified(p) if is_mv(p, names) else p for p in tree.expressions])
+        tree.set("expressions", [_stringified(p) if is_mv(p, names) or p.unalias().meta.get(_MAPPED) else p
+                                 for p in tree.expressions])
     return tree
