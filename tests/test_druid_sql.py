@@ -181,6 +181,20 @@ def test_time_grains_latest_and_the_druid_schema_over_a_datasource(spark, engine
     assert (last, first) == (f"{latest:%Y-%m-%dT%H:%M:%S}.000Z", f"{earliest:%Y-%m-%dT%H:%M:%S}.000Z")
 
 
+def test_any_value_is_the_earliest_rows_as_druid_meets_rows_in_time_order(spark, engine, datasource):
+    name, table = datasource
+    rows = table.to_pylist()
+    start = min(r["__time"] for r in rows)
+    [[country, device]] = run_sql(spark, engine, f'SELECT ANY_VALUE(country), ANY_VALUE(device, 2) FROM "{name}"',
+                                  "array")
+    assert country in {r["country"] for r in rows if r["__time"] == start}
+    assert device in {r["device"][:2] for r in rows if r["__time"] == start}
+    grouped = run_sql(spark, engine, f'SELECT country, ANY_VALUE(device) FROM "{name}" GROUP BY 1', "array")
+    for country, device in grouped:
+        theirs = [r for r in rows if r["country"] == country]
+        assert device in {r["device"] for r in theirs if r["__time"] == min(t["__time"] for t in theirs)}
+
+
 def test_information_schema_and_sys_tables(spark, engine, datasource, tmp_path):
     name, table = datasource
     # Found in CI: another datasource compacted to version 2 over the same hour made ours look overshadowed.
@@ -361,6 +375,22 @@ def test_native_interval_bound_in_and_not_filters(live_sql, datasource):
     expected = sum(r["count"] for r in rows if r["__time"] < T0 + HOUR and r["value_max"] >= 500
                    and r["country"] not in ("DE", "FR"))
     assert answer == {"timestamp": f"{T0:%Y-%m-%dT%H:%M:%S}.000Z", "result": {"events": expected}} and expected > 0
+
+
+def test_native_filtered_sums_and_a_filter_of_a_filter(live_sql, datasource):
+    import httpx
+
+    rows = datasource[1].to_pylist()
+    de = {"type": "selector", "dimension": "country", "value": "DE"}
+    big = {"type": "bound", "dimension": "value_max", "lower": "500", "ordering": "numeric"}
+    query = {"queryType": "timeseries", "dataSource": NAME, "intervals": INTERVAL, "granularity": "all",
+             "aggregations": [
+                 {"type": "filtered", "filter": de, "aggregator": {"type": "longSum", "name": "de", "fieldName": "count"}},
+                 {"type": "filtered", "filter": big, "aggregator": {
+                     "type": "filtered", "filter": de, "aggregator": {"type": "count", "name": "both"}}}]}
+    [answer] = httpx.post(f"{live_sql}/druid/v2", json=query, timeout=60).json()
+    assert answer["result"] == {"de": sum(r["count"] for r in rows if r["country"] == "DE"),
+                                "both": sum(1 for r in rows if r["country"] == "DE" and r["value_max"] >= 500)}
 
 
 def test_native_scan_and_segment_metadata(live_sql, datasource):

@@ -58,7 +58,8 @@ UTC_NAMES = frozenset({"UTC", "ETC/UTC", "Z", "GMT", "+00:00"})
 class _DruidParser(DruidParser):
     # Druid's TIMESTAMPADD/DIFF take the unit first; sqlglot's Druid parser reads it as a column.
     FUNCTIONS = {**DruidParser.FUNCTIONS, "TIMESTAMPDIFF": build_date_delta(exp.TimestampDiff),
-                 "TIMESTAMPADD": build_date_delta(exp.TimestampAdd)}
+                 "TIMESTAMPADD": build_date_delta(exp.TimestampAdd),
+                 "ANY_VALUE": lambda args: exp.Anonymous(this="ANY_VALUE", expressions=args)}  # and maxBytes
 
 
 class _DruidTokenizer(Tokenizer):
@@ -175,6 +176,8 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
             return SKETCH_OBJECT_FUNCTIONS[name](node, list(node.expressions))
         if name in MV_FUNCTIONS:
             return MV_FUNCTIONS[name](list(node.expressions), multi_value)
+        if name == "ANY_VALUE":
+            return _any_value(node)
         translator = _FUNCTIONS.get(name)
         return translator(list(node.expressions)) if translator else node
     if isinstance(node, exp.Unnest) and any(is_mv(e, multi_value) for e in node.expressions):
@@ -458,6 +461,25 @@ def _by_time(druid_name: str, spark_name: str, by_argument: bool) -> Callable[[l
         by = args[1] if by_argument else exp.column("__time", quoted=True)
         return exp.Anonymous(this=spark_name, expressions=[args[0].copy(), by.copy()])
     return translate_call
+
+
+def _any_value(node: exp.Anonymous) -> exp.Expr:
+    """ANY_VALUE(expr[, maxBytes]): over a datasource, the earliest row's, as Druid's scan meets rows first."""
+    args = list(node.expressions)
+    _arity("ANY_VALUE", args, 1, 2)
+    select = node.find_ancestor(exp.Select) or exp.Select()
+    source = select.args.get("from_")
+    table = source.this if source is not None else None
+    ctes = {cte.alias_or_name.lower() for cte in node.root().find_all(exp.CTE)}
+    over_table = (isinstance(table, exp.Table) and not select.args.get("joins") and not select.args.get("laterals")
+                  and table.db.lower() not in ("sys", "information_schema") and table.name.lower() not in ctes
+                  and not table.name.startswith("__druid_"))  # a datasource: it has __time
+    value: exp.Expr = exp.Anonymous(this="min_by", expressions=[args[0].copy(), exp.column("__time", quoted=True)]) \
+        if over_table else exp.Anonymous(this="any_value", expressions=[args[0].copy()])
+    if len(args) == 2:
+        chars = _integer(args, 1, "ANY_VALUE", "maxBytes", 1024, 0, 2**31 - 1)
+        value = exp.Anonymous(this="left", expressions=[value, exp.Literal.number(chars)])
+    return value
 
 
 def _integer(args: list[exp.Expr], index: int, function: str, what: str, default: int, low: int,

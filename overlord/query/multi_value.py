@@ -13,9 +13,9 @@ knowing which columns are multi-value, so that:
 - ``MV_*`` functions (``MV_CONTAINS``, ``MV_OVERLAP``, ``MV_LENGTH``, ``MV_OFFSET``, ``MV_TO_STRING``,
   ``MV_FILTER_ONLY``, ``MV_APPEND``, ``MV_SLICE``, ...), their ``ARRAY_*`` twins and ``STRING_TO_MV``
   are Spark's array functions (over a single-valued column too, as a one-element list);
-- a scalar string function of the column (``CONCAT``, ``||``, ``SUBSTRING``, ``UPPER``, ``LENGTH``,
-  ...) applies to each value, and ``COALESCE`` gives the row's list or the first other value: a
-  multi-value result, grouped, compared and selected as the column is.
+- a scalar function of the column (``CONCAT``, ``||``, ``SUBSTRING``, ``UPPER``, ``LENGTH``,
+  ``COALESCE``, ...) applies to each value (once to null for a null row): a multi-value result,
+  grouped, compared and selected as the column is.
 
 Other uses (an aggregate over the list, a function of two multi-value columns) fail in Spark or
 are refused, never answered differently.
@@ -144,26 +144,22 @@ def _is_mv_result(node: exp.Expr) -> bool:
 
 
 def _mapped(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
-    """``f(tags, ...)`` as Druid reads it: ``f`` of each value (one multi-value column; a null row stays null).
+    """``f(tags, ...)`` as Druid reads it: ``f`` of each value of the row, and of null for a null row.
 
-    ``COALESCE`` of a multi-value column is the row's list, or the first other argument that is not null.
+    One multi-value column per function: Druid's cross product of two is not supported.
     """
     columns = {c.name.lower() for c in node.find_all(exp.Column) if is_mv(c, names)}
     if len(columns) > 1:
         raise QueryError(f"{node.sql(dialect='spark')}: a function of two multi-value columns (Druid's cross "
                          "product of their values) is not supported", "UNSUPPORTED_DRUID_SQL")
-    if isinstance(node, exp.Coalesce):
-        arguments = [node.this, *node.expressions]
-        if any(isinstance(a, exp.Array) for a in arguments):  # as Druid: a list of strings is not an array
-            raise QueryError("COALESCE of a multi-value column and an array: use MV_TO_ARRAY on the column",
-                             "UNSUPPORTED_DRUID_SQL")
-        mapped: exp.Expr = exp.Coalesce(this=_as_list(node.this, names), expressions=[
-            exp.Array(expressions=[e.copy()]) if isinstance(e, exp.Literal) else _as_list(e, names)
-            for e in node.expressions])
-    else:
-        column = next(c for c in node.find_all(exp.Column) if is_mv(c, names)).copy()
-        body = node.copy().transform(lambda n: _element() if is_mv(n, names) else n)
-        mapped = _call("transform", column, _lambda(body))
+    if isinstance(node, exp.Coalesce) and any(isinstance(a, exp.Array) for a in node.iter_expressions()):
+        raise QueryError("COALESCE of a multi-value column and an array: use MV_TO_ARRAY on the column",
+                         "UNSUPPORTED_DRUID_SQL")  # as Druid: a list of strings is not an array
+    column = next(c for c in node.find_all(exp.Column) if is_mv(c, names))
+    values = exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()),
+                    true=exp.Array(expressions=[exp.cast(exp.Null(), "STRING")]), false=column.copy())
+    body = node.copy().transform(lambda n: _element() if is_mv(n, names) else n)
+    mapped = _call("transform", values, _lambda(body))
     mapped.meta[_MAPPED] = True
     return mapped
 
@@ -263,6 +259,6 @@ def rewrite_multi_value(tree: exp.Expr, names: frozenset[str]) -> exp.Expr:
                 exp.Select)):
             node.replace(_any_value(node, names))
     if isinstance(tree, exp.Select):  # the result's columns (inner queries keep the lists)
-        tree.set("expressions", [_stringified(p) if is_mv(p, names) or p.unalias().meta.get(_MAPPED) else p
+        tree.set("expressions", [_stringified(p) if is_mv(p, names) or _is_mv_result(p.unalias()) else p
                                  for p in tree.expressions])
     return tree

@@ -106,7 +106,7 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
     if kind == "filtered":
         name, inner, empty = _aggregator(spec.get("aggregator"), f"{path}.aggregator")
         condition = _filter(spec.get("filter"), f"{path}.filter")
-        return str(spec.get("name") or name), exp.Filter(this=inner, expression=exp.Where(this=condition)), empty
+        return str(spec.get("name") or name), _filtered(inner, condition), empty
     name = _field(spec, "name", path)
     if kind == "count":
         return name, exp.Count(this=exp.Star()), 0
@@ -123,6 +123,19 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
     raise _bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
                                "...Min, ...Max, ...First, ...Last, thetaSketch, HLLSketchBuild, HLLSketchMerge, "
                                "hyperUnique, cardinality of one field, and filtered are)")
+
+
+def _filtered(aggregate: exp.Expr, condition: exp.Expr) -> exp.Expr:
+    """``aggregate`` over the rows that match ``condition``: the filter goes on the aggregate call itself.
+
+    (A sum is ``COALESCE(SUM(x) FILTER (...), 0)``; a filter of a filter matches both conditions.)
+    """
+    if isinstance(aggregate, exp.Coalesce):
+        return exp.Coalesce(this=_filtered(aggregate.this, condition), expressions=aggregate.expressions)
+    if isinstance(aggregate, exp.Filter):
+        condition = exp.and_(aggregate.expression.this, condition)
+        aggregate = aggregate.this
+    return exp.Filter(this=aggregate, expression=exp.Where(this=condition))
 
 
 _DISTINCT = {"thetaSketch": ("APPROX_COUNT_DISTINCT_DS_THETA", ("size",)),
