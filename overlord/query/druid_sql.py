@@ -82,6 +82,9 @@ class Translation:
     columns: frozenset[str] = frozenset()
     """Every column name the query names (lower case): if any is multi-value, the query is translated again
     knowing it (``translate``'s ``complex_columns``)."""
+    typed_columns: frozenset[str] = frozenset()
+    """Columns (lower case) compared with a number or summed: if they are text or FLOAT columns, the query is
+    translated again knowing it (``translate``'s ``complex_columns``, kinds ``string`` and ``float``)."""
     complex_arguments: frozenset[str] = frozenset()
     """Columns (lower case) given to a function that reads sketch or first/last columns differently: if
     they are such columns, the query is translated again knowing their kind (``translate``'s ``complex_columns``)."""
@@ -110,6 +113,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
     arguments = {column.name.lower() for node in tree.walk() if (column := _complex_argument(node)) is not None}
     columns = frozenset(column.name.lower() for column in tree.find_all(exp.Column))
+    typed = frozenset(column.name.lower() for node in tree.walk() for column in _typed_operands(node))
     kinds = dict(complex_columns)
     multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
     if multi_value:
@@ -123,7 +127,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
             else:
                 node.replace(new)
     return Translation(tree.sql(dialect="spark") if changed else query, frozenset(tables), frozenset(names),
-                       columns, frozenset(arguments))
+                       columns, typed, frozenset(arguments))
 
 
 def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
@@ -132,8 +136,10 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         return _table(node, tables)
     column = _complex_argument(node)
     kind = None if column is None else complex_columns.get(column.name.lower())
-    if column is not None and kind not in (None, "multi_value"):  # multi-value: see rewrite_multi_value
+    if column is not None and kind not in (None, *_PLAIN_KINDS):  # multi-value: see rewrite_multi_value
         return _over_complex(node, column, kind)
+    if _typed_operands(node):
+        return _typed(node, complex_columns)
     if isinstance(node, exp.Filter | exp.Window) and _is_estimate(node.this):  # FILTER/OVER: of the aggregate
         estimate: exp.Expr = node.this.copy()
         wrapped = node.copy()
@@ -224,6 +230,47 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         unit = exp.Var(this=node.args["unit"].name.upper())
         return exp.Anonymous(this=name, expressions=[unit, node.expression, node.this])
     return node
+
+
+_ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_PLAIN_KINDS = ("multi_value", "string", "float")
+"""Column kinds that are not complex (sketch or first/last) columns."""
+
+
+def _number(node: exp.Expr) -> bool:
+    """Whether ``node`` is a number whatever its columns' types: a numeric literal or arithmetic."""
+    if isinstance(node, exp.Neg | exp.Paren):
+        return _number(node.this)
+    return isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div) or (
+        isinstance(node, exp.Literal) and not node.is_string)
+
+
+def _typed_operands(node: exp.Expr) -> list[exp.Column]:
+    """The columns whose type decides what ``node`` means: one compared with a number, or summed/averaged."""
+    if isinstance(node, exp.Sum | exp.Avg):
+        return [node.this] if isinstance(node.this, exp.Column) else []
+    if not isinstance(node, _ORDERINGS):
+        return []
+    return [x for x, y in ((node.this, node.expression), (node.expression, node.this))
+            if isinstance(x, exp.Column) and _number(y)]
+
+
+def _typed(node: exp.Expr, kinds: dict[str, str]) -> exp.Expr:
+    """A comparison or sum as Druid types it.
+
+    A text column is read as a number (NULL where it is none); a number compared with a FLOAT
+    column, as a FLOAT (``f1 = 0.1`` matches the stored 0.1f).
+    """
+    typed = node.copy()
+    for column in _typed_operands(typed):
+        kind = kinds.get(column.name.lower())
+        if kind == "string":
+            column.replace(exp.TryCast(this=column.copy(), to=exp.DataType.build("DOUBLE"), safe=True))
+        elif kind == "float" and not isinstance(typed, exp.Sum | exp.Avg):
+            other = typed.expression if typed.this is column else typed.this
+            if isinstance(other, exp.Literal):
+                other.replace(exp.Cast(this=other.copy(), to=exp.DataType.build("FLOAT")))
+    return typed
 
 
 def _integral(node: exp.Expr) -> bool:

@@ -45,6 +45,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringType, StructField, StructType
 
 from overlord.config import Settings
+from overlord.query.column_types import column_kinds
 from overlord.query.druid_sql import UTC_NAMES, Translation, metadata_view, translate
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
@@ -388,7 +389,7 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
     explain = _EXPLAIN.match(query)
-    translation, timeline = _translate(engine, query[explain.end():] if explain else query)
+    translation, timeline = _translate(engine, query[explain.end():] if explain else query, storage_options)
     cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
         table = None if local is None or explain else _run_local(local, engine, timeline, translation, parameters,
@@ -409,19 +410,24 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     return result
 
 
-def _translate(engine: sa.Engine, query: str) -> tuple[Translation, VisibleSet]:
+def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any] | None = None
+               ) -> tuple[Translation, VisibleSet]:
     """The query in Spark SQL and the one read of the timeline everything about the query comes from.
 
-    The translation knows which of the columns it reads hold sketches, first/last pairs or lists.
+    The translation knows which of the columns it reads hold sketches, first/last pairs or lists,
+    and which of those it compares with numbers are text or FLOAT (:mod:`overlord.query.column_types`).
     """
     translation = translate(query)
     timeline = visible_set(engine, None if translation.metadata_tables else translation.table_names)
     if not translation.columns or not translation.table_names:
         return translation, timeline
     found = {name.lower(): kind for name, kind in timeline.complex_columns(translation.table_names).items()}
-    kinds = tuple(sorted((name, kind) for name, kind in found.items() if name in translation.complex_arguments
-                         or (name in translation.columns and kind == "multi_value")))
-    return (translate(query, kinds) if kinds else translation), timeline
+    kinds = {name: kind for name, kind in found.items() if name in translation.complex_arguments
+             or (name in translation.columns and kind == "multi_value")}
+    if translation.typed_columns - found.keys():
+        kinds |= column_kinds(timeline, translation.table_names, translation.typed_columns - found.keys(),
+                              storage_options)
+    return (translate(query, tuple(sorted(kinds.items()))) if kinds else translation), timeline
 
 
 def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
