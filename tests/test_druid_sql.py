@@ -401,6 +401,23 @@ def test_native_filtered_sums_and_a_filter_of_a_filter(live_sql, datasource):
                                 "both": sum(1 for r in rows if r["country"] == "DE" and r["value_max"] >= 500)}
 
 
+def test_native_first_and_last_by_another_time_column(live_sql, datasource):
+    import httpx
+
+    rows = datasource[1].to_pylist()
+    query = {"queryType": "timeseries", "dataSource": NAME, "intervals": INTERVAL, "granularity": "all",
+             "aggregations": [{"type": "longFirst", "name": "first", "fieldName": "value_min",
+                               "timeColumn": "value_max"},
+                              {"type": "longLast", "name": "last", "fieldName": "value_min", "timeColumn": "value_max"}]}
+    [answer] = httpx.post(f"{live_sql}/druid/v2", json=query, timeout=60).json()
+    low, high = min(r["value_max"] for r in rows), max(r["value_max"] for r in rows)
+    assert answer["result"]["first"] in {r["value_min"] for r in rows if r["value_max"] == low}
+    assert answer["result"]["last"] in {r["value_min"] for r in rows if r["value_max"] == high}
+    refused = httpx.post(f"{live_sql}/druid/v2/sql", json={"query": f'SELECT EARLIEST_BY(country, value_max) '
+                                                                   f'FROM "{NAME}"'}, timeout=60)
+    assert refused.status_code == 400 and "MILLIS_TO_TIMESTAMP(value_max)" in refused.json()["errorMessage"]
+
+
 def test_native_scan_and_segment_metadata(live_sql, datasource):
     import httpx
 

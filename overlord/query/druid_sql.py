@@ -113,13 +113,14 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
     arguments = {column.name.lower() for node in tree.walk() if (column := _complex_argument(node)) is not None}
     columns = frozenset(column.name.lower() for column in tree.find_all(exp.Column))
-    typed = frozenset(column.name.lower() for node in tree.walk() for column in _typed_operands(node))
+    typed = frozenset(column.name.lower() for node in tree.walk() for column in _typed_operands(node)) | {
+        column.name.lower() for select in tree.find_all(exp.Select) if (column := _top_n_column(select, query))}
     kinds = dict(complex_columns)
     multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
     if multi_value:
         tree, changed = rewrite_multi_value(tree, multi_value), True
     for node in reversed(list(tree.walk(bfs=False))):  # children first: nested Druid calls are rewritten too
-        new = _rewrite(node, tables, kinds, multi_value)
+        new = _rewrite(node, tables, kinds, multi_value, query)
         if new is not node:
             changed = True
             if node is tree:
@@ -131,7 +132,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
 
 
 def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
-             multi_value: frozenset[str]) -> exp.Expr:
+             multi_value: frozenset[str], query: str) -> exp.Expr:
     if isinstance(node, exp.Table) and node.args.get("db") is not None:
         return _table(node, tables)
     column = _complex_argument(node)
@@ -140,6 +141,11 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         return _over_complex(node, column, kind)
     if _typed_operands(node):
         return _typed(node, complex_columns)
+    if isinstance(node, exp.Select) and (top := _top_n_column(node, query)) is not None and complex_columns.get(
+            top.name.lower()) in ("long", "float", "double"):
+        nulls_first = node.copy()  # Druid's top-N of a number column, descending, puts its nulls first
+        nulls_first.args["order"].expressions[0].set("nulls_first", True)
+        return nulls_first
     if isinstance(node, exp.Filter | exp.Window) and _is_estimate(node.this):  # FILTER/OVER: of the aggregate
         estimate: exp.Expr = node.this.copy()
         wrapped = node.copy()
@@ -166,6 +172,13 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         return _sql("unix_seconds(CAST(_t AS TIMESTAMP))", _t=node.expression)
     if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like | exp.ILike):
         return _like_escape(node)
+    if isinstance(node, exp.WindowSpec) and node.args.get("start_side") == "FOLLOWING" and not node.args.get("end"):
+        frame = node.copy()  # Calcite: ROWS n FOLLOWING is BETWEEN CURRENT ROW AND n FOLLOWING
+        frame.set("end", frame.args["start"])
+        frame.set("end_side", "FOLLOWING")
+        frame.set("start", "CURRENT ROW")
+        frame.set("start_side", None)
+        return frame
     if isinstance(node, exp.SafeDivide):  # x / 0 is NULL, 0 / 0 is 0
         return _sql("CASE WHEN _b <> 0 THEN _q WHEN _a = 0 THEN 0 END", _a=node.this, _b=node.expression,
                     _q=_divide(node.this, node.expression))
@@ -233,7 +246,7 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
 
 
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
-_PLAIN_KINDS = ("multi_value", "string", "float")
+_PLAIN_KINDS = ("multi_value", "string", "float", "double", "long")
 """Column kinds that are not complex (sketch or first/last) columns."""
 
 
@@ -253,6 +266,18 @@ def _typed_operands(node: exp.Expr) -> list[exp.Column]:
         return []
     return [x for x, y in ((node.this, node.expression), (node.expression, node.this))
             if isinstance(x, exp.Column) and _number(y)]
+
+
+def _top_n_column(select: exp.Select, query: str) -> exp.Column | None:
+    """The column of a Druid top-N (``GROUP BY c ORDER BY c DESC LIMIT n``) without a stated NULLS order."""
+    group, order = select.args.get("group"), select.args.get("order")
+    if group is None or order is None or select.args.get("limit") is None or select.args.get("having") is not None:
+        return None
+    [*keys], [*orders] = group.expressions, order.expressions
+    if len(keys) != 1 or len(orders) != 1 or not orders[0].args.get("desc") or "NULLS" in query.upper():
+        return None
+    key, by = keys[0], orders[0].this
+    return key if isinstance(key, exp.Column) and isinstance(by, exp.Column) and by.name == key.name else None
 
 
 def _typed(node: exp.Expr, kinds: dict[str, str]) -> exp.Expr:
@@ -506,6 +531,9 @@ def _by_time(druid_name: str, spark_name: str, by_argument: bool) -> Callable[[l
         low = 2 if by_argument else 1
         _arity(druid_name, args, low, low + 1)
         by = args[1] if by_argument else exp.column("__time", quoted=True)
+        if isinstance(by, exp.Column) and by.name != "__time":  # no other column of a datasource is a TIMESTAMP
+            raise QueryError(f"{druid_name}: the time argument must be a TIMESTAMP, such as __time or "
+                             f"MILLIS_TO_TIMESTAMP({by.name}); {by.name} is not", "UNSUPPORTED_DRUID_SQL")
         return exp.Anonymous(this=spark_name, expressions=[args[0].copy(), by.copy()])
     return translate_call
 

@@ -143,6 +143,14 @@ def _is_mv_result(node: exp.Expr) -> bool:
     return (isinstance(node, exp.Anonymous) and str(node.this).upper() in _MV_RESULTS) or bool(node.meta.get(_MAPPED))
 
 
+def _stringifiable(node: exp.Expr) -> bool:
+    """Whether a multi-value result is selected as Druid writes it (see :func:`_stringified`).
+
+    STRING_TO_MV's stays a list: ``split``'s value bound times ``to_json``'s is past the sandbox's limit.
+    """
+    return _is_mv_result(node) and str(node.this).upper() != "STRING_TO_MV"
+
+
 def _mapped(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """``f(tags, ...)`` as Druid reads it: ``f`` of each value of the row, and of null for a null row.
 
@@ -156,11 +164,16 @@ def _mapped(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
         raise QueryError("COALESCE of a multi-value column and an array: use MV_TO_ARRAY on the column",
                          "UNSUPPORTED_DRUID_SQL")  # as Druid: a list of strings is not an array
     column = next(c for c in node.find_all(exp.Column) if is_mv(c, names))
+    if isinstance(node, exp.Coalesce) and is_mv(node.this, names) and node.expressions:  # no lambda needed
+        rest = exp.Coalesce(this=node.expressions[0].copy(), expressions=[e.copy() for e in node.expressions[1:]])
+        mapped: exp.Expr = exp.Coalesce(this=column.copy(), expressions=[exp.Array(expressions=[rest])])
+        mapped.meta[_MAPPED] = True
+        return mapped
     values = exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()),
                     true=exp.Array(expressions=[exp.cast(exp.Null(), "STRING")]), false=column.copy())
     body = node.copy().transform(lambda n: _element() if is_mv(n, names) else n)
     mapped = _call("transform", values, _lambda(body))
-    mapped.meta[_MAPPED] = True
+    mapped.meta[_MAPPED] = True  # (a lambda's value bound counts the other columns once per value)
     return mapped
 
 
@@ -259,6 +272,6 @@ def rewrite_multi_value(tree: exp.Expr, names: frozenset[str]) -> exp.Expr:
                 exp.Select)):
             node.replace(_any_value(node, names))
     if isinstance(tree, exp.Select):  # the result's columns (inner queries keep the lists)
-        tree.set("expressions", [_stringified(p) if is_mv(p, names) or _is_mv_result(p.unalias()) else p
+        tree.set("expressions", [_stringified(p) if is_mv(p, names) or _stringifiable(p.unalias()) else p
                                  for p in tree.expressions])
     return tree

@@ -157,7 +157,14 @@ def _druid_call(kind: str, spec: Mapping[str, Any], path: str) -> exp.Expr:
         return exp.ApproxDistinct(this=_col(fields[0]))
     column = _col(_field(spec, "fieldName", path))
     if kind in _FIRST_LAST:
-        return exp.Anonymous(this="EARLIEST" if kind.endswith("First") else "LATEST", expressions=[column])
+        function = "EARLIEST" if kind.endswith("First") else "LATEST"
+        time = spec.get("timeColumn") or "__time"
+        if time == "__time":
+            return exp.Anonymous(this=function, expressions=[column])
+        if not isinstance(time, str):
+            raise _bad(f"{path}.timeColumn", f"expected a column name, got {time!r}")
+        millis = exp.Anonymous(this="MILLIS_TO_TIMESTAMP", expressions=[_col(time)])  # a long column of millis
+        return exp.Anonymous(this=f"{function}_BY", expressions=[column, millis])
     function, parameters = _DISTINCT[kind]
     arguments = [column, *(_value(spec[p]) for p in parameters if spec.get(p) is not None)]
     if parameters and len(arguments) > 1 and spec.get(parameters[0]) is None:
@@ -321,15 +328,19 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         [(dimension, output)] = _dimensions(_field(query, "dimension", "$", (str, dict)), "$.dimension")
         threshold = _field(query, "threshold", "$", int)
         metric, descending = _topn_metric(query.get("metric"), output)
+        spec = query.get("metric")
+        stop = spec.get("previousStop") if isinstance(spec, Mapping) else None  # the values after it
         by_bucket: dict[str, list[dict[str, Any]]] = {}
         for row in rows(native.select([(dimension, output)])):
-            by_bucket.setdefault(row.pop("__bucket"), []).append(finish(row))
-        return [{"timestamp": t, "result": sorted(
-            entries, key=lambda r: _sort_key(r.get(metric)), reverse=descending)[:threshold]}
-            for t, entries in sorted(by_bucket.items())]
+            if stop is None or (row[output] is not None and str(row[output]) > str(stop)):
+                by_bucket.setdefault(row.pop("__bucket"), []).append(finish(row))
+        return [{"timestamp": t, "result": sorted(  # ties in the dimension's order, as Druid's
+            sorted(entries, key=lambda r: _sort_key(r.get(output))), key=lambda r: _sort_key(r.get(metric)),
+            reverse=descending)[:threshold]} for t, entries in sorted(by_bucket.items())]
     if native.kind == "groupBy":
         dims = _dimensions(query.get("dimensions", []), "$.dimensions")
-        events = [finish(r) for r in rows(native.select(dims))]
+        events = sorted((finish(r) for r in rows(native.select(dims))),  # in the dimensions' order, as Druid's
+                        key=lambda e: [_sort_key(e.get(name)) for _, name in dims])
         events = _limit(events, query.get("limitSpec"))
         return [{"version": "v1", "timestamp": e.pop("__bucket"), "event": e} for e in events]
     if native.kind in ("timeBoundary", "dataSourceMetadata"):
