@@ -219,6 +219,10 @@ def test_information_schema_and_sys_tables(spark, engine, datasource, tmp_path):
     assert {c[0]: (c[1], c[2]) for c in columns[1:]} == {
         "country": ("VARCHAR", 12), "device": ("VARCHAR", 12), "count": ("BIGINT", -5), "value_sum": ("BIGINT", -5),
         "value_min": ("BIGINT", -5), "value_max": ("BIGINT", -5), "price_sum": ("DOUBLE", 8)}
+    routines = run_sql(spark, engine, "SELECT ROUTINE_NAME, IS_AGGREGATOR FROM INFORMATION_SCHEMA.ROUTINES WHERE "
+                       "ROUTINE_NAME IN ('TIME_FLOOR', 'EARLIEST', 'MV_CONTAINS', 'DS_HLL', 'CEIL') ORDER BY 1", "array")
+    assert routines == [["CEIL", "NO"], ["DS_HLL", "YES"], ["EARLIEST", "YES"], ["MV_CONTAINS", "NO"],
+                        ["TIME_FLOOR", "NO"]]
     schemas = run_sql(spark, engine, "SELECT SCHEMA_NAME FROM INFORMATION_SCHEMA.SCHEMATA ORDER BY 1", "array")
     assert schemas == [["INFORMATION_SCHEMA"], ["druid"], ["sys"]]
     [[segments, rows, overshadowed]] = run_sql(

@@ -30,12 +30,14 @@ from sqlglot.parsers.druid import DruidParser
 from sqlglot.tokens import Tokenizer
 
 from overlord.query.errors import QueryError
+from overlord.query.function_bounds import ALLOWED_FUNCTIONS
 from overlord.query.metadata_tables import SCHEMAS
 from overlord.query.multi_value import MV_FUNCTIONS, is_mv, rewrite_multi_value
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS, sketch_argument
 from specs.sketches import Sketch
 
-__all__ = ["METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period", "translate"]
+__all__ = ["FUNCTIONS", "METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period",
+           "translate"]
 
 METADATA_TABLES = frozenset(SCHEMAS)
 """``schema.table`` names (lower case) of the metadata tables."""
@@ -206,6 +208,13 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         return unnested
     if isinstance(node, exp.ArrayContains):  # Druid's second argument may be an array: all of its elements
         return MV_FUNCTIONS["MV_CONTAINS"]([node.this, node.expression], multi_value)
+    if isinstance(node, exp.DateTrunc) and _written_unit(node.args.get("unit"), query):
+        return _trunc(node.this, node.args["unit"].name.upper())  # sqlglot writes Spark's date-only TRUNC
+    if isinstance(node, exp.StringToArray):  # the delimiter is a regular expression
+        return exp.Anonymous(this="split", expressions=[node.this.copy(), node.expression.copy()])
+    if isinstance(node, exp.ArrayAppend | exp.ArrayPrepend):  # as written: ARRAY_PREPEND(value, array)
+        name = "MV_APPEND" if isinstance(node, exp.ArrayAppend) else "MV_PREPEND"
+        return MV_FUNCTIONS[name]([node.this, node.expression], multi_value)
     if isinstance(node, exp.ArraySlice):
         bounds = [node.args[b] for b in ("start", "end") if node.args.get(b) is not None]
         return MV_FUNCTIONS["ARRAY_SLICE"]([node.this, *bounds], multi_value)
@@ -296,6 +305,12 @@ def _typed(node: exp.Expr, kinds: dict[str, str]) -> exp.Expr:
             if isinstance(other, exp.Literal):
                 other.replace(exp.Cast(this=other.copy(), to=exp.DataType.build("FLOAT")))
     return typed
+
+
+def _written_unit(unit: exp.Expr | None, query: str) -> bool:
+    """Whether ``unit`` is a unit of TIME_FLOOR's, written out in ``query`` (sqlglot reads 'm' as MINUTE)."""
+    return (isinstance(unit, exp.Literal) and unit.name.upper() in _FLOOR_UNITS
+            and re.search(rf"'{unit.name}'", query, re.IGNORECASE) is not None)
 
 
 def _integral(node: exp.Expr) -> bool:
@@ -720,7 +735,20 @@ _FUNCTIONS: dict[str, Callable[[list[exp.Expr]], exp.Expr]] = {
     "BITWISE_COMPLEMENT": _operator("BITWISE_COMPLEMENT", "~_a", 1),
     "BITWISE_SHIFT_LEFT": _operator("BITWISE_SHIFT_LEFT", "shiftleft(_a, _b)", 2),
     "BITWISE_SHIFT_RIGHT": _operator("BITWISE_SHIFT_RIGHT", "shiftright(_a, _b)", 2),
-    "STRING_TO_ARRAY": _operator("STRING_TO_ARRAY", "split(_a, _b)", 2),  # the delimiter is a regular expression
     "APPROX_COUNT_DISTINCT_BUILTIN": _rename("APPROX_COUNT_DISTINCT_BUILTIN", "approx_count_distinct", 1),
     "DECODE_BASE64_UTF8": _operator("DECODE_BASE64_UTF8", "CAST(unbase64(_a) AS STRING)", 1),
 }
+
+_AGGREGATES = frozenset("""
+    ANY_VALUE APPROX_COUNT_DISTINCT APPROX_COUNT_DISTINCT_BUILTIN APPROX_COUNT_DISTINCT_DS_HLL
+    APPROX_COUNT_DISTINCT_DS_THETA APPROX_QUANTILE_DS APPROX_PERCENTILE AVG BIT_AND BIT_OR BIT_XOR BOOL_AND BOOL_OR
+    CORR COUNT COUNT_IF COVAR_POP COVAR_SAMP DS_HLL DS_THETA EARLIEST EARLIEST_BY EVERY FIRST HLL_SKETCH_AGG
+    HLL_UNION_AGG KLL_MERGE_AGG_DOUBLE KURTOSIS LAST LATEST LATEST_BY MAX MAX_BY MEAN MEDIAN MIN MIN_BY PERCENTILE
+    PERCENTILE_APPROX SKEWNESS SOME STD STDDEV STDDEV_POP STDDEV_SAMP SUM THETA_SKETCH_AGG THETA_UNION_AGG TRY_AVG
+    TRY_SUM VAR_POP VAR_SAMP VARIANCE ANY""".split())
+
+FUNCTIONS: dict[str, bool] = {name.upper(): name.upper() in _AGGREGATES for name in (
+    *ALLOWED_FUNCTIONS, *_FUNCTIONS, *MV_FUNCTIONS, *SKETCH_OBJECT_FUNCTIONS, "ANY_VALUE", "SAFE_DIVIDE",
+    "STRING_TO_ARRAY", "ARRAY_APPEND", "ARRAY_PREPEND", "ARRAY_CONTAINS", "ARRAY_TO_STRING", "DATE_TRUNC")
+    if name.replace("_", "").isalnum()}
+"""Every function a query may call (Druid's and Spark's allowed ones, upper case): whether it aggregates."""

@@ -46,7 +46,7 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringT
 
 from overlord.config import Settings
 from overlord.query.column_types import column_kinds
-from overlord.query.druid_sql import UTC_NAMES, Translation, metadata_view, translate
+from overlord.query.druid_sql import FUNCTIONS, UTC_NAMES, Translation, metadata_view, translate
 from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
 from overlord.query.local_engine import LocalEngine
@@ -334,7 +334,7 @@ def _register_metadata(qs: _QuerySession, engine: sa.Engine, timeline: VisibleSe
         return schemas
 
     for table in tables:
-        build_metadata_table(qs.session, table, engine, datasource_schemas).createOrReplaceTempView(
+        build_metadata_table(qs.session, table, engine, datasource_schemas, FUNCTIONS).createOrReplaceTempView(
             metadata_view(table))
     return {metadata_view(table).lower() for table in tables}
 

@@ -1,10 +1,11 @@
 """Druid's metadata tables, built from the metadata store for the queries that read them.
 
-``INFORMATION_SCHEMA.SCHEMATA``, ``TABLES`` and ``COLUMNS`` (with Druid's columns: SQL types,
-JDBC type numbers, nullability), ``sys.segments``, ``sys.tasks`` and ``sys.supervisors`` (whose
-state is what the store knows: SUSPENDED, UNHEALTHY_TASKS when its last finished task failed,
-or RUNNING; the live state is at ``/druid/indexer/v1/supervisor/{id}/status``). What SQLAlchemy's
-``druid://`` dialect (Superset) and pydruid ask to list tables and columns is answered here.
+``INFORMATION_SCHEMA.SCHEMATA``, ``TABLES``, ``COLUMNS`` (with Druid's columns: SQL types, JDBC
+type numbers, nullability) and ``ROUTINES`` (the functions a query may call), ``sys.segments``,
+``sys.tasks`` and ``sys.supervisors`` (whose state is what the store knows: SUSPENDED,
+UNHEALTHY_TASKS when its last finished task failed, or RUNNING; the live state is at
+``/druid/indexer/v1/supervisor/{id}/status``). What SQLAlchemy's ``druid://`` dialect (Superset)
+and pydruid ask to list tables and columns is answered here.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ SCHEMAS: dict[str, T.StructType] = {
         ("CHARACTER_MAXIMUM_LENGTH", _LONG), ("CHARACTER_OCTET_LENGTH", _LONG), ("NUMERIC_PRECISION", _LONG),
         ("NUMERIC_PRECISION_RADIX", _LONG), ("NUMERIC_SCALE", _LONG), ("DATETIME_PRECISION", _LONG),
         ("CHARACTER_SET_NAME", _STRING), ("COLLATION_NAME", _STRING), ("JDBC_TYPE", _LONG)),
+    "information_schema.routines": _schema(
+        ("ROUTINE_CATALOG", _STRING), ("ROUTINE_SCHEMA", _STRING), ("ROUTINE_NAME", _STRING),
+        ("ROUTINE_TYPE", _STRING), ("IS_AGGREGATOR", _STRING), ("SIGNATURES", _STRING)),
     "sys.segments": _schema(
         ("segment_id", _STRING), ("datasource", _STRING), ("start", _STRING), ("end", _STRING), ("size", _LONG),
         ("version", _STRING), ("partition_num", _LONG), ("num_replicas", _LONG), ("num_rows", _LONG),
@@ -75,8 +79,11 @@ def _iso(ts: datetime | None) -> str | None:
     return ts.isoformat().replace("+00:00", "Z") if ts is not None else None
 
 
-def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mapping[str, T.StructType]]
-          ) -> list[tuple[Any, ...]]:
+def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mapping[str, T.StructType]],
+          functions: Mapping[str, bool]) -> list[tuple[Any, ...]]:
+    if table == "information_schema.routines":
+        return [("druid", "INFORMATION_SCHEMA", name, "FUNCTION", "YES" if aggregate else "NO", None)
+                for name, aggregate in sorted(functions.items())]
     if table == "information_schema.schemata":
         return [("druid", schema, None, None, None, None, None) for schema in ("druid", "INFORMATION_SCHEMA", "sys")]
     if table == "information_schema.tables":
@@ -140,6 +147,10 @@ def _types(kind: T.DataType) -> tuple[Any, ...]:
 
 
 def build_metadata_table(session: SparkSession, table: str, engine: sa.Engine,
-                         datasource_schemas: Callable[[], Mapping[str, T.StructType]]) -> DataFrame:
-    """The rows of metadata table ``table`` (``schema.table``, lower case) as of now."""
-    return session.createDataFrame(_rows(table, engine, datasource_schemas), SCHEMAS[table])
+                         datasource_schemas: Callable[[], Mapping[str, T.StructType]],
+                         functions: Mapping[str, bool]) -> DataFrame:
+    """The rows of metadata table ``table`` (``schema.table``, lower case) as of now.
+
+    ``functions``: every function a query may call (upper case), and whether it is an aggregate (ROUTINES).
+    """
+    return session.createDataFrame(_rows(table, engine, datasource_schemas, functions), SCHEMAS[table])

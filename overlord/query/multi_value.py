@@ -72,6 +72,10 @@ def _mv(function: Callable[..., exp.Expr], arity: int, most: int | None = None) 
     return translate_call
 
 
+def _refuse(message: str) -> exp.Expr:
+    raise QueryError(message, "UNSUPPORTED_DRUID_SQL")
+
+
 def _two(function: str, args: list[exp.Expr]) -> list[exp.Expr]:
     if len(args) != 2:
         raise QueryError(f"{function} takes 2 arguments, got {len(args)}", "UNSUPPORTED_DRUID_SQL")
@@ -90,8 +94,26 @@ def _position(values: exp.Expr, value: exp.Expr, base: int) -> exp.Expr:
     return exp.Sub(this=_call("nullif", found, exp.Literal.number(0)), expression=exp.Literal.number(base))
 
 
+def _holds_null(values: exp.Expr) -> exp.Expr:
+    """Whether a row holds null: a null row (Druid's ``[]``), or a null value."""
+    return exp.or_(exp.Is(this=values.copy(), expression=exp.Null()),
+                   _call("exists", values.copy(), _lambda(exp.Is(this=_element(), expression=exp.Null()))))
+
+
+def _only_nulls(wanted: exp.Expr) -> bool:
+    return isinstance(wanted, exp.Array) and bool(wanted.expressions) and all(
+        isinstance(e, exp.Null) for e in wanted.expressions)
+
+
+def _overlap(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
+    """Whether the list ``values`` holds one of ``wanted``'s elements (ARRAY[NULL]: a null row or value)."""
+    return exp.Paren(this=_holds_null(values)) if _only_nulls(wanted) else _call("arrays_overlap", values, wanted)
+
+
 def _contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
     """Whether the list ``values`` holds ``wanted``, or each element of ``wanted`` if it is an array."""
+    if _only_nulls(wanted):
+        return exp.Paren(this=_holds_null(values))
     if isinstance(wanted, exp.Array):  # every element of the array
         return _call("forall", wanted, _lambda(_call("array_contains", values, _element())))
     return _call("array_contains", values, wanted)
@@ -99,12 +121,13 @@ def _contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
 
 MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = {
     "MV_CONTAINS": _mv(_contains, 2),
-    "MV_OVERLAP": _mv(lambda a, b: _call("arrays_overlap", a, b), 2),
+    "MV_OVERLAP": _mv(_overlap, 2),
     "MV_LENGTH": _mv(lambda a: _null_or(a, _call("size", a.copy())), 1),
     "MV_OFFSET": _mv(lambda a, i: _call("try_element_at", a, exp.Add(this=i, expression=exp.Literal.number(1))), 2),
     "MV_ORDINAL": _mv(lambda a, i: _call("try_element_at", a, i), 2),
     "MV_TO_STRING": _mv(lambda a, sep: _call("array_join", a, sep), 2),
-    "MV_TO_ARRAY": _mv(lambda a: a, 1),
+    "MV_TO_ARRAY": lambda args, names: _mv(lambda a: a, 1)(args, names) if args and isinstance(
+        args[0], exp.Column) else _refuse("MV_TO_ARRAY takes a column (as in Druid), not an expression"),
     "MV_FILTER_ONLY": _mv(lambda a, keep: _nonempty(_call("filter", a, _lambda(
         _call("array_contains", keep, _element())))), 2),
     "MV_FILTER_NONE": _mv(lambda a, drop: _nonempty(_call("filter", a, _lambda(
