@@ -15,6 +15,7 @@ views the engine builds from the metadata store (:mod:`overlord.query.metadata_t
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from sqlglot.tokens import Tokenizer
 from overlord.query.errors import QueryError
 from overlord.query.function_bounds import ALLOWED_FUNCTIONS
 from overlord.query.metadata_tables import SCHEMAS
-from overlord.query.multi_value import MV_FUNCTIONS, is_mv, rewrite_multi_value
+from overlord.query.multi_value import MV_FUNCTIONS, has_mv_results, is_mv, rewrite_multi_value
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS, sketch_argument
 from specs.sketches import Sketch
 
@@ -119,7 +120,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
         column.name.lower() for select in tree.find_all(exp.Select) if (column := _top_n_column(select, query))}
     kinds = dict(complex_columns)
     multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
-    if multi_value:
+    if multi_value or has_mv_results(tree):
         tree, changed = rewrite_multi_value(tree, multi_value), True
     for node in reversed(list(tree.walk(bfs=False))):  # children first: nested Druid calls are rewritten too
         new = _rewrite(node, tables, kinds, multi_value, query)
@@ -169,7 +170,10 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         without.set("group", None)
         return without
     if isinstance(node, exp.Grouping) and len(node.expressions) > 1:  # one bit per argument, the first highest
-        return exp.Anonymous(this="grouping_id", expressions=[e.copy() for e in node.expressions])
+        bits: list[exp.Expr] = [exp.Mul(this=exp.Anonymous(this="grouping", expressions=[e.copy()]),
+                                        expression=exp.Literal.number(2 ** i))
+                                for i, e in enumerate(reversed(node.expressions))]
+        return exp.Paren(this=functools.reduce(lambda a, b: exp.Add(this=b, expression=a), bits))
     if isinstance(node, exp.Extract) and node.name.upper() == "EPOCH":
         return _sql("unix_seconds(CAST(_t AS TIMESTAMP))", _t=node.expression)
     if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like | exp.ILike):

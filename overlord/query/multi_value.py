@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from overlord.query.errors import QueryError
 
-__all__ = ["MV_FUNCTIONS", "is_mv", "rewrite_multi_value"]
+__all__ = ["MV_FUNCTIONS", "has_mv_results", "is_mv", "rewrite_multi_value"]
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between)
 _ELEMENT = "__v"
@@ -172,6 +172,11 @@ def _stringifiable(node: exp.Expr) -> bool:
     STRING_TO_MV's stays a list: ``split``'s value bound times ``to_json``'s is past the sandbox's limit.
     """
     return _is_mv_result(node) and str(node.this).upper() != "STRING_TO_MV"
+
+
+def has_mv_results(tree: exp.Expr) -> bool:
+    """Whether ``tree`` calls a function whose value is multi-value (grouped by, it groups by each value)."""
+    return any(_is_mv_result(node) for node in tree.find_all(exp.Anonymous))
 
 
 def _mapped(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
