@@ -132,6 +132,16 @@ def test_a_druid_function_we_lack_is_named_in_the_error(spark, engine):
     assert "function no_such_function() does not exist" in unknown.value.message
 
 
+def test_grouping_of_several_columns_in_any_order_and_windows_that_need_an_order(spark, engine):
+    rows = "VALUES ('a', 1), ('b', 2) AS t(k, v)"
+    got = run_sql(spark, engine, f"SELECT k, v, GROUPING(v, k) AS g FROM {rows} "
+                                 "GROUP BY GROUPING SETS ((k, v), (k), ()) ORDER BY g, k NULLS LAST", "array")
+    assert got == [["a", 1, 0], ["b", 2, 0], ["a", None, 2], ["b", None, 2], [None, None, 3]]
+    with pytest.raises(QueryError) as refused:
+        run_sql(spark, engine, f"SELECT LAG(v) OVER () FROM {rows}")
+    assert refused.value.error_class == "UNSUPPORTED_DRUID_SQL" and "add ORDER BY" in refused.value.message
+
+
 def test_a_sketch_is_read_through_its_estimate_and_never_returned(spark, engine):
     """DS_HLL/DS_THETA count as DataSketches do (no null, no ''); a sketch's bytes are not Druid's, so not given."""
     rows = "VALUES ('a'), ('b'), (''), (NULL), ('a') AS t(x)"
@@ -220,7 +230,8 @@ def test_information_schema_and_sys_tables(spark, engine, datasource, tmp_path):
         "country": ("VARCHAR", 12), "device": ("VARCHAR", 12), "count": ("BIGINT", -5), "value_sum": ("BIGINT", -5),
         "value_min": ("BIGINT", -5), "value_max": ("BIGINT", -5), "price_sum": ("DOUBLE", 8)}
     routines = run_sql(spark, engine, "SELECT ROUTINE_NAME, IS_AGGREGATOR FROM INFORMATION_SCHEMA.ROUTINES WHERE "
-                       "ROUTINE_NAME IN ('TIME_FLOOR', 'EARLIEST', 'MV_CONTAINS', 'DS_HLL', 'CEIL') ORDER BY 1", "array")
+                       "ROUTINE_NAME IN ('TIME_FLOOR', 'EARLIEST', 'MV_CONTAINS', 'DS_HLL', 'CEIL') ORDER BY 1",
+                       "array")
     assert routines == [["CEIL", "NO"], ["DS_HLL", "YES"], ["EARLIEST", "YES"], ["MV_CONTAINS", "NO"],
                         ["TIME_FLOOR", "NO"]]
     schemas = run_sql(spark, engine, "SELECT SCHEMA_NAME FROM INFORMATION_SCHEMA.SCHEMATA ORDER BY 1", "array")
@@ -397,7 +408,8 @@ def test_native_filtered_sums_and_a_filter_of_a_filter(live_sql, datasource):
     big = {"type": "bound", "dimension": "value_max", "lower": "500", "ordering": "numeric"}
     query = {"queryType": "timeseries", "dataSource": NAME, "intervals": INTERVAL, "granularity": "all",
              "aggregations": [
-                 {"type": "filtered", "filter": de, "aggregator": {"type": "longSum", "name": "de", "fieldName": "count"}},
+                 {"type": "filtered", "filter": de,
+                  "aggregator": {"type": "longSum", "name": "de", "fieldName": "count"}},
                  {"type": "filtered", "filter": big, "aggregator": {
                      "type": "filtered", "filter": de, "aggregator": {"type": "count", "name": "both"}}}]}
     [answer] = httpx.post(f"{live_sql}/druid/v2", json=query, timeout=60).json()
@@ -412,7 +424,8 @@ def test_native_first_and_last_by_another_time_column(live_sql, datasource):
     query = {"queryType": "timeseries", "dataSource": NAME, "intervals": INTERVAL, "granularity": "all",
              "aggregations": [{"type": "longFirst", "name": "first", "fieldName": "value_min",
                                "timeColumn": "value_max"},
-                              {"type": "longLast", "name": "last", "fieldName": "value_min", "timeColumn": "value_max"}]}
+                              {"type": "longLast", "name": "last", "fieldName": "value_min",
+                               "timeColumn": "value_max"}]}
     [answer] = httpx.post(f"{live_sql}/druid/v2", json=query, timeout=60).json()
     low, high = min(r["value_max"] for r in rows), max(r["value_max"] for r in rows)
     assert answer["result"]["first"] in {r["value_min"] for r in rows if r["value_max"] == low}

@@ -178,6 +178,10 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         return _sql("unix_seconds(CAST(_t AS TIMESTAMP))", _t=node.expression)
     if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like | exp.ILike):
         return _like_escape(node)
+    if (isinstance(node, exp.Window) and isinstance(node.this, _ROW_ORDER_FUNCTIONS) and node.args.get("over")
+            and not node.args.get("order") and not node.args.get("alias")):
+        raise QueryError(f"{node.this.sql_name()} over a window without ORDER BY: Druid takes the rows in its scan "
+                         "order, which is not kept here; add ORDER BY to the window", "UNSUPPORTED_DRUID_SQL")
     if isinstance(node, exp.WindowSpec) and node.args.get("start_side") == "FOLLOWING" and not node.args.get("end"):
         frame = node.copy()  # Calcite: ROWS n FOLLOWING is BETWEEN CURRENT ROW AND n FOLLOWING
         frame.set("end", frame.args["start"])
@@ -258,6 +262,8 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
     return node
 
 
+_ROW_ORDER_FUNCTIONS = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead, exp.NthValue)
+"""Window functions whose value depends on the order of the rows."""
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _PLAIN_KINDS = ("multi_value", "string", "float", "double", "long")
 """Column kinds that are not complex (sketch or first/last) columns."""
