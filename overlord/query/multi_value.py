@@ -209,6 +209,9 @@ def _map_per_value(tree: exp.Expr, names: frozenset[str]) -> exp.Expr:
     """Scalar functions over a multi-value column, applied to each value (:func:`_mapped`)."""
     def per_value(node: exp.Expr) -> exp.Expr:
         arguments = [node.this, *node.expressions] if isinstance(node, exp.Coalesce) else list(node.iter_expressions())
+        if isinstance(node, exp.Coalesce) and any(_is_mv_result(a) for a in arguments):
+            raise QueryError("COALESCE of a multi-value function's value (Druid's differs from a list's) is not "
+                             "supported", "UNSUPPORTED_DRUID_SQL")
         if isinstance(node, _PER_VALUE + (exp.Coalesce,)) and any(is_mv(a, names) for a in arguments):
             return _mapped(node, names)
         return node
