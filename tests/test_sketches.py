@@ -204,6 +204,9 @@ def test_a_sketch_column_given_to_the_wrong_function_is_refused_naming_the_right
         ("APPROX_COUNT_DISTINCT_DS_THETA(u) FROM (SELECT users AS u", "over stored sketches"),  # an alias hides it
         ("COUNT(DISTINCT u) FROM (SELECT users_hll AS u", "over stored sketches"),
         ("MIN(latency)", "over stored sketches"),
+        ("HLL_SKETCH_ESTIMATE(DS_HLL(users_hll))", "a column of HLL sketches: use APPROX_COUNT_DISTINCT_DS_HLL"),
+        ("HLL_SKETCH_ESTIMATE(DS_HLL(u)) FROM (SELECT users_hll AS u", "over stored sketches"),
+        ("THETA_SKETCH_ESTIMATE(DS_THETA(u)) FROM (SELECT users AS u", "over stored sketches"),
     ]:
         with pytest.raises(QueryError, match=message):
             execute_sql(spark, engine, f'SELECT {call} FROM "{datasource}"' + (")" if "(SELECT" in call else ""))

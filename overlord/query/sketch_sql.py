@@ -3,10 +3,10 @@
 ``HLL_SKETCH_ESTIMATE(DS_HLL(x))``, ``THETA_SKETCH_ESTIMATE(THETA_SKETCH_INTERSECT(DS_THETA(a),
 DS_THETA(b)))`` and the like are Spark's ``hll_sketch_agg``/``theta_sketch_agg`` and their
 estimates and set operations (Apache DataSketches, as in Druid). As in DataSketches, null and the
-empty string are not counted. A sketch is only ever read through an estimate in the same
-expression: the sketch's bytes are not Druid's (Spark hashes values as Spark types them), so a
-query that returns a sketch, or names one from a subquery, is refused rather than answered with
-other bytes.
+empty string are not counted; Spark's HLL takes numbers as their text. A sketch is only ever read
+through an estimate in the same expression: the sketch's bytes are not Druid's (Spark hashes
+values as Spark types them), so a query that returns a sketch, or names one from a subquery, is
+refused rather than answered with other bytes.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def _lg(args: list[exp.Expr], index: int, function: str, what: str, default: int
 
 
 def sketch_argument(value: exp.Expr) -> exp.Expr:
-    """``value`` as a sketch counts it: as text (one type for every input), null for null and ''."""
-    text = exp.Cast(this=value.copy(), to=exp.DataType.build("STRING"))
-    return exp.Nullif(this=text, expression=exp.Literal.string(""))
+    """``value`` as a sketch counts it: null for null and ''; its type kept (the sandbox refuses stored sketches)."""
+    empty = exp.EQ(this=exp.Cast(this=value.copy(), to=exp.DataType.build("STRING")), expression=exp.Literal.string(""))
+    return exp.If(this=empty, true=exp.Null(), false=value.copy())
 
 
 def _ds_hll(node: exp.Anonymous, args: list[exp.Expr]) -> exp.Expr:
@@ -72,7 +72,8 @@ def _ds_hll(node: exp.Anonymous, args: list[exp.Expr]) -> exp.Expr:
     kind = args[2].this if len(args) > 2 and isinstance(args[2], exp.Literal) else "HLL_4"
     if kind not in _HLL_TYPES:
         raise _refuse("DS_HLL: tgtHllType must be HLL_4, HLL_6 or HLL_8")
-    return exp.Anonymous(this="hll_sketch_agg", expressions=[sketch_argument(args[0]), exp.Literal.number(lg_k)])
+    counted = exp.Anonymous(this="concat", expressions=[sketch_argument(args[0])])  # a number as its text
+    return exp.Anonymous(this="hll_sketch_agg", expressions=[counted, exp.Literal.number(lg_k)])
 
 
 def _ds_theta(node: exp.Anonymous, args: list[exp.Expr]) -> exp.Expr:
