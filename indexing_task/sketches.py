@@ -23,8 +23,12 @@ __all__ = ["build_sketches", "merge_sketches"]
 _HLL_TYPES = {"HLL_4": ds.tgt_hll_type.HLL_4, "HLL_6": ds.tgt_hll_type.HLL_6, "HLL_8": ds.tgt_hll_type.HLL_8}
 
 
+_EMPTY = "\x00"
+"""The value '' is counted as where a sketch counts it (DataSketches skips the empty string)."""
+
+
 def _builder(sketch: Sketch) -> Callable[[list[Any]], bytes]:
-    family, size, hll_type = sketch
+    family, size, hll_type, counts_empty = sketch
     if family == "theta":
         def theta(values: list[Any]) -> bytes:
             built = ds.update_theta_sketch(sketch.lg_size)
@@ -36,7 +40,7 @@ def _builder(sketch: Sketch) -> Callable[[list[Any]], bytes]:
         def hll(values: list[Any]) -> bytes:
             built = ds.hll_sketch(size, _HLL_TYPES[hll_type])
             for value in values:
-                built.update(value)
+                built.update(_EMPTY if counts_empty and value == "" else value)
             return bytes(built.serialize_compact())
         return hll
 
@@ -49,7 +53,7 @@ def _builder(sketch: Sketch) -> Callable[[list[Any]], bytes]:
 
 
 def _merger(sketch: Sketch) -> Callable[[list[bytes]], bytes]:
-    family, size, hll_type = sketch
+    family, size, hll_type, _ = sketch
     if family == "theta":
         def theta(parts: list[bytes]) -> bytes:
             union = ds.theta_union(sketch.lg_size)

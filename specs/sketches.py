@@ -5,7 +5,7 @@ Druid aggregator            sketch stored
 ==========================  ===============================================================
 ``thetaSketch``             theta, ``size`` nominal entries (default 16384)
 ``HLLSketchBuild``          HLL, ``lgK`` (default 12) and ``tgtHllType`` (default HLL_4)
-``hyperUnique``             HLL, lgK 11: Druid's HyperLogLog has 2^11 buckets
+``hyperUnique``             HLL, lgK 11: Druid's HyperLogLog has 2^11 buckets; it counts '' too
 ``cardinality``             HLL, lgK 11, of its ``fields``' values (``byRow``: of their combination)
 ``quantilesDoublesSketch``  KLL of ``k * 1.5`` (at least Druid's classic sketch's rank accuracy)
 ==========================  ===============================================================
@@ -37,17 +37,22 @@ class Sketch(NamedTuple):
     family: Literal["theta", "hll", "kll"]
     size: int
     hll_type: str = ""
+    counts_empty: bool = False
+    """Whether the empty string counts as a value: Druid's own HyperLogLog (hyperUnique, cardinality) hashes it;
+    DataSketches, and so Druid's sketch aggregators, skip it."""
 
     def __str__(self) -> str:
-        return f"{self.family}:{self.size}" + (f":{self.hll_type}" if self.hll_type else "")
+        return f"{self.family}:{self.size}" + (f":{self.hll_type}" if self.hll_type else "") + (
+            ":counts_empty" if self.counts_empty else "")
 
     @classmethod
     def parse(cls, text: str) -> Sketch:
         """The inverse of ``str``."""
-        family, size, *hll_type = text.split(":")
+        family, size, *rest = text.split(":")
         if family not in ("theta", "hll", "kll"):
             raise ValueError(f"not a sketch: {text!r}")
-        return cls(family, int(size), *hll_type)  # type: ignore[arg-type]
+        hll_type = next((part for part in rest if part != "counts_empty"), "")
+        return cls(family, int(size), hll_type, "counts_empty" in rest)  # type: ignore[arg-type]
 
     @property
     def lg_size(self) -> int:
@@ -78,7 +83,7 @@ def sketch_of(aggregator: str, fields: Mapping[str, Any]) -> Sketch | None:
             raise SpecError.at("lgK", f"must be from 4 to 21, got {lg_k}")
         return Sketch("hll", lg_k, fields.get("tgtHllType") or "HLL_4")
     if aggregator in ("hyperUnique", "cardinality"):
-        return Sketch("hll", _HYPER_UNIQUE_LG_K, "HLL_4")
+        return Sketch("hll", _HYPER_UNIQUE_LG_K, "HLL_4", counts_empty=True)
     if aggregator == "quantilesDoublesSketch":
         k = _power_of_two(fields.get("k") or 128, 2, 32768, "k")
         return Sketch("kll", max(8, k + k // 2))

@@ -17,6 +17,7 @@ from overlord.query.errors import QueryError
 from overlord.query.native import run_native
 from overlord.supervisor.ranges import index_once
 from specs import SpecError, check_update, load_supervisor_spec
+from specs.sketches import Sketch
 from tests.helpers import example_json, published_table, settings_for
 
 COUNTRIES = ("NL", "DE", "FR")
@@ -71,8 +72,8 @@ THETA, HLL_12, HLL_11 = 1 / math.sqrt(16384), 1.04 / math.sqrt(2**12), 1.04 / ma
     ({"type": "thetaSketch", "fieldName": "u", "size": 1024, "shouldFinalize": False}, "theta:1024"),
     ({"type": "HLLSketchBuild", "fieldName": "u"}, "hll:12:HLL_4"),
     ({"type": "HLLSketchBuild", "fieldName": "u", "lgK": 16, "tgtHllType": "HLL_8", "round": True}, "hll:16:HLL_8"),
-    ({"type": "hyperUnique", "fieldName": "u"}, "hll:11:HLL_4"),
-    ({"type": "cardinality", "fields": ["u", "v"], "byRow": True}, "hll:11:HLL_4"),
+    ({"type": "hyperUnique", "fieldName": "u"}, "hll:11:HLL_4:counts_empty"),
+    ({"type": "cardinality", "fields": ["u", "v"], "byRow": True}, "hll:11:HLL_4:counts_empty"),
     ({"type": "quantilesDoublesSketch", "fieldName": "u"}, "kll:192"),
     ({"type": "quantilesDoublesSketch", "fieldName": "u", "k": 1024}, "kll:1536"),
 ])
@@ -115,6 +116,20 @@ def test_each_element_of_a_json_array_is_a_value_as_in_druid():
     [row] = parsed.rows.to_pylist()
     assert parsed.bad_count == 0 and ds.compact_theta_sketch.deserialize(row["users"]).get_estimate() == 3
     assert round(ds.hll_sketch.deserialize(row["c"]).get_estimate()) == 6  # x, y, z, p, q, 1
+
+
+def test_hyper_unique_counts_the_empty_string_as_druid_does_and_datasketches_do_not():
+    """Druid's own HyperLogLog (hyperUnique, cardinality) hashes '' like any value; DataSketches' HLL skips it."""
+    metrics = [{"type": "hyperUnique", "name": "hu", "fieldName": "user"},
+               {"type": "HLLSketchBuild", "name": "hll", "fieldName": "user"}]
+    spec = load_supervisor_spec(sketch_spec(metrics=metrics))
+    rollup = Rollup(RollupSchema.from_spec(spec.spec.data_schema, spec.spec.io_config.input_format))
+    parsed = rollup.parse([json.dumps({"ts": "2024-05-01T10:00:00Z", "country": "NL", "user": user}).encode()
+                           for user in ("a", "", "b", None, "")])
+    [row] = parsed.rows.to_pylist()
+    assert round(ds.hll_sketch.deserialize(row["hu"]).get_estimate()) == 3
+    assert round(ds.hll_sketch.deserialize(row["hll"]).get_estimate()) == 2
+    assert str(Sketch.parse("hll:11:HLL_4:counts_empty")) == "hll:11:HLL_4:counts_empty"
 
 
 def test_sketches_built_per_batch_and_merged_estimate_within_their_documented_error():

@@ -86,8 +86,8 @@ class Translation:
     """Every column name the query names (lower case): if any is multi-value, the query is translated again
     knowing it (``translate``'s ``complex_columns``)."""
     typed_columns: frozenset[str] = frozenset()
-    """Columns (lower case) compared with a number or summed: if they are text or FLOAT columns, the query is
-    translated again knowing it (``translate``'s ``complex_columns``, kinds ``string`` and ``float``)."""
+    """Columns (lower case) compared with a number, summed, or a top-N's: the query is translated again
+    knowing which are text or numbers (``translate``'s ``complex_columns``: ``string``, ``float``, ...)."""
     complex_arguments: frozenset[str] = frozenset()
     """Columns (lower case) given to a function that reads sketch or first/last columns differently: if
     they are such columns, the query is translated again knowing their kind (``translate``'s ``complex_columns``)."""
@@ -305,6 +305,8 @@ def _typed(node: exp.Expr, kinds: dict[str, str]) -> exp.Expr:
     A text column is read as a number (NULL where it is none); a number compared with a FLOAT
     column, as a FLOAT (``f1 = 0.1`` matches the stored 0.1f).
     """
+    if not any(kinds.get(c.name.lower()) in ("string", "float") for c in _typed_operands(node)):
+        return node
     typed = node.copy()
     for column in _typed_operands(typed):
         kind = kinds.get(column.name.lower())

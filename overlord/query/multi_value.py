@@ -72,8 +72,11 @@ def _mv(function: Callable[..., exp.Expr], arity: int, most: int | None = None) 
     return translate_call
 
 
-def _refuse(message: str) -> exp.Expr:
-    raise QueryError(message, "UNSUPPORTED_DRUID_SQL")
+def _mv_to_array(args: list[exp.Expr], names: frozenset[str]) -> exp.Expr:
+    """MV_TO_ARRAY(column): the list itself; as in Druid, of a column only."""
+    if not (args and isinstance(args[0], exp.Column)):
+        raise QueryError("MV_TO_ARRAY takes a column (as in Druid), not an expression", "UNSUPPORTED_DRUID_SQL")
+    return _mv(lambda a: a, 1)(args, names)
 
 
 def _two(function: str, args: list[exp.Expr]) -> list[exp.Expr]:
@@ -126,8 +129,7 @@ MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = 
     "MV_OFFSET": _mv(lambda a, i: _call("try_element_at", a, exp.Add(this=i, expression=exp.Literal.number(1))), 2),
     "MV_ORDINAL": _mv(lambda a, i: _call("try_element_at", a, i), 2),
     "MV_TO_STRING": _mv(lambda a, sep: _call("array_join", a, sep), 2),
-    "MV_TO_ARRAY": lambda args, names: _mv(lambda a: a, 1)(args, names) if args and isinstance(
-        args[0], exp.Column) else _refuse("MV_TO_ARRAY takes a column (as in Druid), not an expression"),
+    "MV_TO_ARRAY": _mv_to_array,
     "MV_FILTER_ONLY": _mv(lambda a, keep: _nonempty(_call("filter", a, _lambda(
         _call("array_contains", keep, _element())))), 2),
     "MV_FILTER_NONE": _mv(lambda a, drop: _nonempty(_call("filter", a, _lambda(
