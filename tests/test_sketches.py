@@ -197,6 +197,12 @@ def test_sketches_ingested_through_the_broker_answer_druid_sql_and_survive_compa
                          {"type": "HLLSketchMerge", "name": "hll", "fieldName": "users_hll"},
                          {"type": "hyperUnique", "name": "hu", "fieldName": "users_hu"}]})
     assert native["result"] == {k: before["NL"][k] for k in ("theta", "hll", "hu")}
+    types = execute_sql(spark, engine, "SELECT COLUMN_NAME, DATA_TYPE FROM INFORMATION_SCHEMA.COLUMNS WHERE "
+                        f"TABLE_NAME = '{datasource}' AND COLUMN_NAME IN ('users', 'users_hll', 'users_hu', "
+                        "'latency')").table.to_pylist()
+    assert {t["COLUMN_NAME"]: t["DATA_TYPE"] for t in types} == {  # as Druid names them
+        "users": "COMPLEX<thetaSketch>", "users_hll": "COMPLEX<HLLSketch>", "users_hu": "COMPLEX<hyperUnique>",
+        "latency": "COMPLEX<quantilesDoublesSketch>"}
     reports = compact(spark, engine, spec, deep_storage, storage_options=None)
     assert reports and all(r.outcome.ok for r in reports)
     assert len(published_table(engine, datasource)) == len(COUNTRIES) * 60  # one row per country and minute

@@ -330,7 +330,9 @@ def _register_metadata(qs: _QuerySession, engine: sa.Engine, timeline: VisibleSe
                 logger.warning("INFORMATION_SCHEMA.COLUMNS leaves out %s: its files cannot be read: %s", name,
                                str(exc).splitlines()[0])
                 continue
-            schemas[name] = qs.frames[name][1].schema
+            kinds = timeline.complex_columns([name])  # sketches and first/last pairs: Druid names their types
+            schemas[name] = StructType([StructField(f.name, f.dataType, f.nullable, {"kind": kinds[f.name]})
+                                        if f.name in kinds else f for f in qs.frames[name][1].schema])
         return schemas
 
     for table in tables:

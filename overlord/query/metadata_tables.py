@@ -25,6 +25,7 @@ from overlord.supervisor.metadata_store import tasks as tasks_t
 from segment_store.records import segment_record
 from segment_store.schema import segments as segments_t
 from segment_store.timeline import datasources, visible
+from specs.sketches import Sketch
 
 __all__ = ["SCHEMAS", "build_metadata_table"]
 
@@ -91,7 +92,7 @@ def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mappin
         return [("druid", "druid", ds, "TABLE", "NO", "NO") for ds in datasources(engine)] + system
     if table == "information_schema.columns":
         return [("druid", "druid", ds, field.name, position, "", "NO" if field.name == "__time" else "YES",
-                 *_types(field.dataType))
+                 *_types(field.dataType, field.metadata.get("kind")))
                 for ds, schema in sorted(datasource_schemas().items())
                 for position, field in enumerate(schema.fields, start=1)]
     if table == "sys.segments":
@@ -136,10 +137,23 @@ def _display_name(table: str) -> tuple[str, str]:
     return ("INFORMATION_SCHEMA", name.upper()) if schema == "information_schema" else (schema, name)
 
 
-def _types(kind: T.DataType) -> tuple[Any, ...]:
-    """DATA_TYPE and the columns after it up to JDBC_TYPE."""
+def _complex_type(kind: str | None) -> str | None:
+    """Druid's COMPLEX<...> type of a sketch or first/last column of ``kind`` (its descriptor's), if one."""
+    if kind is None or kind == "multi_value":
+        return None
+    if kind.startswith("pair:"):
+        return f"COMPLEX<serializablePairLong{kind[5:].capitalize()}>"
+    sketch = Sketch.parse(kind)
+    if sketch.family == "hll":
+        return "COMPLEX<hyperUnique>" if sketch.counts_empty else "COMPLEX<HLLSketch>"
+    return "COMPLEX<thetaSketch>" if sketch.family == "theta" else "COMPLEX<quantilesDoublesSketch>"
+
+
+def _types(kind: T.DataType, complex_kind: str | None = None) -> tuple[Any, ...]:
+    """DATA_TYPE and the columns after it up to JDBC_TYPE (``complex_kind``: a sketch or pair column's)."""
     multi_value = isinstance(kind, T.ArrayType) and isinstance(kind.elementType, T.StringType)
     name, jdbc = ("VARCHAR", 12) if multi_value else _SQL_TYPES.get(type(kind), ("OTHER", 1111))  # as Druid types it
+    name = _complex_type(complex_kind) or name
     numeric = name in ("BIGINT", "INTEGER", "DOUBLE", "FLOAT")
     return (name, None, None, 19 if name == "BIGINT" else (15 if numeric else None), 10 if numeric else None,
             0 if name in ("BIGINT", "INTEGER") else None, 3 if name == "TIMESTAMP" else None,

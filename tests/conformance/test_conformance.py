@@ -2,7 +2,9 @@
 
 A case must PASS or be REFUSED (a 400 of ours naming what is unsupported). Cases known to end otherwise are
 listed in ``known.json`` with their status: they are reported as expected failures, and a listed case that
-starts to pass, or fails differently, fails the test so the list stays true.
+starts to pass, or fails differently, fails the test so the list stays true. ``UNORDERED`` marks a case whose
+answer depends on an order Druid fixes and the query does not (``LIMIT`` without ``ORDER BY``: Druid reads in
+time order, Spark in an order of its own): it may PASS or be WRONG, never anything else.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def druid_tables(stack, engine, spark, tmp_path_factory) -> Iterator[httpx.Clien
 
 def test_every_case_id_listed_as_known_exists():
     assert set(KNOWN) <= {case.name for case in CASES}
-    assert set(KNOWN.values()) <= {"WRONG", "ERROR"}
+    assert set(KNOWN.values()) <= {"WRONG", "ERROR", "UNORDERED"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
@@ -47,6 +49,10 @@ def test_druid_answers(druid_tables: httpx.Client, case: Case) -> None:
     known = KNOWN.get(case.name)
     if known is None:
         assert outcome.status in ("PASS", "REFUSED"), f"{outcome.status}: {outcome.detail}"
+    elif known == "UNORDERED":
+        assert outcome.status in ("PASS", "WRONG"), f"{outcome.status}: {outcome.detail}"
+        if outcome.status == "WRONG":
+            pytest.xfail(f"rows in another order than Druid's scan: {outcome.detail}")
     elif outcome.status == known:
         pytest.xfail(f"known {known}: {outcome.detail}")
     else:
