@@ -364,17 +364,24 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
     assert unknown.status_code == 400 and "'search' is not supported" in unknown.json()["errorMessage"]
 
 
-def test_a_datasource_whose_files_cannot_be_read_does_not_hide_the_others(spark, engine, datasource, tmp_path):
-    """Found in CI: one corrupt segment file failed every INFORMATION_SCHEMA.COLUMNS query."""
+@pytest.mark.parametrize("store", ["local", "object store"])
+def test_a_datasource_whose_files_cannot_be_read_does_not_hide_the_others(spark, engine, datasource, tmp_path, store):
+    """Found in CI: one corrupt segment file failed every INFORMATION_SCHEMA.COLUMNS query.
+
+    First a local one; later a 4-byte file another test left in an object store, read through fsspec.
+    """
+    import fsspec
+
     from segment_store import SegmentDescriptor
     from tests.test_timeline import publish_segments
 
     broken = f"broken-{uuid.uuid4().hex[:8]}"
-    bad_file = tmp_path / "part-00000.parquet"
-    bad_file.write_bytes(b"not parquet")
+    path = str(tmp_path / "part-00000.parquet") if store == "local" else f"memory://{broken}/part-00000.parquet"
+    with fsspec.open(path, "wb") as bad_file:
+        bad_file.write(b"PAR1")
     publish_segments(engine, broken, SegmentDescriptor(
-        id=f"{broken}_0", datasource=broken, interval_start=T0, interval_end=T0 + HOUR, path=str(bad_file),
-        size_bytes=11, num_rows=1))
+        id=f"{broken}_0", datasource=broken, interval_start=T0, interval_end=T0 + HOUR, path=path,
+        size_bytes=4, num_rows=1))
 
     columns = run_sql(spark, engine, "SELECT DISTINCT TABLE_NAME FROM INFORMATION_SCHEMA.COLUMNS", "array")
     tables = run_sql(spark, engine, "SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES", "array")

@@ -326,7 +326,7 @@ def _register_metadata(qs: _QuerySession, engine: sa.Engine, timeline: VisibleSe
         for name in timeline.datasources:
             try:
                 _register_views(qs, timeline, {name}, storage_options)
-            except (PySparkException, Py4JJavaError, QueryError) as exc:  # one unreadable file: skip that one
+            except (PySparkException, Py4JJavaError, QueryError, pa.ArrowInvalid, OSError) as exc:  # unreadable
                 logger.warning("INFORMATION_SCHEMA.COLUMNS leaves out %s: its files cannot be read: %s", name,
                                str(exc).splitlines()[0])
                 continue
@@ -417,7 +417,7 @@ def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any]
     """The query in Spark SQL and the one read of the timeline everything about the query comes from.
 
     The translation knows which of the columns it reads hold sketches, first/last pairs or lists,
-    and which of those it compares with numbers are text or FLOAT (:mod:`overlord.query.column_types`).
+    and the types of those it compares with numbers, sums or ranks (:mod:`overlord.query.column_types`).
     """
     translation = translate(query)
     timeline = visible_set(engine, None if translation.metadata_tables else translation.table_names)
