@@ -7,14 +7,17 @@ live overlord.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import socket
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
@@ -291,6 +294,20 @@ INTERVAL = f"{T0:%Y-%m-%dT%H:%M:%S}Z/{T0 + 4 * HOUR:%Y-%m-%dT%H:%M:%S}Z"
 
 def _hour(ts: datetime) -> str:
     return f"{ts.replace(minute=0):%Y-%m-%dT%H:%M:%S}.000Z"
+
+
+def test_sys_servers_lists_the_leading_overlord_and_columns_count_from_zero(live_sql, datasource):
+    """As Druid lists them: its servers (here the overlord that leads) and ORDINAL_POSITION from 0."""
+    def sql(query: str) -> Any:
+        response = httpx.post(f"{live_sql}/druid/v2/sql", json={"query": query, "resultFormat": "array"})
+        assert response.status_code == 200, response.text
+        return response.json()
+    name = f"{socket.gethostname()}:{os.getpid()}"  # no advertised URL: its host and process
+    assert sql("SELECT server, host, plaintext_port, tls_port, server_type, is_leader FROM sys.servers") == [
+        [name, socket.gethostname(), -1, -1, "overlord", 1]]
+    assert sql("SELECT COUNT(*) FROM sys.server_segments") == [[0]]
+    assert sql(f"SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_NAME = '{datasource[0]}' "
+               "AND ORDINAL_POSITION = 0") == [["__time"]]
 
 
 def test_pydruid_native_timeseries_topn_groupby_and_time_boundary_are_exact(live_sql, datasource):

@@ -2,8 +2,9 @@
 
 ``INFORMATION_SCHEMA.SCHEMATA``, ``TABLES``, ``COLUMNS`` (with Druid's columns: SQL types, JDBC
 type numbers, nullability) and ``ROUTINES`` (the functions a query may call), ``sys.segments``,
-``sys.tasks`` and ``sys.supervisors`` (whose state is what the store knows: SUSPENDED,
-UNHEALTHY_TASKS when its last finished task failed, or RUNNING; the live state is at
+``sys.tasks``, ``sys.servers`` (the leading overlord; ``server_segments`` and ``server_properties``
+are empty) and ``sys.supervisors`` (whose state is what the store knows: SUSPENDED, UNHEALTHY_TASKS
+when its last finished task failed, or RUNNING; the live state is at
 ``/druid/indexer/v1/supervisor/{id}/status``). What SQLAlchemy's ``druid://`` dialect (Superset)
 and pydruid ask to list tables and columns is answered here.
 """
@@ -14,6 +15,7 @@ import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
@@ -23,6 +25,7 @@ from overlord.http.status import mask_secrets
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.metadata_store import tasks as tasks_t
 from segment_store.records import segment_record
+from segment_store.schema import leadership as leadership_t
 from segment_store.schema import segments as segments_t
 from segment_store.timeline import datasources, visible
 from specs.sketches import Sketch
@@ -72,6 +75,14 @@ SCHEMAS: dict[str, T.StructType] = {
     "sys.supervisors": _schema(
         ("supervisor_id", _STRING), ("state", _STRING), ("detailed_state", _STRING), ("healthy", _LONG),
         ("type", _STRING), ("source", _STRING), ("suspended", _LONG), ("spec", _STRING)),
+    "sys.servers": _schema(
+        ("server", _STRING), ("host", _STRING), ("plaintext_port", _LONG), ("tls_port", _LONG),
+        ("server_type", _STRING), ("tier", _STRING), ("curr_size", _LONG), ("max_size", _LONG),
+        ("is_leader", _LONG), ("start_time", _STRING)),
+    "sys.server_segments": _schema(("server", _STRING), ("segment_id", _STRING)),
+    "sys.server_properties": _schema(
+        ("server", _STRING), ("service_name", _STRING), ("node_roles", _STRING), ("property", _STRING),
+        ("value", _STRING)),
 }
 """Every metadata table's columns, as Druid names them."""
 
@@ -94,7 +105,7 @@ def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mappin
         return [("druid", "druid", ds, field.name, position, "", "NO" if field.name == "__time" else "YES",
                  *_types(field.dataType, field.metadata.get("kind")))
                 for ds, schema in sorted(datasource_schemas().items())
-                for position, field in enumerate(schema.fields, start=1)]
+                for position, field in enumerate(schema.fields)]  # Druid counts from 0
     if table == "sys.segments":
         with engine.connect() as conn:
             segments = [segment_record(r) for r in conn.execute(sa.select(segments_t)).mappings()]
@@ -107,6 +118,10 @@ def _rows(table: str, engine: sa.Engine, datasource_schemas: Callable[[], Mappin
                  int(s.used and s.id not in shown)) for s in segments]
     if table == "sys.supervisors":
         return _supervisor_rows(engine)
+    if table == "sys.servers":
+        return _server_rows(engine)
+    if table in ("sys.server_segments", "sys.server_properties"):
+        return []  # no historicals hold segments (queries read deep storage); properties are not shown
     with engine.connect() as conn:
         tasks = list(conn.execute(sa.select(tasks_t).order_by(tasks_t.c.created_at.desc())).mappings())
     return [(t["id"], t["supervisor_id"], t["type"], t["datasource"], _iso(t["created_at"]), _iso(t["created_at"]),
@@ -129,6 +144,22 @@ def _supervisor_rows(engine: sa.Engine) -> list[tuple[Any, ...]]:
         rows.append((record.id, state, state, int(state != "UNHEALTHY_TASKS"), record.spec.get("type", "kafka"),
                      io.get("topic"), int(record.suspended), json.dumps(mask_secrets(record.spec))))
     return rows
+
+
+def _server_rows(engine: sa.Engine) -> list[tuple[Any, ...]]:
+    """The leading overlord, as Druid lists its servers (the only server with a role Druid has)."""
+    with engine.connect() as conn:
+        leader = conn.execute(sa.select(leadership_t.c.leader, leadership_t.c.elected_at)
+                              .where(leadership_t.c.id == 1)).first()
+    if leader is None:
+        return []
+    name = leader.leader  # its advertised URL, or host:pid
+    if "//" not in name:
+        return [(name, name.rsplit(":", 1)[0], -1, -1, "overlord", None, 0, 0, 1, _iso(leader.elected_at))]
+    url = urlsplit(name)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    plain, tls = (-1, port) if url.scheme == "https" else (port, -1)
+    return [(name, url.hostname, plain, tls, "overlord", None, 0, 0, 1, _iso(leader.elected_at))]
 
 
 def _display_name(table: str) -> tuple[str, str]:
