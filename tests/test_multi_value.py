@@ -148,6 +148,12 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
         (row["tags"], row["n"]) for row in expected["filtered_then_grouped"]]
     assert run_sql(spark, engine, f'SELECT tags FROM "{datasource}" WHERE page = \'doc1\'') == [
         {"tags": '["t3","t4","t5"]'}]
+    [scanned] = run_native(spark, engine, {  # a native scan gives a list (Druid SQL gives its JSON text)
+        "queryType": "scan", "dataSource": datasource, "intervals": ["2024-05-01/P1D"], "columns": ["page", "tags"],
+        "filter": {"type": "in", "dimension": "page", "values": ["doc0", "doc3", "single"]}})
+    assert sorted(scanned["events"], key=str) == [{"page": "doc0", "tags": ["t1", "t2", "t3"]},
+                                                  {"page": "doc3", "tags": None}, {"page": "single", "tags": "t3"},
+                                                  {"page": "single", "tags": "t9"}]
     for refused in ("SELECT COUNT(DISTINCT tags) FROM {ds}", "SELECT MAX(tags) FROM {ds}"):
         with pytest.raises(QueryError, match="multi-value column"):
             sql(refused)

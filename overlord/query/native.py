@@ -5,7 +5,7 @@ Supported: ``timeseries``, ``topN``, ``groupBy``, ``scan``, ``timeBoundary``, ``
 Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (names and values
 from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
 so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
-Post-aggregators and Druid's zero-filled empty ``timeseries`` buckets are computed on the
+Post-aggregators and Druid's filled-in empty ``timeseries`` buckets are computed on the
 result. Anything else (other query types, extraction functions, sketches, ``having``) is a 400
 naming the field.
 """
@@ -24,8 +24,9 @@ from sqlglot import exp
 from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.errors import QueryError
+from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
-from segment_store.timeline import visible_segments
+from segment_store.timeline import visible_segments, visible_set
 from specs.errors import SpecError, join_path
 from specs.filters import filter_condition, parse_intervals, time_condition
 
@@ -114,10 +115,7 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
         if kind.startswith(prefix) and kind[len(prefix):] in _AGGREGATES:
             function = _AGGREGATES[kind[len(prefix):]]
             column = _col(_field(spec, "fieldName", path))
-            call = exp.func(function, column)
-            if function == "SUM":  # a sum over no rows is 0 in Druid
-                return name, exp.Coalesce(this=call, expressions=[exp.Literal.number(0)]), 0
-            return name, call, None
+            return name, exp.func(function, column), None  # over no rows: null, as in SQL-compatible Druid
     if kind in _DISTINCT or kind in _FIRST_LAST:
         return name, _druid_call(kind, spec, path), None if kind in _FIRST_LAST else 0
     raise _bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
@@ -126,12 +124,7 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
 
 
 def _filtered(aggregate: exp.Expr, condition: exp.Expr) -> exp.Expr:
-    """``aggregate`` over the rows that match ``condition``: the filter goes on the aggregate call itself.
-
-    (A sum is ``COALESCE(SUM(x) FILTER (...), 0)``; a filter of a filter matches both conditions.)
-    """
-    if isinstance(aggregate, exp.Coalesce):
-        return exp.Coalesce(this=_filtered(aggregate.this, condition), expressions=aggregate.expressions)
+    """``aggregate`` over the rows that match ``condition`` (a filter of a filter matches both conditions)."""
     if isinstance(aggregate, exp.Filter):
         condition = exp.and_(aggregate.expression.this, condition)
         aggregate = aggregate.this
@@ -304,9 +297,11 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         raise _bad("$", "expected a native query object")
     native = _Native(query)
 
+    def run(select: exp.Expr) -> QueryResult:
+        return execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id, local=local)
+
     def rows(select: exp.Expr) -> list[dict[str, Any]]:
-        result = execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id,
-                             local=local)
+        result = run(select)
         return [dict(zip(result.columns, row, strict=True)) for row in result.rows()]
 
     post = query.get("postAggregations") or []
@@ -319,7 +314,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
 
     if native.kind == "timeseries":
         found = {r.pop("__bucket"): r for r in rows(native.select([]).order_by(exp.column("__bucket", quoted=True)))}
-        if not (query.get("context") or {}).get("skipEmptyBuckets"):  # Druid zero-fills empty buckets
+        if not (query.get("context") or {}).get("skipEmptyBuckets"):  # Druid fills in empty buckets
             empty = {name: value for name, _, value in native.aggregators}
             found = {t: dict(empty) for t in _buckets(native)} | found
         ordered = sorted(found.items(), reverse=bool(query.get("descending")))
@@ -358,19 +353,25 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         result = {k: v for k, v in bounds.items() if bound is None or k == bound}
         return [{"timestamp": bounds["minTime"] if bound != "maxTime" else bounds["maxTime"], "result": result}]
     if native.kind == "scan":
-        return _scan(native, rows)
+        return _scan(native, engine, run, rows)
     if native.kind == "segmentMetadata":
         return _segment_metadata(native, spark, engine, limits)
     raise _bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, scan, timeBoundary, "
                               "segmentMetadata, dataSourceMetadata are)")
 
 
-def _scan(native: _Native, rows: Callable[[exp.Expr], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Rows as they are stored, ``__time`` in epoch milliseconds as Druid's scan gives it."""
+def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryResult],
+          rows: Callable[[exp.Expr], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows as Druid's scan gives them: time in epoch ms, a multi-value dimension's values in a list."""
     query = native.query
+    table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
     columns = [str(c) for c in query.get("columns") or []]
-    select = exp.select(*([_col(c) for c in columns] if columns else [exp.Star()])).from_(
-        exp.Table(this=exp.to_identifier(native.datasource, quoted=True)))
+    lists = {name for name, kind in visible_set(engine, [native.datasource]).complex_columns(
+        [native.datasource]).items() if kind == "multi_value"}
+    if lists and not columns:  # every column, named: the multi-value ones are read as lists
+        columns = run(exp.select(exp.Star()).from_(table).limit(0)).columns
+    select = exp.select(*([exp.alias_(exp.func("MV_TO_ARRAY", _col(c)), c, quoted=True) if c in lists else _col(c)
+                           for c in columns] if columns else [exp.Star()])).from_(table)
     where = native.where()
     if where is not None:
         select = select.where(where)
@@ -383,6 +384,9 @@ def _scan(native: _Native, rows: Callable[[exp.Expr], list[dict[str, Any]]]) -> 
         select = select.limit(_field(query, "limit", "$", int))
     events = rows(select)
     for event in events:
+        for name in lists.intersection(event):
+            values = event[name]
+            event[name] = values[0] if values and len(values) == 1 else values or None
         if isinstance(event.get(_TIME), str):
             event[_TIME] = int(datetime.fromisoformat(event[_TIME].replace("Z", "+00:00")).timestamp() * 1000)
     names = columns or (list(events[0]) if events else [])
