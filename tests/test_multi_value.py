@@ -108,6 +108,8 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
     def answers() -> dict[str, Any]:
         return {
             "grouped": sql('SELECT tags, SUM("count") AS n FROM {ds} GROUP BY tags ORDER BY tags NULLS FIRST'),
+            "grouped_lists": sql('SELECT MV_TO_ARRAY(tags) AS tags, SUM("count") AS n FROM {ds} GROUP BY tags '
+                                 "ORDER BY tags NULLS FIRST"),  # each group's one value, null too ([null])
             "filtered_then_grouped": sql("SELECT tags, COUNT(*) AS n FROM {ds} WHERE tags = 't3' GROUP BY 1 "
                                          "ORDER BY 1"),
             "matching": sql("SELECT page FROM {ds} WHERE tags IN ('t4', 't9') ORDER BY page"),
@@ -139,6 +141,7 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
         "per_value": [{"t": t, "n": n} for t, n in [("t1!", 1), ("t2!", 1), ("t3!", 3), ("t4!", 1), ("t5!", 1)]],
         "coalesced": [{"page": "doc0", "t": '["t1","t2","t3"]'}, {"page": "doc3", "t": "none"}],
     }
+    expected["grouped_lists"] = [{"tags": [row["tags"]], "n": row["n"]} for row in expected["grouped"]]
     assert answers() == expected
     native = run_native(spark, engine, {
         "queryType": "groupBy", "dataSource": datasource, "granularity": "all", "intervals": ["2024-05-01/P1D"],
@@ -161,4 +164,5 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
     assert reports and all(r.outcome.ok for r in reports)
     assert [s.descriptor.get("complex_columns") for s in visible_segments(engine, datasource)] == [
         {"tags": "multi_value"}]
+    expected["grouped_lists"] = [{"tags": [row["tags"]], "n": row["n"]} for row in expected["grouped"]]
     assert answers() == expected

@@ -31,6 +31,7 @@ from overlord.query.errors import QueryError
 
 __all__ = ["MV_FUNCTIONS", "has_mv_results", "is_mv", "rewrite_multi_value"]
 
+_GROUPED = "__grouped"
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between)
 _ELEMENT = "__v"
 
@@ -52,7 +53,12 @@ def _null_or(column: exp.Expr, value: exp.Expr) -> exp.Expr:
 
 
 def _as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
-    """``value`` as a list: a multi-value column or a list as it is; a single value as a one-element list."""
+    """``value`` as a list: a multi-value column or a list as it is; a single value as a one-element list.
+
+    A grouped value of a multi-value column is one value even when null (Druid's ``[null]``).
+    """
+    if value.meta.get(_GROUPED):
+        return exp.Array(expressions=[value.copy()])
     if isinstance(value, exp.Column) and value.name.lower() not in names:
         return _null_or(value, exp.Array(expressions=[value.copy()]))
     return value.copy()
@@ -245,11 +251,12 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
             alias=exp.TableAlias(this=exp.to_identifier(f"__mvt{counter[0]}"), columns=[exp.to_identifier(value)])))
 
         def grouped(node: exp.Expr, key: exp.Expr = key, value: str = value) -> exp.Expr:
-            if not isinstance(key, exp.Column):
-                return exp.column(value) if node == key else node
-            if isinstance(node, exp.Column) and node.name.lower() == key.name.lower() and node.table in ("",
-                                                                                                        key.table):
-                return exp.column(value)
+            if node == key if not isinstance(key, exp.Column) else (
+                    isinstance(node, exp.Column) and node.name.lower() == key.name.lower()
+                    and node.table in ("", key.table)):
+                column = exp.column(value)
+                column.meta[_GROUPED] = True
+                return column
             return node
         for i, projection in enumerate(select.expressions):
             if is_mv(projection, names) and projection.name.lower() == key.name.lower():
