@@ -145,6 +145,20 @@ def test_grouping_of_several_columns_in_any_order_and_windows_that_need_an_order
     assert refused.value.error_class == "UNSUPPORTED_DRUID_SQL" and "add ORDER BY" in refused.value.message
 
 
+def test_constants_through_infinity_are_refused_or_clamped_as_druids_planner_does(spark, engine):
+    """Druid folds constants: one that ends as Infinity/NaN is an error, a BIGINT cast of one is clamped."""
+    got = run_sql(spark, engine, "SELECT CAST(1 / 0.0 AS BIGINT), CAST(-1 / -0.0 AS BIGINT), CAST(0 / 0.0 AS BIGINT), "
+                                 "CAST(-1 / 0.0 AS BIGINT) + 1, LOG10(100), 7 / 2", "array")
+    assert got == [[2 ** 63 - 1, -(2 ** 63), 0, -(2 ** 63) + 1, 2.0, 3]]
+    for query, word in (("SELECT LOG10(0)", "-Infinity"), ("SELECT x FROM (VALUES (1)) AS t(x) WHERE x > LN(0) - LN(0)",
+                                                            "NaN"), ("SELECT POWER(10.0, 400)", "Infinity")):
+        with pytest.raises(QueryError) as refused:
+            run_sql(spark, engine, query)
+        assert refused.value.error_class == "UNSUPPORTED_DRUID_SQL"
+        assert refused.value.message.endswith(f"evaluates to an unsupported value [{word}], expected something "
+                                              "that can be a Double")
+
+
 def test_a_sketch_is_read_through_its_estimate_and_never_returned(spark, engine):
     """DS_HLL/DS_THETA count as DataSketches do (no null, no ''); a sketch's bytes are not Druid's, so not given."""
     rows = "VALUES ('a'), ('b'), (''), (NULL), ('a') AS t(x)"

@@ -30,6 +30,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.parsers.druid import DruidParser
 from sqlglot.tokens import Tokenizer
 
+from overlord.query.constants import check_constants
 from overlord.query.errors import QueryError
 from overlord.query.function_bounds import ALLOWED_FUNCTIONS
 from overlord.query.metadata_tables import SCHEMAS
@@ -112,7 +113,8 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
         return Translation(query)  # Spark's parser reports the syntax error
     if len(trees) != 1 or trees[0] is None:
         return Translation(query)
-    tree, tables, changed = trees[0], set[str](), False
+    tree, tables = trees[0], set[str]()
+    changed = check_constants(tree)
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
     arguments = {column.name.lower() for node in tree.walk() if (column := _complex_argument(node)) is not None}
     columns = frozenset(column.name.lower() for column in tree.find_all(exp.Column))

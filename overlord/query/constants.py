@@ -1,0 +1,126 @@
+"""Constant arithmetic that reaches Infinity or NaN, answered as Druid's planner answers it.
+
+Druid reduces constant expressions while planning. A constant that ends as Infinity or NaN is an
+error (``LOG10(0)``: "evaluates to an unsupported value [-Infinity]"); one that passes through
+them to a number (``CAST(1 / 0.0 AS BIGINT)``: Long.MAX, NaN as 0) is that number. Spark would
+raise DIVIDE_BY_ZERO or give NULL for both, so :func:`check_constants` answers them before. Other
+constants are left to Spark: they have no infinity on the way and Spark computes them as Druid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from overlord.query.errors import QueryError
+
+__all__ = ["check_constants"]
+
+_LONG_MIN, _LONG_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def _log(x: float, log: Callable[[float], float]) -> float:
+    return -math.inf if x == 0 else math.nan if x < 0 else log(x)
+
+
+def _divide(a: float, b: float) -> float:
+    if b == 0:  # IEEE division, as Druid's doubles divide (-0.0 counts as 0.0, as in Druid's answers)
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)
+    return a / b
+
+
+def _power(a: float, b: float) -> float:
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        return math.inf
+    except ValueError:
+        return math.nan
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _long(x: float) -> int:
+    """A double cast to BIGINT as Java's (long) cast: clamped, NaN as 0."""
+    return 0 if math.isnan(x) else max(_LONG_MIN, min(_LONG_MAX, int(x) if math.isfinite(x) else (
+        _LONG_MAX if x > 0 else _LONG_MIN)))
+
+
+class _NotConstant(Exception):
+    """The expression is not constant arithmetic this module evaluates."""
+
+
+def _value(node: exp.Expr, seen: list[float]) -> float | int:
+    """The value of constant arithmetic ``node`` (a float once a double is in it); ``seen`` gets each double."""
+    value = _computed(node, seen)
+    if isinstance(value, float):
+        seen.append(value)
+    return value
+
+
+def _computed(node: exp.Expr, seen: list[float]) -> float | int:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        text = str(node.this)
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(node, exp.Paren):
+        return _value(node.this, seen)
+    if isinstance(node, exp.Neg):
+        return -_value(node.this, seen)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        a, b = _value(node.this, seen), _value(node.expression, seen)
+        if isinstance(node, exp.Div):
+            if not (isinstance(a, float) or isinstance(b, float)):
+                raise _NotConstant  # whole-number division: Spark's (and the translation's) to compute
+            return _divide(a, b)
+        if isinstance(a, float) or isinstance(b, float):
+            a, b = float(a), float(b)
+        return a + b if isinstance(node, exp.Add) else a - b if isinstance(node, exp.Sub) else a * b
+    if isinstance(node, exp.Ln):
+        return _log(float(_value(node.this, seen)), math.log)
+    if isinstance(node, exp.Log) and node.expression is not None and node.this == exp.Literal.number(10):
+        return _log(float(_value(node.expression, seen)), math.log10)  # LOG10(x)
+    if isinstance(node, exp.Exp):
+        return _exp(float(_value(node.this, seen)))
+    if isinstance(node, exp.Sqrt):
+        x = float(_value(node.this, seen))
+        return math.nan if x < 0 else math.sqrt(x)
+    if isinstance(node, exp.Pow):
+        return _power(float(_value(node.this, seen)), float(_value(node.expression, seen)))
+    if isinstance(node, exp.Cast) and node.to.this in (exp.DataType.Type.BIGINT, exp.DataType.Type.INT):
+        value = _value(node.this, seen)
+        return _long(value) if isinstance(value, float) else value
+    raise _NotConstant
+
+
+def check_constants(tree: exp.Expr) -> bool:
+    """Answer, in place, constants of ``tree`` that pass through Infinity or NaN; whether any was replaced."""
+    replaced = False
+
+    def visit(node: exp.Expr) -> None:
+        nonlocal replaced
+        if not isinstance(node, exp.Literal):
+            seen: list[float] = []
+            try:
+                value = _value(node, seen)
+            except _NotConstant:
+                pass
+            else:
+                if isinstance(value, float) and not math.isfinite(value):
+                    word = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+                    raise QueryError(f"Expression [{node.sql(dialect='druid')}] evaluates to an unsupported value "
+                                     f"[{word}], expected something that can be a Double", "UNSUPPORTED_DRUID_SQL")
+                if not all(math.isfinite(v) for v in seen):
+                    node.replace(exp.cast(exp.Literal.number(value), "BIGINT" if isinstance(value, int) else "DOUBLE"))
+                    replaced = True
+                return
+        for child in list(node.iter_expressions()):
+            visit(child)
+    visit(tree)
+    return replaced
