@@ -133,6 +133,12 @@ def test_a_druid_function_we_lack_is_named_in_the_error(spark, engine):
     with pytest.raises(QueryError) as unknown:
         run_sql(spark, engine, "SELECT NO_SUCH_FUNCTION('x')")
     assert "function no_such_function() does not exist" in unknown.value.message
+    rows = "(VALUES ('a', 7), ('a', CAST(NULL AS BIGINT)), ('b', 6)) AS t(k, v)"
+    assert run_sql(spark, engine, f"SELECT k, BIT_OR(v), BIT_XOR(v) FROM {rows} GROUP BY k ORDER BY k", "array") == [
+        ["a", 7, 7], ["b", 6, 6]]
+    with pytest.raises(QueryError) as defect:  # Druid answers 0 for both groups: a true AND (7, 6) would differ
+        run_sql(spark, engine, f"SELECT k, BIT_AND(v) FROM {rows} GROUP BY k")
+    assert defect.value.message.startswith("BIT_AND is refused: Druid's starts from 0")
 
 
 def test_grouping_of_several_columns_in_any_order_and_windows_that_need_an_order(spark, engine):

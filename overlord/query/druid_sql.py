@@ -203,6 +203,8 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         name = str(node.this).upper()
         if name in _UNSUPPORTED or name.startswith(_UNSUPPORTED_PREFIXES):
             raise QueryError(f"{name} is a Druid function this overlord does not support", "UNSUPPORTED_DRUID_SQL")
+        if name in _DRUID_DEFECTS:
+            raise QueryError(_DRUID_DEFECTS[name], "UNSUPPORTED_DRUID_SQL")
         if name in SKETCH_OBJECT_FUNCTIONS:
             return SKETCH_OBJECT_FUNCTIONS[name](node, list(node.expressions))
         if name in MV_FUNCTIONS:
@@ -650,6 +652,10 @@ _UNSUPPORTED_PREFIXES = ("DS_TUPLE_", "DS_CDF", "DS_RANK", "DS_QUANTILES_SKETCH"
                          "BLOOM_FILTER", "SPECTATOR_HISTOGRAM")
 """Druid functions, by name, that are refused as not supported (rather than as unknown)."""
 
+_DRUID_DEFECTS = {"BIT_AND": "BIT_AND is refused: Druid's starts from 0, so it answers 0 for every group with a value, "
+                             "where a bitwise AND would not; BIT_OR and BIT_XOR are supported"}
+"""Functions whose Druid answers are wrong: refused, so that no answer here differs from Druid's unseen."""
+
 _SKETCH_FUNCTIONS = frozenset({"APPROX_COUNT_DISTINCT_DS_HLL", "APPROX_COUNT_DISTINCT_DS_THETA", "APPROX_QUANTILE_DS",
                                "DS_HLL", "DS_THETA"})
 _BY_TIME = {"EARLIEST": "min_by", "EARLIEST_BY": "min_by", "LATEST": "max_by", "LATEST_BY": "max_by"}
@@ -764,5 +770,5 @@ _AGGREGATES = frozenset("""
 FUNCTIONS: dict[str, bool] = {name.upper(): name.upper() in _AGGREGATES for name in (
     *ALLOWED_FUNCTIONS, *_FUNCTIONS, *MV_FUNCTIONS, *SKETCH_OBJECT_FUNCTIONS, "ANY_VALUE", "SAFE_DIVIDE",
     "STRING_TO_ARRAY", "ARRAY_APPEND", "ARRAY_PREPEND", "ARRAY_CONTAINS", "ARRAY_TO_STRING", "DATE_TRUNC")
-    if name.replace("_", "").isalnum()}
+    if name.replace("_", "").isalnum() and name.upper() not in _DRUID_DEFECTS}
 """Every function a query may call (Druid's and Spark's allowed ones, upper case): whether it aggregates."""
