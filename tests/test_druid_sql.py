@@ -149,6 +149,11 @@ def test_grouping_of_several_columns_in_any_order_and_windows_that_need_an_order
     with pytest.raises(QueryError) as refused:
         run_sql(spark, engine, f"SELECT LAG(v) OVER () FROM {rows}")
     assert refused.value.error_class == "UNSUPPORTED_DRUID_SQL" and "add ORDER BY" in refused.value.message
+    subtotals = f"SELECT k, v, COUNT(*) AS n FROM {rows} GROUP BY GROUPING SETS ((k, v), (k)) ORDER BY v, k"
+    assert run_sql(spark, engine, subtotals, "array") == [["a", None, 1], ["b", None, 1], ["a", 1, 1], ["b", 2, 1]]
+    with pytest.raises(QueryError) as split:  # with a LIMIT, Druid gives k's subtotals once per v
+        run_sql(spark, engine, f"{subtotals} LIMIT 10")
+    assert split.value.message.startswith("GROUPING SETS ordered by v with a LIMIT: Druid answers this shape with")
 
 
 def test_constants_through_infinity_are_refused_or_clamped_as_druids_planner_does(spark, engine):

@@ -136,6 +136,33 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
                        columns, typed, frozenset(arguments))
 
 
+def _refuse_split_subtotals(select: exp.Select) -> None:
+    """Refuse the shape Druid answers with split subtotals (a 400 rather than a different answer).
+
+    Grouping sets ordered by grouping columns, not first the first one, with a LIMIT: Druid sorts
+    the rows by the ORDER BY before it merges the subtotal of a leading grouping column, and
+    gives that subtotal once per value of the ordering column.
+    """
+    group, order = select.args.get("group"), select.args.get("order")
+    sets = [key for key in (group.expressions if group else []) if isinstance(key, exp.GroupingSets | exp.Rollup
+                                                                                 | exp.Cube)]
+    if not sets or order is None or select.args.get("limit") is None:
+        return
+    grouped = [column.name.lower() for key in sets for column in key.find_all(exp.Column)]
+    keys = []
+    for ordered in order.expressions:
+        key = ordered.this
+        if isinstance(key, exp.Literal) and key.is_int and 0 < int(key.this) <= len(select.expressions):
+            key = select.expressions[int(key.this) - 1].unalias()
+        if not (isinstance(key, exp.Column) and key.name.lower() in grouped):
+            return  # ordered by an aggregate or an expression: Druid orders after the subtotals
+        keys.append(key.name.lower())
+    if keys[0] != grouped[0]:
+        raise QueryError(f"GROUPING SETS ordered by {keys[0]} with a LIMIT: Druid answers this shape with the "
+                         f"subtotals of {grouped[0]} split by {keys[0]}; refused rather than answer differently "
+                         f"(order by {grouped[0]} first, or drop the LIMIT)", "UNSUPPORTED_DRUID_SQL")
+
+
 def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
              multi_value: frozenset[str], query: str) -> exp.Expr:
     if isinstance(node, exp.Table) and node.args.get("db") is not None:
@@ -171,6 +198,8 @@ def _rewrite(node: exp.Expr, tables: set[str], complex_columns: dict[str, str],
         without = node.copy()  # GROUP BY (): one group of every row, as an aggregate without GROUP BY
         without.set("group", None)
         return without
+    if isinstance(node, exp.Select):
+        _refuse_split_subtotals(node)
     if isinstance(node, exp.Grouping) and len(node.expressions) > 1:  # one bit per argument, the first highest
         bits: list[exp.Expr] = [exp.Mul(this=exp.Anonymous(this="grouping", expressions=[e.copy()]),
                                         expression=exp.Literal.number(2 ** i))
