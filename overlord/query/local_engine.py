@@ -38,7 +38,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 import sqlglot
 from sqlglot import TokenType, exp
 from sqlglot.errors import SqlglotError
@@ -48,6 +47,7 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from indexing_task.sql_text import quote_identifier, quote_string
 from overlord.config import Settings
+from overlord.query.segment_source import footer_schema
 from overlord.query.time_pruning import QuerySessionSpark
 
 __all__ = ["DUCKDB_FUNCTIONS", "SAME_ON_BOTH", "LocalEngine"]
@@ -110,7 +110,6 @@ class LocalEngine:
                           f"SET allowed_directories = [{quote_string(self.root or '/nonexistent')}]",
                           "SET enable_external_access = false", "SET lock_configuration = true"):
             self._db.execute(statement)
-        self._file_columns: dict[str, tuple[tuple[str, str], ...]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalEngine:
@@ -210,14 +209,10 @@ class LocalEngine:
             return None
         return {name: _COLUMN_TYPES[kind] for name, kind in columns}
 
-    def _columns(self, path: str) -> tuple[tuple[str, str], ...]:
-        """One file's columns (name, DuckDB type), from its footer once (segment files never change)."""
-        if path not in self._file_columns:
-            if len(self._file_columns) > 1_000_000:
-                self._file_columns.clear()
-            schema = pq.read_schema(_local(path))
-            self._file_columns[path] = tuple((f.name, _ARROW_TYPES.get(str(f.type), str(f.type))) for f in schema)
-        return self._file_columns[path]
+    @staticmethod
+    def _columns(path: str) -> tuple[tuple[str, str], ...]:
+        """One file's columns (name, DuckDB type), from its footer."""
+        return tuple((f.name, _ARROW_TYPES.get(str(f.type), str(f.type))) for f in footer_schema(_local(path)))
 
     def _source(self, every: Sequence[str], kept: Sequence[str]) -> str:
         """A SELECT over the files ``kept`` with the columns of ``every`` (nulls where a kept file lacks one)."""

@@ -24,7 +24,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-__all__ = ["read_segments"]
+__all__ = ["footer_schema", "read_segments"]
+
+_FOOTER_CACHE_SIZE = 100_000
+_footers: dict[str, pa.Schema] = {}
+
+
+def footer_schema(path: str, storage_options: Mapping[str, Any] | None = None) -> pa.Schema:
+    """A segment file's schema, read from its footer once (segment files never change)."""
+    schema = _footers.get(path)
+    if schema is None:
+        fs, file = url_to_fs(path, **dict(storage_options or {}))
+        with fs.open(file, "rb") as f:
+            schema = pq.read_schema(f)
+        if len(_footers) >= _FOOTER_CACHE_SIZE:
+            _footers.clear()
+        _footers[path] = schema
+    return schema
 
 
 def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Mapping[str, Any] | None = None,
@@ -34,15 +50,10 @@ def read_segments(spark: SparkSession, paths: Sequence[str], storage_options: Ma
     A given ``schema`` (say, of a superset of ``paths``) is used instead; no footer is read then.
     """
     options = dict(storage_options or {})
-
-    def footer_schema(path: str) -> pa.Schema:
-        fs, file = url_to_fs(path, **options)
-        with fs.open(file, "rb") as f:
-            return pq.read_schema(f)
-
     if schema is None:
         with ThreadPoolExecutor(16) as pool:  # footers are small reads; on object stores mostly waiting
-            schema = from_arrow_schema(pa.unify_schemas(list(pool.map(footer_schema, paths))))
+            schema = from_arrow_schema(pa.unify_schemas(list(pool.map(partial(footer_schema, storage_options=options),
+                                                                      paths))))
     shares = min(len(paths), 2 * spark.sparkContext.defaultParallelism)
     read = partial(_read_share, list(paths), shares, options, schema)
     return spark.range(0, shares, 1, shares).mapInArrow(read, schema)
