@@ -57,24 +57,17 @@ class _NotConstant(Exception):
     """The expression is not constant arithmetic this module evaluates."""
 
 
-def _value(node: exp.Expr, seen: list[float]) -> float | int:
-    """The value of constant arithmetic ``node`` (a float once a double is in it); ``seen`` gets each double."""
-    value = _computed(node, seen)
-    if isinstance(value, float):
-        seen.append(value)
-    return value
-
-
-def _computed(node: exp.Expr, seen: list[float]) -> float | int:
+def _computed(node: exp.Expr, value: Callable[[exp.Expr | None], float | int]) -> float | int:
+    """The value of constant arithmetic ``node`` (a float once a double is in it), from its operands' ``value``."""
     if isinstance(node, exp.Literal) and not node.is_string:
         text = str(node.this)
         return float(text) if any(c in text for c in ".eE") else int(text)
     if isinstance(node, exp.Paren):
-        return _value(node.this, seen)
+        return value(node.this)
     if isinstance(node, exp.Neg):
-        return -_value(node.this, seen)
+        return -value(node.this)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-        a, b = _value(node.this, seen), _value(node.expression, seen)
+        a, b = value(node.this), value(node.expression)
         if isinstance(node, exp.Div):
             if not (isinstance(a, float) or isinstance(b, float)):
                 raise _NotConstant  # whole-number division: Spark's (and the translation's) to compute
@@ -83,44 +76,58 @@ def _computed(node: exp.Expr, seen: list[float]) -> float | int:
             a, b = float(a), float(b)
         return a + b if isinstance(node, exp.Add) else a - b if isinstance(node, exp.Sub) else a * b
     if isinstance(node, exp.Ln):
-        return _log(float(_value(node.this, seen)), math.log)
+        return _log(float(value(node.this)), math.log)
     if isinstance(node, exp.Log) and node.expression is not None and node.this == exp.Literal.number(10):
-        return _log(float(_value(node.expression, seen)), math.log10)  # LOG10(x)
+        return _log(float(value(node.expression)), math.log10)  # LOG10(x)
     if isinstance(node, exp.Exp):
-        return _exp(float(_value(node.this, seen)))
+        return _exp(float(value(node.this)))
     if isinstance(node, exp.Sqrt):
-        x = float(_value(node.this, seen))
+        x = float(value(node.this))
         return math.nan if x < 0 else math.sqrt(x)
     if isinstance(node, exp.Pow):
-        return _power(float(_value(node.this, seen)), float(_value(node.expression, seen)))
+        return _power(float(value(node.this)), float(value(node.expression)))
     if isinstance(node, exp.Cast) and node.to.this in (exp.DataType.Type.BIGINT, exp.DataType.Type.INT):
-        value = _value(node.this, seen)
-        return _long(value) if isinstance(value, float) else value
+        operand = value(node.this)
+        return _long(operand) if isinstance(operand, float) else operand
     raise _NotConstant
 
 
-def check_constants(tree: exp.Expr) -> bool:
-    """Answer, in place, constants of ``tree`` that pass through Infinity or NaN; whether any was replaced."""
-    replaced = False
+def _non_finite(value: float | int) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
 
-    def visit(node: exp.Expr) -> None:
-        nonlocal replaced
-        if not isinstance(node, exp.Literal):
-            seen: list[float] = []
-            try:
-                value = _value(node, seen)
-            except _NotConstant:
-                pass
-            else:
-                if isinstance(value, float) and not math.isfinite(value):
-                    word = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-                    raise QueryError(f"Expression [{node.sql(dialect='druid')}] evaluates to an unsupported value "
-                                     f"[{word}], expected something that can be a Double", "UNSUPPORTED_DRUID_SQL")
-                if not all(math.isfinite(v) for v in seen):
-                    node.replace(exp.cast(exp.Literal.number(value), "BIGINT" if isinstance(value, int) else "DOUBLE"))
-                    replaced = True
-                return
-        for child in list(node.iter_expressions()):
-            visit(child)
-    visit(tree)
+
+def check_constants(tree: exp.Expr) -> bool:
+    """Answer, in place, constants of ``tree`` that pass through Infinity or NaN; whether any was replaced.
+
+    One pass up the tree computes each node's value from its operands', one down finds the largest
+    constants (linear in the tree's size, however deep).
+    """
+    values: dict[int, float | int] = {}
+    through: set[int] = set()  # the constants with Infinity or NaN in them
+
+    def value(node: exp.Expr | None) -> float | int:
+        if node is None or id(node) not in values:
+            raise _NotConstant
+        return values[id(node)]
+
+    for node in reversed(list(tree.walk(bfs=False))):  # operands first
+        try:
+            values[id(node)] = _computed(node, value)
+        except _NotConstant:
+            continue
+        if _non_finite(values[id(node)]) or any(id(child) in through for child in node.iter_expressions()):
+            through.add(id(node))
+    replaced, pending = False, [tree]
+    while pending:
+        node = pending.pop()
+        if id(node) not in values or isinstance(node, exp.Literal):
+            pending.extend(node.iter_expressions())
+        elif _non_finite(values[id(node)]):
+            word = "NaN" if math.isnan(values[id(node)]) else "Infinity" if values[id(node)] > 0 else "-Infinity"
+            raise QueryError(f"Expression [{node.sql(dialect='druid')}] evaluates to an unsupported value [{word}], "
+                             "expected something that can be a Double", "UNSUPPORTED_DRUID_SQL")
+        elif id(node) in through:
+            number = values[id(node)]
+            node.replace(exp.cast(exp.Literal.number(number), "BIGINT" if isinstance(number, int) else "DOUBLE"))
+            replaced = True
     return replaced
