@@ -168,6 +168,8 @@ def test_constants_through_infinity_are_refused_or_clamped_as_druids_planner_doe
         assert refused.value.error_class == "UNSUPPORTED_DRUID_SQL"
         assert refused.value.message.endswith(f"evaluates to an unsupported value [{word}], expected something "
                                               "that can be a Double")
+    with pytest.raises(QueryError, match="DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION"):  # Spark's 400, not a 500
+        run_sql(spark, engine, f"SELECT {'9' * 5000} * 0.0")  # (past Python's int parsing limit)
 
 
 def test_a_sketch_is_read_through_its_estimate_and_never_returned(spark, engine):

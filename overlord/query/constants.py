@@ -61,7 +61,11 @@ def _computed(node: exp.Expr, value: Callable[[exp.Expr | None], float | int]) -
     """The value of constant arithmetic ``node`` (a float once a double is in it), from its operands' ``value``."""
     if isinstance(node, exp.Literal) and not node.is_string:
         text = str(node.this)
-        return float(text) if any(c in text for c in ".eE") else int(text)
+        if any(c in text for c in ".eE"):
+            return float(text)
+        if len(text) > 19:  # past a BIGINT (and perhaps Python's int parsing): left to Spark
+            raise _NotConstant
+        return int(text)
     if isinstance(node, exp.Paren):
         return value(node.this)
     if isinstance(node, exp.Neg):
