@@ -118,6 +118,7 @@ def test_druid_time_functions_of_constants_bound_it_too():
     (f"SELECT * FROM ds WHERE {HOUR_5}", {}),
     (f"SELECT * FROM ds WHERE {HOUR_5} AND", {"ds": 1}),  # sqlglot cannot parse it
     (f"SELECT * FROM ds WHERE {HOUR_5}; SELECT * FROM ds", {"ds": 2}),
+    (f"SELECT * FROM ds WHERE __time >= timestamp_millis({'9' * 5000})", {"ds": 1}),  # past Python's int parsing
 ])
 def test_anything_unproven_leaves_the_datasource_unpruned(sql, references):
     assert time_ranges(sql, references) == {}

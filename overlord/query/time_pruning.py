@@ -207,7 +207,8 @@ def _timestamp(node: exp.Expr) -> datetime | None:
 def _integer(node: exp.Expr) -> int | None:
     negative = isinstance(node, exp.Neg)
     literal = node.this if negative else node
-    if not (isinstance(literal, exp.Literal) and not literal.is_string and literal.this.isdigit()):
+    if not (isinstance(literal, exp.Literal) and not literal.is_string and literal.this.isdigit()
+            and len(literal.this) <= 19):  # a BIGINT (longer: past Python's int parsing, perhaps)
         return None
     return -int(literal.this) if negative else int(literal.this)
 
