@@ -53,12 +53,7 @@ def _null_or(column: exp.Expr, value: exp.Expr) -> exp.Expr:
 
 
 def _as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
-    """``value`` as a list: a multi-value column or a list as it is; a single value as a one-element list.
-
-    A grouped value of a multi-value column is one value even when null (Druid's ``[null]``).
-    """
-    if value.meta.get(_GROUPED):
-        return exp.Array(expressions=[value.copy()])
+    """``value`` as a list: a multi-value column or a list as it is; a single value as a one-element list."""
     if isinstance(value, exp.Column) and value.name.lower() not in names:
         return _null_or(value, exp.Array(expressions=[value.copy()]))
     return value.copy()
@@ -79,9 +74,14 @@ def _mv(function: Callable[..., exp.Expr], arity: int, most: int | None = None) 
 
 
 def _mv_to_array(args: list[exp.Expr], names: frozenset[str]) -> exp.Expr:
-    """MV_TO_ARRAY(column): the list itself; as in Druid, of a column only."""
+    """MV_TO_ARRAY(column): the list itself; as in Druid, of a column only.
+
+    Of a multi-value column grouped by its values: the group's one value, even null (Druid's ``[null]``).
+    """
     if not (args and isinstance(args[0], exp.Column)):
         raise QueryError("MV_TO_ARRAY takes a column (as in Druid), not an expression", "UNSUPPORTED_DRUID_SQL")
+    if args[0].meta.get(_GROUPED) and len(args) == 1:
+        return exp.Array(expressions=[args[0].copy()])
     return _mv(lambda a: a, 1)(args, names)
 
 
