@@ -158,11 +158,19 @@ def test_grouping_of_several_columns_in_any_order_and_windows_that_need_an_order
 
 def test_constants_through_infinity_are_refused_or_clamped_as_druids_planner_does(spark, engine):
     """Druid folds constants: one that ends as Infinity/NaN is an error, a BIGINT cast of one is clamped."""
+    long_max, long_min = 2 ** 63 - 1, -(2 ** 63)
     got = run_sql(spark, engine, "SELECT CAST(1 / 0.0 AS BIGINT), CAST(-1 / -0.0 AS BIGINT), CAST(0 / 0.0 AS BIGINT), "
-                                 "CAST(-1 / 0.0 AS BIGINT) + 1, LOG10(100), 7 / 2", "array")
-    assert got == [[2 ** 63 - 1, -(2 ** 63), 0, -(2 ** 63) + 1, 2.0, 3]]
+                                 "CAST(-1 / 0.0 AS BIGINT) + 1, LOG10(100), 7 / 2, CAST(1 / 0.0 AS BIGINT) + 1, "
+                                 "CAST(1 / 0.0 AS BIGINT) * 2, CAST(POWER(0, -1) AS BIGINT), "
+                                 "CAST(POWER(-10, 401) AS BIGINT)", "array")
+    assert got == [[long_max, long_min, 0, long_min + 1, 2.0, 3, long_min, -2, long_max, long_min]]  # Java's longs
+    product = "*".join(["CAST(1 / 0.0 AS BIGINT)"] * 227)
+    assert run_sql(spark, engine, f"SELECT {product}", "array") == [[long_max]]  # an odd power of Long.MAX wraps to it
+    with pytest.raises(QueryError, match="NUMERIC_VALUE_OUT_OF_RANGE"):  # Spark's 400, not a 500
+        run_sql(spark, engine, f"SELECT {'*'.join(['9999999999999999999'] * 17)} * 1.0")
     for query, word in (("SELECT LOG10(0)", "-Infinity"), ("SELECT x FROM (VALUES (1)) AS t(x) WHERE x > LN(0) - LN(0)",
-                                                            "NaN"), ("SELECT POWER(10.0, 400)", "Infinity")):
+                                                            "NaN"), ("SELECT POWER(10.0, 400)", "Infinity"),
+                        ("SELECT POWER(0, -1)", "Infinity"), ("SELECT POWER(1, 1 / 0.0)", "NaN")):
         with pytest.raises(QueryError) as refused:
             run_sql(spark, engine, query)
         assert refused.value.error_class == "UNSUPPORTED_DRUID_SQL"

@@ -31,13 +31,27 @@ def _divide(a: float, b: float) -> float:
     return a / b
 
 
+def _odd(b: float) -> bool:
+    return b.is_integer() and b % 2 == 1
+
+
 def _power(a: float, b: float) -> float:
+    """Java's ``Math.pow`` (Druid's ``pow``), where Python's differs or raises."""
+    if math.isnan(b) or (abs(a) == 1 and math.isinf(b)):
+        return math.nan
     try:
         return math.pow(a, b)
     except OverflowError:
-        return math.inf
-    except ValueError:
+        return -math.inf if a < 0 and _odd(b) else math.inf
+    except ValueError:  # zero to a negative power, or a negative number to a fractional one
+        if a == 0:
+            return math.copysign(math.inf, a) if _odd(b) else math.inf
         return math.nan
+
+
+def _wrapped(value: int) -> int:
+    """``value`` as a Java long: BIGINT arithmetic wraps around."""
+    return (value - _LONG_MIN) % 2 ** 64 + _LONG_MIN
 
 
 def _exp(x: float) -> float:
@@ -63,13 +77,14 @@ def _computed(node: exp.Expr, value: Callable[[exp.Expr | None], float | int]) -
         text = str(node.this)
         if any(c in text for c in ".eE"):
             return float(text)
-        if len(text) > 19:  # past a BIGINT (and perhaps Python's int parsing): left to Spark
+        if len(text) > 19 or int(text) > _LONG_MAX:  # a DECIMAL (past Python's int parsing, perhaps): Spark's
             raise _NotConstant
         return int(text)
     if isinstance(node, exp.Paren):
         return value(node.this)
     if isinstance(node, exp.Neg):
-        return -value(node.this)
+        operand = value(node.this)
+        return _wrapped(-operand) if isinstance(operand, int) else -operand
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         a, b = value(node.this), value(node.expression)
         if isinstance(node, exp.Div):
@@ -78,7 +93,8 @@ def _computed(node: exp.Expr, value: Callable[[exp.Expr | None], float | int]) -
             return _divide(a, b)
         if isinstance(a, float) or isinstance(b, float):
             a, b = float(a), float(b)
-        return a + b if isinstance(node, exp.Add) else a - b if isinstance(node, exp.Sub) else a * b
+        result = a + b if isinstance(node, exp.Add) else a - b if isinstance(node, exp.Sub) else a * b
+        return _wrapped(result) if isinstance(result, int) else result
     if isinstance(node, exp.Ln):
         return _log(float(value(node.this)), math.log)
     if isinstance(node, exp.Log) and node.expression is not None and node.this == exp.Literal.number(10):
@@ -117,7 +133,7 @@ def check_constants(tree: exp.Expr) -> bool:
     for node in reversed(list(tree.walk(bfs=False))):  # operands first
         try:
             values[id(node)] = _computed(node, value)
-        except _NotConstant:
+        except (_NotConstant, ArithmeticError, ValueError):  # (a float past a double's range: Spark's to refuse)
             continue
         if _non_finite(values[id(node)]) or any(id(child) in through for child in node.iter_expressions()):
             through.add(id(node))
