@@ -345,6 +345,25 @@ def test_sys_servers_lists_the_leading_overlord_and_columns_count_from_zero(live
                "AND ORDINAL_POSITION = 0") == [["__time"]]
 
 
+@pytest.mark.parametrize(("advertised", "expected"), [
+    ("https://leader.example:8443 ", ("leader.example", -1, 8443)),  # (as a .env file may leave it)
+    ("http://leader.example", ("leader.example", 80, -1)),
+])
+def test_sys_servers_reads_the_advertised_url_as_the_settings_do(spark, engine, advertised, expected):
+    from overlord.query.metadata_tables import build_metadata_table
+    from segment_store import upgrade_schema
+    from segment_store.leadership import claim_leadership
+    from tests.helpers import fresh_database
+
+    own = sa.create_engine(fresh_database(engine))
+    upgrade_schema(own)
+    with own.begin() as conn:
+        claim_leadership(conn, advertised)
+    [row] = build_metadata_table(spark, "sys.servers", own, dict, {}).collect()
+    assert (row.host, row.plaintext_port, row.tls_port, row.is_leader) == (*expected, 1)
+    own.dispose()
+
+
 def test_pydruid_native_timeseries_topn_groupby_and_time_boundary_are_exact(live_sql, datasource):
     """The live overlord holds the same rows as ``datasource`` (same seed)."""
     from pydruid.client import PyDruid
@@ -414,6 +433,12 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
     unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "search", "dataSource": NAME,
                                                        "intervals": [INTERVAL]})
     assert unknown.status_code == 400 and "'search' is not supported" in unknown.json()["errorMessage"]
+    for columns in (5, "country"):  # (a string was read as a list of one-letter columns)
+        scan = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "scan", "dataSource": NAME,
+                                                        "intervals": [INTERVAL], "columns": columns})
+        assert scan.status_code == 400 and scan.json()["errorMessage"].startswith("$.columns: expected"), scan.text
+    deep = httpx.post(f"{live_sql}/druid/v2/sql", json={"query": f"SELECT {'(' * 400}1{')' * 400}"})
+    assert deep.status_code == 400 and "nests" in deep.json()["errorMessage"], deep.text
 
 
 @pytest.mark.parametrize("store", ["local", "object store"])

@@ -15,12 +15,12 @@ import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from overlord.http.origins import parse_public_url
 from overlord.http.status import mask_secrets
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.metadata_store import tasks as tasks_t
@@ -153,13 +153,13 @@ def _server_rows(engine: sa.Engine) -> list[tuple[Any, ...]]:
                               .where(leadership_t.c.id == 1)).first()
     if leader is None:
         return []
-    name = leader.leader  # its advertised URL, or host:pid
-    if "//" not in name:
+    name = leader.leader  # its advertised URL (as the settings checked it), or host:pid
+    try:
+        origin = parse_public_url(name)
+    except ValueError:
         return [(name, name.rsplit(":", 1)[0], -1, -1, "overlord", None, 0, 0, 1, _iso(leader.elected_at))]
-    url = urlsplit(name)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    plain, tls = (-1, port) if url.scheme == "https" else (port, -1)
-    return [(name, url.hostname, plain, tls, "overlord", None, 0, 0, 1, _iso(leader.elected_at))]
+    plain, tls = (-1, origin.port) if origin.scheme == "https" else (origin.port, -1)
+    return [(name, origin.host, plain, tls, "overlord", None, 0, 0, 1, _iso(leader.elected_at))]
 
 
 def _display_name(table: str) -> tuple[str, str]:

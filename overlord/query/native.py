@@ -365,7 +365,9 @@ def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryRes
     """Rows as Druid's scan gives them: time in epoch ms, a multi-value dimension's values in a list."""
     query = native.query
     table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
-    columns = [str(c) for c in query.get("columns") or []]
+    columns = query.get("columns") or []
+    if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)):
+        raise _bad("$.columns", f"expected a list of column names, got {columns!r}")
     lists = {name for name, kind in visible_set(engine, [native.datasource]).complex_columns(
         [native.datasource]).items() if kind == "multi_value"}
     if lists and not columns:  # every column, named: the multi-value ones are read as lists

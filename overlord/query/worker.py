@@ -85,6 +85,10 @@ class _Engine:
                 reply: dict[str, Any] = {"result": self._run(request), "engine": ANSWERED_BY.get()}
             except QueryError as exc:
                 reply = {"error": {"message": exc.message, "errorClass": exc.error_class, "status": exc.status}}
+            except RecursionError:  # sqlglot's parser (and tree walks) recurse once per level of nesting
+                reply = {"error": {"message": "the query nests too deeply (parentheses, functions or subqueries "
+                                              "inside each other): flatten it", "errorClass": "QUERY_TOO_DEEP",
+                                   "status": 400}}
             except Exception as exc:
                 if not self._spark_alive():
                     logger.error("the query engine's Spark JVM died (%s); exiting so the overlord starts another",
