@@ -251,13 +251,16 @@ def _exploded(select: exp.Select, names: frozenset[str], counter: list[int]) -> 
             alias=exp.TableAlias(this=exp.to_identifier(f"__mvt{counter[0]}"), columns=[exp.to_identifier(value)])))
 
         def grouped(node: exp.Expr, key: exp.Expr = key, value: str = value) -> exp.Expr:
-            if node == key if not isinstance(key, exp.Column) else (
-                    isinstance(node, exp.Column) and node.name.lower() == key.name.lower()
-                    and node.table in ("", key.table)):
-                column = exp.column(value)
-                column.meta[_GROUPED] = True
-                return column
-            return node
+            if isinstance(key, exp.Column):
+                is_key = (isinstance(node, exp.Column) and node.name.lower() == key.name.lower()
+                          and node.table in ("", key.table))
+            else:
+                is_key = node == key
+            if not is_key:
+                return node
+            column = exp.column(value)
+            column.meta[_GROUPED] = True  # (MV_TO_ARRAY of it is the group's one value)
+            return column
         for i, projection in enumerate(select.expressions):
             if is_mv(projection, names) and projection.name.lower() == key.name.lower():
                 projection = exp.alias_(projection, projection.name, quoted=True)

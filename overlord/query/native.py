@@ -301,8 +301,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         return execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id, local=local)
 
     def rows(select: exp.Expr) -> list[dict[str, Any]]:
-        result = run(select)
-        return [dict(zip(result.columns, row, strict=True)) for row in result.rows()]
+        return _events(run(select))
 
     post = query.get("postAggregations") or []
 
@@ -353,15 +352,19 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         result = {k: v for k, v in bounds.items() if bound is None or k == bound}
         return [{"timestamp": bounds["minTime"] if bound != "maxTime" else bounds["maxTime"], "result": result}]
     if native.kind == "scan":
-        return _scan(native, engine, run, rows)
+        return _scan(native, engine, run)
     if native.kind == "segmentMetadata":
         return _segment_metadata(native, spark, engine, limits)
     raise _bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, scan, timeBoundary, "
                               "segmentMetadata, dataSourceMetadata are)")
 
 
-def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryResult],
-          rows: Callable[[exp.Expr], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _events(result: QueryResult) -> list[dict[str, Any]]:
+    """A result's rows as name -> value."""
+    return [dict(zip(result.columns, row, strict=True)) for row in result.rows()]
+
+
+def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryResult]) -> list[dict[str, Any]]:
     """Rows as Druid's scan gives them: time in epoch ms, a multi-value dimension's values in a list."""
     query = native.query
     table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
@@ -384,7 +387,7 @@ def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryRes
         select = select.order_by(exp.Ordered(this=_col(_TIME), desc=order == "descending"))
     if query.get("limit") is not None:
         select = select.limit(_field(query, "limit", "$", int))
-    events = rows(select)
+    events = _events(run(select))
     for event in events:
         for name in lists.intersection(event):
             values = event[name]
