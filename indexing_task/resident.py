@@ -7,8 +7,10 @@ driver (``multiprocessing.connection``, authenticated by a key that travels only
 closure) and serves requests, each the splits of one small task, with the same
 :func:`indexing_task.worker.index_splits` a Spark job runs. The driver still publishes, so the
 publish rule is unchanged; a runner that dies fails only the task it was running (the supervisor
-retries it) and the job is started again. With no runner idle (all busy, or not connected: a
-peer that connects and stalls the handshake holds the listener up) a task runs as a Spark job.
+retries it) and the job is started again. A task waits its turn for a runner while they come back
+(a Spark job costs several small tasks' CPU); once none has come back for ``wait_s`` (each held by a
+long or stuck task, or none connected: a peer that connects and stalls the handshake holds the
+listener up) it runs as a Spark job instead.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ class ResidentRunners:
         self._closed = threading.Event()
         self.restart_delay_s = _RESTART_DELAY_S
         self.wait_s = 1.0
-        """How long a task waits for a busy runner before it runs as a Spark job (which costs more than most waits)."""
+        """How long no runner may come back before a waiting task runs as a Spark job (a costlier way than a wait)."""
+        self._came_back = time.monotonic()
+        """When a runner last came back from a task, or connected."""
         for target, name in ((self._accept, "resident-accept"), (self._keep_running, "resident-job")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -65,13 +69,12 @@ class ResidentRunners:
         return self._idle.qsize()
 
     def run(self, payload: TaskPayload, splits: Sequence[int]) -> list[WorkerResult] | None:
-        """Index ``payload``'s ``splits`` on a runner; None when none was idle within ``wait_s`` (run a Spark job).
+        """Index ``payload``'s ``splits`` on a runner; None if none comes back in time (run a Spark job).
 
         Raises what the runner raised, or :class:`RunnerLost`.
         """
-        try:
-            conn = self._idle.get(timeout=self.wait_s)
-        except queue.Empty:
+        conn = self._next_idle()
+        if conn is None:
             return None
         try:
             conn.send((payload, tuple(splits)))
@@ -80,10 +83,20 @@ class ResidentRunners:
             conn.close()
             raise RunnerLost(f"task {payload.task_id}: its resident runner went away ({exc!r}); nothing was "
                              "published") from None
+        self._came_back = time.monotonic()
         self._idle.put(conn)
         if not ok:
             raise value
         return list(value)
+
+    def _next_idle(self) -> Connection | None:
+        """The next idle runner, in turn; None once no runner has come back for ``wait_s``."""
+        while True:
+            try:
+                return self._idle.get(timeout=self.wait_s)
+            except queue.Empty:
+                if time.monotonic() - self._came_back >= self.wait_s:
+                    return None
 
     def close(self) -> None:
         """Stop the runners: their job ends, idle ones at once, busy ones after their task."""
@@ -124,6 +137,7 @@ class ResidentRunners:
             if self._closed.is_set():
                 conn.close()
                 return
+            self._came_back = time.monotonic()
             self._idle.put(conn)
 
     def _keep_running(self) -> None:

@@ -103,3 +103,56 @@ def test_a_connection_without_the_key_is_refused_and_the_runner_keeps_working(
     request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
     assert run_index_task(spark, engine, request, resident=runners).outcome.ok
     assert_exact(published_table(engine, datasource), sample)
+
+
+def test_a_task_waits_its_turn_while_the_runner_turns_over_work_and_runs_as_a_spark_job_only_if_it_is_stuck(
+        stack, engine, spark, runners, make_topic, datasource, deep_storage):
+    """Two tasks ahead on the one runner make a third wait longer than ``wait_s``: it still waits (a Spark job
+    costs more CPU than the wait at a trickle), since the runner came back within ``wait_s``. A runner held by
+    one task for ``wait_s`` sends the next to a Spark job.
+    """
+    runners.wait_s = 3.0
+    settings = settings_for(stack, deep_storage)
+    ahead, rests = [], []
+    for name in ("first", "second"):  # each waits on the runner for records produced later
+        topic = make_topic(1)
+        sample = make_sample_events(200)
+        produce(stack.bootstrap_servers, topic, sample.records[:100], 1)
+        request = next_task_request(engine, settings, events_spec(f"{datasource}_{name}", topic))
+        ahead.append(replace(request, end_offsets={0: 200}))
+        rests.append((topic, sample.records[100:]))
+    last_topic = make_topic(1)
+    produce(stack.bootstrap_servers, last_topic, make_sample_events(50).records, 1)
+    last = next_task_request(engine, settings, events_spec(f"{datasource}_last", last_topic))
+
+    reports: dict[str, object] = {}
+
+    def run(request) -> None:
+        spark.sparkContext.setJobGroup(request.task_id, "queued on the runner")
+        reports[request.task_id] = _error_of(spark, engine, request, runners) or "ok"
+
+    threads = [threading.Thread(target=run, args=(request,)) for request in (*ahead, last)]
+    threads[0].start()
+    wait_until(lambda: runners.idle == 0, "the runner to take the first task", 30)
+    for thread in threads[1:]:
+        thread.start()
+        threading.Event().wait(0.3)  # in this order on the runner's queue
+    for topic, records in rests:  # each task ahead holds the runner for ~2 s
+        threading.Event().wait(2.0)
+        produce(stack.bootstrap_servers, topic, records, 1)
+    for thread in threads:
+        thread.join(60)
+
+    assert all(reports[r.task_id] == "ok" for r in (*ahead, last)), reports
+    assert [jobs_of(spark, r.task_id) for r in (*ahead, last)] == [[], [], []]  # all three on the runner
+
+    stuck = replace(ahead[0], task_id=ahead[0].task_id + "-stuck", start_offsets={0: 200}, end_offsets={0: 201})
+    holder = threading.Thread(target=run, args=(stuck,))  # waits for a record that comes only at the end
+    holder.start()
+    wait_until(lambda: runners.idle == 0, "the runner to take the stuck task", 30)
+    produce(stack.bootstrap_servers, last_topic, make_sample_events(20).records, 1)
+    late = next_task_request(engine, settings, events_spec(f"{datasource}_last", last_topic))
+    run(late)
+    assert reports[late.task_id] == "ok" and len(jobs_of(spark, late.task_id)) == 1  # a Spark job, after wait_s
+    produce(stack.bootstrap_servers, rests[0][0], make_sample_events(1).records, 1)
+    holder.join(60)
