@@ -121,8 +121,9 @@ def _widen_schema(tx: Transaction, schemas: Iterable[pa.Schema]) -> None:
     before = tx.table_metadata.schema()
     with tx.update_schema() as update:
         update.union_by_name(pa.unify_schemas(list(schemas), promote_options="permissive"))
-    if tx.table_metadata.schema() != before or tx.table_metadata.name_mapping() is None:
-        mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+    after = tx.table_metadata
+    if after.schema() != before or after.name_mapping() is None:
+        mapping = after.schema().name_mapping.model_dump_json()
         tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
 
 
@@ -156,15 +157,17 @@ def _file_schema(storage: DeepStorage, uri: str) -> pa.Schema:
 
 def _data_files(tx: Transaction, table: Table, uris: list[str]) -> list[DataFile]:
     """Iceberg's description of each new file (read from its footer), partitioned as the table is."""
+    metadata = tx.table_metadata  # each read applies the pending updates to a deep copy of the whole metadata
     try:
-        return [parquet_file_to_data_file(table.io, tx.table_metadata, uri) for uri in uris]
+        return [parquet_file_to_data_file(table.io, metadata, uri) for uri in uris]
     except ValueError as exc:
-        if not tx.table_metadata.spec().fields or "partition" not in str(exc):
+        if not metadata.spec().fields or "partition" not in str(exc):
             raise
         logger.warning("iceberg table of %s: files span several partitions (%s); the table goes unpartitioned",
                        table.name()[-1], exc)
         _drop_partitioning(tx)
-        return [parquet_file_to_data_file(table.io, tx.table_metadata, uri) for uri in uris]
+        metadata = tx.table_metadata
+        return [parquet_file_to_data_file(table.io, metadata, uri) for uri in uris]
 
 
 class OpenTables:
