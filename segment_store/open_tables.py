@@ -134,13 +134,12 @@ def _drop_partitioning(tx: Transaction) -> None:
             update.remove_field(field.name)
 
 
-def _commit(table: Table, storage: DeepStorage, added: list[str], removed: list[DataFile],
+def _commit(table: Table, added: list[str], removed: list[DataFile], new_schemas: Iterable[pa.Schema],
             summary: dict[str, str]) -> None:
-    """One snapshot: ``added`` files in, ``removed`` out, the schema widened first."""
-    schemas = [_file_schema(storage, uri) for uri in added]
+    """One snapshot: ``added`` files in, ``removed`` out, the schema widened first by the file schemas not seen yet."""
     with table.transaction() as tx:
-        if schemas:
-            _widen_schema(tx, schemas)
+        if new_schemas:
+            _widen_schema(tx, new_schemas)
         new_files = _data_files(tx, table, added)
         snapshot = tx.update_snapshot(snapshot_properties=summary)
         with (snapshot.overwrite() if removed else snapshot.merge_append()) as producer:
@@ -182,6 +181,9 @@ class OpenTables:
         self.catalog = open_catalog(database_url, storage)
         self._known: dict[str, tuple[str, frozenset[str]]] = {}
         """Datasource -> (metadata location, data file paths) as this object last saw or committed them."""
+        self._merged: dict[str, set[pa.Schema]] = {}
+        """Datasource -> the file schemas its table's schema holds: widening by them again would change nothing, and
+        costs pyiceberg several copies of the whole table metadata (a third of a commit's CPU)."""
 
     def exported(self) -> list[str]:
         """The datasources that have a table."""
@@ -210,6 +212,7 @@ class OpenTables:
         table = self._load(datasource)
         if table is not None and table.metadata_location != location:
             current = frozenset(_files(table))  # first sight, or another writer moved the table
+            self._merged.pop(datasource, None)
         added = sorted(wanted - current)
         gone = current - wanted
         if table is not None and not added and not gone:
@@ -222,8 +225,11 @@ class OpenTables:
         removed = [f for uri, f in _files(table).items() if uri in gone] if gone else []  # as manifests hold them
         offsets = committed.offsets.to_json() if committed is not None else {}
         topic = (committed.topic or "") if committed is not None else ""
-        _commit(table, self.storage, added, removed, {TOPIC_KEY: topic, OFFSETS_KEY: json.dumps(offsets)})
+        schemas = {_file_schema(self.storage, uri) for uri in added}
+        merged = self._merged.get(datasource, set())
+        _commit(table, added, removed, schemas - merged, {TOPIC_KEY: topic, OFFSETS_KEY: json.dumps(offsets)})
         self._known[datasource] = (table.metadata_location, frozenset(wanted))
+        self._merged[datasource] = merged | schemas
         head = table.current_snapshot()
         assert head is not None and head.summary is not None
         outcome = ExportOutcome(datasource, head.snapshot_id, head.summary.operation.value, len(added), len(removed),
