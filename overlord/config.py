@@ -165,15 +165,16 @@ class Settings(BaseSettings):
         default=None, ge=0, description="long-lived Spark tasks that index small tasks (under 50k records) without "
         "a Spark job each: a trickle then costs a fraction of the CPU. Each holds one Spark task slot: a local "
         "master gets that many slots more, a cluster gives each one of its executor cores for good (keep more cores "
-        "than runners, or its Spark jobs wait forever). 0 runs every task as a Spark job. Default: 1 with a "
-        "`local` master, 0 with a cluster")
+        "than runners, or its Spark jobs wait forever). 0 runs every task as a Spark job. Default: 2 with a "
+        "`local` master (a task waits for a runner that is busy with others, so two keep a slow broker round trip "
+        "from holding every supervisor up), 0 with a cluster")
 
     @property
     def resident_runner_count(self) -> int:
         """``resident_runners``, or its default for the Spark master."""
         if self.resident_runners is not None:
             return self.resident_runners
-        return 1 if self.spark_master.startswith("local") else 0
+        return 2 if self.spark_master.startswith("local") else 0
     task_max_records: int = Field(
         default=5_000_000, ge=1, description="the most offsets one indexing task reads: a backlog is worked off "
         "by a sequence of tasks, each well inside `completionTimeout`")

@@ -151,6 +151,7 @@ def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: 
     url = database_url or fresh_database(admin)
     for duty in ("compaction_period_s", "retention_period_s", "kill_period_s", "iceberg_period_s"):
         settings.setdefault(duty, 0)  # tests run the duties by hand: deterministic
+    settings.setdefault("resident_runners", 1)  # the session's Spark has slots for four (conftest's ``spark``)
     overlord = Overlord(Settings(database_url=url, deep_storage=deep_storage,
                                  kafka_bootstrap_servers=stack.bootstrap_servers, **settings),
                         metadata_engine(url), spark, policy, before_publish)
