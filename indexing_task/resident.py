@@ -90,12 +90,12 @@ class ResidentRunners:
         return list(value)
 
     def _next_idle(self) -> Connection | None:
-        """The next idle runner, in turn; None once no runner has come back for ``wait_s``."""
+        """The next idle runner, in turn; None once no runner has come back for ``wait_s``, or they are closed."""
         while True:
             try:
                 return self._idle.get(timeout=self.wait_s)
             except queue.Empty:
-                if time.monotonic() - self._came_back >= self.wait_s:
+                if self._closed.is_set() or time.monotonic() - self._came_back >= self.wait_s:
                     return None
 
     def close(self) -> None:

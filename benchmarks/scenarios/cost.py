@@ -235,6 +235,7 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_r
     return {
         "benchmark": "cost", "started": started, "supervisors": supervisors,
         "resident_runners": settings.resident_runner_count,
+        "overlord_env": {k: v for k, v in os.environ.items() if k.startswith("OVERLORD_")},
         "rate_per_s_each": rate, "partitions_each": PARTITIONS, "producer_linger_ms": linger_ms,
         "measured_s": round(wall_s, 1),
         "cores_overlord_tree": round(sum(cores[k] for k in overlord_kinds), 3),
