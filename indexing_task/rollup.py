@@ -579,9 +579,14 @@ def arrow_query(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, A
     ``con.sql(...).to_arrow_table()`` binds a statement twice (the relation's schema, then the run):
     ~10 ms more on every parse of a trickle's small batch, a fifth of a small task's CPU.
     """
-    reader = con.execute(sql, dict(params) if params else None).to_arrow_reader()
-    assert reader is not None, "a result just run is not used up"  # None is for one a fetch has emptied
-    return reader.read_all()
+    con.execute(sql, dict(params) if params else None)
+    try:
+        reader = con.to_arrow_reader()
+        assert reader is not None, "a result just run is not used up"  # None is for one a fetch has emptied
+        return reader.read_all()
+    except BaseException:
+        con.abort()  # else the connection refuses its next register or unregister (an unfinished result)
+        raise
 
 
 warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning, r"indexing_task\.rollup")

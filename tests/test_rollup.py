@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 import zlib
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from indexing_task.rollup import Rollup, RollupSchema, bucket_end_sql, bucket_start_sql
+from indexing_task.rollup import Rollup, RollupSchema, arrow_query, bucket_end_sql, bucket_start_sql
 from specs import Granularity, load_supervisor_spec
 from specs.granularity import ALL_END, ALL_START
 
@@ -598,3 +599,18 @@ def test_avro_bytes_are_text_with_binary_as_string() -> None:
     parsed = rollup.parse([_avro(blob="héllo".encode()), _avro(blob=b"\xff")])
     assert [(b.index, b.reason) for b in parsed.bad_samples] == [(1, "a bytes or fixed value that is not UTF-8 text")]
     assert [r["blob"] for r in parsed.rows.to_pylist()] == ["héllo"]
+
+
+@pytest.mark.unit
+def test_a_query_whose_rows_fail_to_arrive_leaves_its_connection_usable() -> None:
+    """An exception while the rows are fetched (here DuckDB's copy warning raised as an error) ends the result:
+    the rollup's next statement on the same connection runs, instead of failing on an unfinished result.
+    """
+    con = duckdb.connect()
+    con.register("batch", pa.table({"a": [1, 2]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning):
+            arrow_query(con, "SELECT a FROM batch")
+    con.unregister("batch")  # what the parse does next, in its finally
+    assert arrow_query(con, "SELECT 2 AS a").to_pylist() == [{"a": 2}]
