@@ -210,8 +210,8 @@ class OpenTables:
         if datasource in self._known and wanted == current:
             return None
         table = self._load(datasource)
-        if table is not None and table.metadata_location != location:
-            current = frozenset(_files(table))  # first sight, or another writer moved the table
+        if table is None or table.metadata_location != location:  # first sight, or another writer moved (or dropped) it
+            current = frozenset(_files(table)) if table is not None else frozenset()
             self._merged.pop(datasource, None)
         added = sorted(wanted - current)
         gone = current - wanted

@@ -257,3 +257,26 @@ def test_a_type_iceberg_cannot_widen_stops_only_that_export_and_is_logged_once(s
     table = reader_catalog(overlord).load_table((NAMESPACE, datasource))
     assert table.current_snapshot().snapshot_id == first.snapshot_id
     assert committed_total(overlord.engine, datasource) == 3 and len(visible_segments(overlord.engine, datasource)) == 2
+
+
+def test_a_table_dropped_by_another_engine_is_made_again_whole_and_readable(stack, make_topic, datasource,
+                                                                            make_overlord):
+    """Another engine drops the table; the next export builds it again from every visible file, with the name
+    mapping readers need (the files carry no field IDs), not from the files published since.
+    """
+    topic = make_topic(2)
+    overlord = make_overlord()
+    overlord.submit(spec_json(datasource, topic))
+    first = make_sample_events(1_000, bad_every=0, seed=91)
+    _produce_and_wait(stack, overlord, topic, datasource, first.records)
+    assert len(overlord.export_tables()) == 1
+    catalog = reader_catalog(overlord)
+    catalog.drop_table((NAMESPACE, datasource))
+
+    second = make_sample_events(500, bad_every=0, seed=92)
+    _produce_and_wait(stack, overlord, topic, datasource, second.records)
+    [made] = overlord.export_tables()
+
+    table = catalog.load_table((NAMESPACE, datasource))
+    assert table.metadata.name_mapping() is not None
+    assert rows(table.scan().to_arrow()) == rows(published_table(overlord.engine, datasource))
