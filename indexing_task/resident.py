@@ -6,11 +6,12 @@ Spark task of a job that runs as long as the overlord: its Python worker connect
 driver (``multiprocessing.connection``, authenticated by a key that travels only inside the job's
 closure) and serves requests, each the splits of one small task, with the same
 :func:`indexing_task.worker.index_splits` a Spark job runs. The driver still publishes, so the
-publish rule is unchanged; a runner that dies fails only the task it was running (the supervisor
-retries it) and the job is started again. A task waits its turn for a runner while they come back
-(a Spark job costs several small tasks' CPU); once none has come back for ``wait_s`` (each held by a
-long or stuck task, or none connected: a peer that connects and stalls the handshake holds the
-listener up) it runs as a Spark job instead.
+publish rule is unchanged; a runner that dies fails the tasks the job's runners were running (the
+supervisor retries them: on a local master one failed Spark task ends the job) and the job is
+started again. A task waits its turn for a runner while they come back (a Spark job costs several
+small tasks' CPU); once none has come back for ``wait_s`` (each held by a long or stuck task, or
+none connected: a peer that connects and stalls the handshake holds the listener up) it runs as a
+Spark job instead.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from indexing_task.errors import TaskStopped
 from indexing_task.results import WorkerResult
 from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.worker import TaskPayload, freeze_survivors, index_splits
@@ -68,12 +70,14 @@ class ResidentRunners:
         """How many runners are connected and waiting for work."""
         return self._idle.qsize()
 
-    def run(self, payload: TaskPayload, splits: Sequence[int]) -> list[WorkerResult] | None:
+    def run(self, payload: TaskPayload, splits: Sequence[int], stop: threading.Event | None = None
+            ) -> list[WorkerResult] | None:
         """Index ``payload``'s ``splits`` on a runner; None if none comes back in time (run a Spark job).
 
-        Raises what the runner raised, or :class:`RunnerLost`.
+        Raises what the runner raised, :class:`RunnerLost`, or :class:`TaskStopped` if ``stop`` is set while
+        the task waits for a runner.
         """
-        conn = self._next_idle()
+        conn = self._next_idle(payload.task_id, stop)
         if conn is None:
             return None
         try:
@@ -89,9 +93,12 @@ class ResidentRunners:
             raise value
         return list(value)
 
-    def _next_idle(self) -> Connection | None:
+    def _next_idle(self, task_id: str, stop: threading.Event | None) -> Connection | None:
         """The next idle runner, in turn; None once no runner has come back for ``wait_s``, or they are closed."""
         while True:
+            if stop is not None and stop.is_set():
+                raise TaskStopped(f"task {task_id} was stopped while it waited for a resident runner; nothing was "
+                                  "published")
             try:
                 return self._idle.get(timeout=self.wait_s)
             except queue.Empty:

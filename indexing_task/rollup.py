@@ -580,11 +580,14 @@ def arrow_query(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, A
     ~10 ms more on every parse of a trickle's small batch, a fifth of a small task's CPU.
     """
     con.execute(sql, dict(params) if params else None)
+    reader = None
     try:
         reader = con.to_arrow_reader()
         assert reader is not None, "a result just run is not used up"  # None is for one a fetch has emptied
         return reader.read_all()
     except BaseException:
+        if reader is not None:
+            reader.close()  # a reader holds the connection until it is read out or closed
         con.abort()  # else the connection refuses its next register or unregister (an unfinished result)
         raise
 

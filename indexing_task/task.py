@@ -146,7 +146,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     results: list[WorkerResult] | None = None
     tasks = spark_tasks(splits, request.min_split_records)
     if splits and resident is not None and tasks == 1:
-        results = resident.run(payload, range(len(splits)))  # None: no runner is idle
+        results = resident.run(payload, range(len(splits)), stop)  # None: no runner came back in time
     if results is None and splits:
         spark.sparkContext.setJobDescription(f"index {spec.datasource} task {request.task_id}")
         results = run_on_workers(spark, len(splits), partial(run_splits, payload), tasks)

@@ -8,6 +8,7 @@ from multiprocessing.connection import AuthenticationError, Client
 
 import pytest
 
+from indexing_task.errors import TaskStopped
 from indexing_task.resident import ResidentRunners, RunnerLost
 from indexing_task.task import run_index_task
 from overlord.dev.sample_data import make_sample_events, produce
@@ -155,4 +156,25 @@ def test_a_task_waits_its_turn_while_the_runner_turns_over_work_and_runs_as_a_sp
     run(late)
     assert reports[late.task_id] == "ok" and len(jobs_of(spark, late.task_id)) == 1  # a Spark job, after wait_s
     produce(stack.bootstrap_servers, rests[0][0], make_sample_events(1).records, 1)
+    holder.join(60)
+
+
+def test_a_task_stopped_while_it_waits_for_a_runner_runs_nowhere(stack, engine, spark, runners, make_topic, datasource,
+                                                                 deep_storage):
+    topic = make_topic(1)
+    produce(stack.bootstrap_servers, topic, make_sample_events(100).records, 1)
+    settings = settings_for(stack, deep_storage)
+    request = next_task_request(engine, settings, events_spec(datasource, topic))
+    stuck = replace(request, task_id=request.task_id + "-stuck", end_offsets={0: 101})  # one record never comes
+    holder = threading.Thread(target=_error_of, args=(spark, engine, stuck, runners))
+    holder.start()
+    wait_until(lambda: runners.idle == 0, "the runner to take the stuck task", 30)
+    stopped = threading.Event()
+    stopped.set()  # a reset or a shutdown, while the task waits for a slot on the runner
+    spark.sparkContext.setJobGroup(request.task_id, "a stopped task")
+
+    with pytest.raises(TaskStopped):
+        run_index_task(spark, engine, request, stopped, resident=runners)
+    assert jobs_of(spark, request.task_id) == []  # neither a Spark job nor the runner's time
+    produce(stack.bootstrap_servers, topic, make_sample_events(1).records, 1)
     holder.join(60)
