@@ -1,7 +1,7 @@
-"""Read exactly one partition's ``[start, end)`` from Kafka with confluent-kafka.
+"""Read exactly the records of partition ranges ``[start, end)`` from Kafka with confluent-kafka.
 
-The reader uses ``assign`` + an explicit start offset (no consumer group, no commits) and
-is finished when its position reaches ``end``: the position is the offset after the last
+The reader uses ``assign`` + explicit start offsets (no consumer group, no commits) and
+is finished with a range when its position reaches ``end``: the position is the offset after the last
 record seen, or the high watermark reported by a partition-EOF event. It never counts
 records, because transaction markers and compacted topics leave gaps in the offsets.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from indexing_task.errors import RangeNotReadableError
 from specs import EXACT_READ_CONSUMER_PROPERTIES, resolve_consumer_properties
 
-__all__ = ["consumer_config", "read_range", "resolved_consumer_properties"]
+__all__ = ["consumer_config", "read_range", "read_ranges", "resolved_consumer_properties"]
 
 _POLL_BATCH = 10_000
 _POLL_TIMEOUT_S = 0.5
@@ -67,42 +67,83 @@ def _offset(message: Message) -> int:
 
 def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: int,
                stall_timeout_s: float = 30.0) -> Iterator[list[Message]]:
-    """Yield batches of the data messages with offsets in ``[start, end)``, in order.
+    """Yield batches of the data messages with offsets in ``[start, end)``, in order (:func:`read_ranges`)."""
+    for _, batch in read_ranges(consumer, [(topic, partition, start, end)], stall_timeout_s):
+        yield batch
 
-    Raises :class:`RangeNotReadableError` when the broker reports an error for the partition,
-    or when no progress is made for ``stall_timeout_s`` before the position reaches ``end``.
+
+def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]], stall_timeout_s: float = 30.0
+                ) -> Iterator[tuple[int, list[Message]]]:
+    """Yield ``(i, batch)``: batches of the data messages of ``ranges[i]``, a ``(topic, partition, start, end)``.
+
+    The ranges, each of a different partition, are read together: one fetch serves them all
+    (read one after the other, each waited out the broker's ``fetch.wait.max.ms`` on the one
+    before). A range's batches come in offset order; different ranges' interleave. A partition is
+    paused once its range is read. Raises :class:`RangeNotReadableError` when the broker reports
+    an error for a partition, or when no range makes progress for ``stall_timeout_s``.
     """
-    if start >= end:
+    index = {(topic, partition): i for i, (topic, partition, start, end) in enumerate(ranges) if start < end}
+    if len({(topic, partition) for topic, partition, _, _ in ranges}) != len(ranges):
+        raise ValueError("read_ranges reads one range per partition")
+    position = {key: ranges[i][2] for key, i in index.items()}
+    if not position:
         return
-    consumer.assign([TopicPartition(topic, partition, start)])
-    position = start
+    consumer.assign([TopicPartition(topic, partition, at) for (topic, partition), at in position.items()])
     last_progress = time.monotonic()
+    paused: list[TopicPartition] = []
     try:
-        while position < end:
-            # Ask for no more than the range can still hold: consume() waits for the full count or
+        while position:
+            # Ask for no more than the ranges can still hold: consume() waits for the full count or
             # the timeout, so a bigger count would idle for the whole timeout at the end of every
             # range that ends where the partition does (gaps only make the call return sooner,
             # with the partition-EOF event).
-            messages = consumer.consume(min(_POLL_BATCH, end - position), _POLL_TIMEOUT_S)
-            data = [m for m in messages if m.error() is None]
-            if len(data) != len(messages):
-                position = max(position, _check_events(messages, topic, partition, position))
-            if data:
-                cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
-                if cut < len(data):
-                    data = data[:cut]
-                    position = end
-                else:
-                    position = max(position, _offset(data[-1]) + 1)
+            wanted = sum(ranges[index[key]][3] - at for key, at in position.items())
+            messages = consumer.consume(min(_POLL_BATCH, wanted), _POLL_TIMEOUT_S)
+            moved = False
+            for key, group in _by_partition(messages, next(iter(position)) if len(index) == 1 else None):
+                if key not in position:
+                    if key not in index:  # an error for no partition of ours (a fatal one raises)
+                        _check_events(group, str(key[0]), -1, -1)
+                    continue  # a range already read: what its prefetch brought is past its end
+                topic, partition = key
+                i, at, end = index[key], position[key], ranges[index[key]][3]
+                data = [m for m in group if m.error() is None]
+                if len(data) != len(group):
+                    at = max(at, _check_events(group, topic, partition, at))
                 if data:
-                    yield data
+                    cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
+                    at = end if cut < len(data) else max(at, _offset(data[-1]) + 1)
+                    if cut:
+                        yield i, data[:cut] if cut < len(data) else data
+                moved = moved or at > position[key]
+                position[key] = at
+                if at >= end:
+                    del position[key]
+                    if position:
+                        paused.append(TopicPartition(topic, partition))
+                        consumer.pause(paused[-1:])
+            if moved:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
+                (topic, partition), at = next(iter(position.items()))
                 raise RangeNotReadableError(
-                    f"{topic}[{partition}]: expected records up to offset {end}, "
-                    f"found none past {position} after {stall_timeout_s:.0f}s")
+                    f"{topic}[{partition}]: expected records up to offset {ranges[index[topic, partition]][3]}, "
+                    f"found none past {at} after {stall_timeout_s:.0f}s")
     finally:
+        if paused:  # a partition stays paused past unassign: assigned again, it would read nothing
+            consumer.resume(paused)
         consumer.unassign()
+
+
+def _by_partition(messages: list[Message], only: tuple[str, int] | None
+                  ) -> Iterable[tuple[tuple[str | None, int | None], list[Message]]]:
+    """The messages (and events) of each partition, in order; all of them if ``only`` is the one partition read."""
+    if only is not None:
+        return [(only, messages)] if messages else []
+    groups: dict[tuple[str | None, int | None], list[Message]] = {}
+    for message in messages:
+        groups.setdefault((message.topic(), message.partition()), []).append(message)
+    return groups.items()
 
 
 _FAIL_FAST = {

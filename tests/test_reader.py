@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from indexing_task.errors import RangeNotReadableError
-from indexing_task.reader import consumer_config, read_range
+from indexing_task.reader import consumer_config, read_range, read_ranges
 from overlord.dev.sample_data import produce
 
 
@@ -44,3 +44,50 @@ def test_range_past_the_end_of_the_log_fails_loudly(stack, make_topic):
     produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(10)], 1)
     with pytest.raises(RangeNotReadableError, match=r"expected records up to offset 15, found none past 10"):
         read(stack.bootstrap_servers, topic, 5, 15, stall_timeout_s=2)
+
+
+def read_together(consumer: Consumer, ranges: list[tuple[str, int, int, int]], stall_timeout_s: float = 10.0
+                  ) -> list[list[int]]:
+    """Each range's offsets as :func:`read_ranges` yields them."""
+    offsets: list[list[int]] = [[] for _ in ranges]
+    for i, batch in read_ranges(consumer, ranges, stall_timeout_s):
+        offsets[i].extend(m.offset() for m in batch)
+    return offsets
+
+
+def test_ranges_of_several_partitions_read_together_exactly_and_the_consumer_reads_on(stack, make_topic):
+    topic = make_topic(3)
+    produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(3_000)], 3)
+    consumer = Consumer(consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader"))
+    try:
+        # Partition 1's range ends first, so it is paused while the others are read; pausing must not
+        # outlive the read, or the same consumer would wait forever on its next range there.
+        first = read_together(consumer, [(topic, 0, 0, 700), (topic, 1, 100, 110), (topic, 2, 5, 5)])
+        second = read_together(consumer, [(topic, 1, 110, 1_000), (topic, 0, 700, 1_000)], stall_timeout_s=5)
+    finally:
+        consumer.close()
+
+    assert first == [list(range(700)), list(range(100, 110)), []]
+    assert second == [list(range(110, 1_000)), list(range(700, 1_000))]
+
+
+def test_two_ranges_of_one_partition_are_refused(stack, make_topic):
+    topic = make_topic(1)
+    consumer = Consumer(consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader"))
+    try:
+        with pytest.raises(ValueError, match="one range per partition"):
+            next(read_ranges(consumer, [(topic, 0, 0, 5), (topic, 0, 5, 9)]))
+    finally:
+        consumer.close()
+
+
+def test_a_stalled_range_read_with_others_fails_naming_its_partition(stack, make_topic):
+    topic = make_topic(2)
+    produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(20)], 2)
+    consumer = Consumer(consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader"))
+    try:
+        with pytest.raises(RangeNotReadableError, match=rf"{topic}\[1\]: expected records up to offset 15, "
+                                                        "found none past 10"):
+            read_together(consumer, [(topic, 0, 0, 10), (topic, 1, 0, 15)], stall_timeout_s=2)
+    finally:
+        consumer.close()
