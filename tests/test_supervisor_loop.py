@@ -182,13 +182,43 @@ def test_a_trickle_waits_for_the_groups_interval_and_a_full_task_does_not(stack,
     sup.run_once()
     (second,) = runner.running()
     assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
-    world.marks = {0: (0, 500)}  # a backlog: the next task is full and starts as soon as the group is free
+    world.marks = {0: (0, 500)}  # a backlog, seen when the group is due: its tasks are full and start at once
     finish(runner, second, really_publish=True, engine=engine)
-    world.time += 0.5
+    world.time += 5
     sup.run_once()
     (third,) = runner.running()
     assert (dict(third.start_offsets), dict(third.end_offsets)) == ({0: 25}, {0: 125})
     assert sup.next_run_in_s() is None  # its end wakes the supervisor
+    finish(runner, third, really_publish=True, engine=engine)
+    world.time += 0.5
+    sup.run_once()
+    (fourth,) = runner.running()
+    assert (dict(fourth.start_offsets), dict(fourth.end_offsets)) == ({0: 125}, {0: 225})
+
+
+def test_a_task_that_ends_before_its_group_is_due_is_booked_without_asking_the_broker(
+        stack, engine, world, runner, datasource):
+    asked = []
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    def watermarks(*args: Any) -> dict[Any, tuple[int, int]]:
+        asked.append(world.time)
+        return world.watermarks(*args)
+
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, max_records_per_task=100,
+                                              idle_poll_s=10.0), watermarks=watermarks)
+    sup.run_once()
+    (first,) = runner.running()
+    world.marks = {0: (0, 25)}
+    finish(runner, first, really_publish=True, engine=engine)
+    world.time += 1
+    sup.run_once()  # books the task; the group is due in 4 s and the offsets are 1 s old
+    assert asked == [1000.0] and runner.running() == [] and sup.next_run_in_s() == pytest.approx(4.0)
+    assert [t.status for t in sup.status.recent_tasks] == ["SUCCESS"] and sup.status.committed == {0: 10}
+    world.time += 4
+    sup.run_once()
+    (second,) = runner.running()
+    assert asked == [1000.0, 1005.0] and (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
 
 
 def test_a_replica_that_finds_its_range_published_is_a_success_not_a_failure(

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -179,6 +179,8 @@ class Supervisor:
         self.offsets_updated: datetime | None = None
         self.stopped_partitions: dict[Partition, str] = {}
         """Partitions whose committed offsets lie outside what the broker holds, and why: not read until reset."""
+        self.refreshed: float | None = None
+        """When the broker's offsets were last read (monotonic); None before the first read."""
         self.next_due: float | None = None
         """When a group held back by ``min_task_interval_s`` may launch (monotonic); None if none is."""
         self.failed_runs = 0
@@ -192,10 +194,11 @@ class Supervisor:
         """One pass of the loop; failures are recorded, never raised (the next pass retries)."""
         with self.lock:
             try:
-                self.refresh_partitions()
                 self.update_task_status()
                 self.read_committed_offsets()
-                self.check_offsets_in_range()
+                if self.needs_fresh_offsets():
+                    self.refresh_partitions()
+                    self.check_offsets_in_range()
                 if self.launching:
                     self.pin_initial_offsets()
                     self.create_new_tasks()
@@ -213,12 +216,25 @@ class Supervisor:
                 self.runs += 1
                 self.publish_status()
 
+    def needs_fresh_offsets(self) -> bool:
+        """Whether this run reads the broker's offsets (not if read lately and no task group may launch).
+
+        They are not read when read within ``min_task_interval_s`` and, by the offsets last read,
+        no group is due or has a full task to launch. A trickle's task that ends before its group
+        is due is booked without a broker round trip (under a 20-topic load each cost the broker
+        ~4.5 ms of CPU); its group's next run reads them.
+        """
+        policy, now = self.ctx.policy, self.ctx.clock()
+        if self.refreshed is None or not self.launching or now - self.refreshed >= policy.min_task_interval_s:
+            return True
+        return any(due or todo.size() >= policy.max_records_per_task for _, _, todo, due in self._free_groups(now))
+
     def refresh_partitions(self) -> None:
         """Read every partition's earliest and latest offset from the broker."""
         self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings),
                                                    self.spec.spec.io_config))
         self.offsets_updated = self.ctx.now()
-        now = self.ctx.clock()
+        self.refreshed = now = self.ctx.clock()
         for gone in self.arrivals.keys() - self.watermarks.keys():  # a topic deleted, or no longer matched
             del self.arrivals[gone]
         for p, (_, high) in self.watermarks.items():
@@ -339,9 +355,27 @@ class Supervisor:
         full (``max_records_per_task``): a slow topic is indexed in fewer, larger tasks. A group
         held back sets :attr:`next_due`.
         """
-        io, policy, now = self.spec.spec.io_config, self.ctx.policy, self.ctx.clock()
-        busy = {p for task in self.active.values() for p in task.request.start_offsets}
+        policy, now = self.ctx.policy, self.ctx.clock()
         self.next_due = None
+        for group, state, todo, due in self._free_groups(now):
+            if not due and (todo.empty or todo.size() < policy.max_records_per_task):
+                due_at = state.launched + policy.min_task_interval_s  # its records may be unseen yet: look then
+                self.next_due = due_at if self.next_due is None else min(due_at, self.next_due)
+                continue
+            if todo.empty:
+                continue
+            state.launched = now
+            self._launch(group, todo)
+        self.detailed_state = "RUNNING" if self.active else "IDLE"
+
+    def _free_groups(self, now: float) -> Iterator[tuple[int, GroupState, OffsetRange, bool]]:
+        """Each task group free to launch (partitions to read, no task in flight, not backing off).
+
+        Yields its number, its state, its next range by the offsets last read, and whether
+        ``min_task_interval_s`` has passed since its last launch.
+        """
+        io, policy = self.spec.spec.io_config, self.ctx.policy
+        busy = {p for task in self.active.values() for p in task.request.start_offsets}
         for group in range(io.task_count):
             partitions = [p for p in self.latest
                           if task_group(p, io.task_count) == group and p not in self.stopped_partitions]
@@ -349,15 +383,7 @@ class Supervisor:
             if not partitions or busy.intersection(partitions) or now < state.retry_after:
                 continue
             todo = next_range(self.committed, self.latest, partitions, policy.max_records_per_task)
-            if todo.empty:
-                continue
-            due = state.launched + policy.min_task_interval_s
-            if now < due and todo.size() < policy.max_records_per_task:
-                self.next_due = due if self.next_due is None else min(due, self.next_due)
-                continue
-            state.launched = now
-            self._launch(group, todo)
-        self.detailed_state = "RUNNING" if self.active else "IDLE"
+            yield group, state, todo, now >= state.launched + policy.min_task_interval_s
 
     def publish_status(self) -> None:
         """Replace :attr:`status` with a snapshot of now, and remember its lag and rate (callers hold ``lock``)."""
