@@ -9,11 +9,8 @@ records, because transaction markers and compacted topics leave gaps in the offs
 from __future__ import annotations
 
 import bisect
-import json
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -21,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from indexing_task.errors import RangeNotReadableError
 from specs import EXACT_READ_CONSUMER_PROPERTIES, resolve_consumer_properties
 
-__all__ = ["KeptConsumers", "consumer_config", "read_range", "read_ranges", "resolved_consumer_properties"]
+__all__ = ["consumer_config", "read_range", "read_ranges", "resolved_consumer_properties"]
 
 _POLL_BATCH = 10_000
 _POLL_TIMEOUT_S = 0.5
@@ -46,54 +43,13 @@ def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> di
     """
     return {
         "group.id": group_id,  # required by the client; never joined or committed to
-        "fetch.wait.max.ms": 10,  # a kept consumer's next read waits for its last fetch: a short one
+        "fetch.wait.max.ms": 50,
         "queued.min.messages": 200_000,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         **consumer_properties,
         **EXACT_READ_CONSUMER_PROPERTIES,
     }
-
-
-class KeptConsumers:
-    """Consumers kept from one read to the next, one per consumer config (a resident runner's).
-
-    A new consumer costs its threads, two broker connections and their set-up round trips (~7 ms
-    of CPU per small task). One whose use raised is closed, not kept; beyond ``size`` configs the
-    least recently used is closed.
-    """
-
-    def __init__(self, size: int = 32) -> None:
-        self._size = size
-        self._kept: OrderedDict[str, Consumer] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    def __enter__(self) -> KeptConsumers:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def use(self, config: Mapping[str, Any]) -> Iterator[Consumer]:
-        """The kept consumer of ``config`` (a new one the first time), kept again after the block."""
-        key = json.dumps(config, sort_keys=True, default=str)
-        consumer = self._kept.pop(key, None) or Consumer(dict(config))
-        try:
-            yield consumer
-        except BaseException:
-            consumer.close()
-            raise
-        self._kept[key] = consumer
-        while len(self._kept) > self._size:
-            self._kept.popitem(last=False)[1].close()
-
-    def close(self) -> None:
-        """Close every kept consumer."""
-        while self._kept:
-            self._kept.popitem()[1].close()
 
 
 def _first_at_or_after(messages: list[Message], end: int) -> int:

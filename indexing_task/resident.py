@@ -5,13 +5,13 @@ of JVM scheduling and a Python worker round trip, more than the work. A resident
 Spark task of a job that runs as long as the overlord: its Python worker connects back to the
 driver (``multiprocessing.connection``, authenticated by a key that travels only inside the job's
 closure) and serves requests, each the splits of one small task, with the same
-:func:`indexing_task.worker.index_splits` a Spark job runs (its Kafka consumers kept from one
-task to the next). The driver still publishes, so the publish rule is unchanged; a runner that
-dies fails the tasks the job's runners were running (the supervisor retries them: on a local
-master one failed Spark task ends the job) and the job is started again. A task waits its turn
-for a runner while they come back (a Spark job costs several small tasks' CPU); once none has
-come back for ``wait_s`` (each held by a long or stuck task, or none connected: a peer that
-connects and stalls the handshake holds the listener up) it runs as a Spark job instead.
+:func:`indexing_task.worker.index_splits` a Spark job runs. The driver still publishes, so the
+publish rule is unchanged; a runner that dies fails the tasks the job's runners were running (the
+supervisor retries them: on a local master one failed Spark task ends the job) and the job is
+started again. A task waits its turn for a runner while they come back (a Spark job costs several
+small tasks' CPU); once none has come back for ``wait_s`` (each held by a long or stuck task, or
+none connected: a peer that connects and stalls the handshake holds the listener up) it runs as a
+Spark job instead.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import TaskStopped
-from indexing_task.reader import KeptConsumers
 from indexing_task.results import WorkerResult
 from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.worker import TaskPayload, freeze_survivors, index_splits
@@ -169,7 +168,7 @@ class ResidentRunners:
 
 def _serve(address: Any, key: bytes, _indexes: Iterator[int]) -> Iterator[str]:
     """A runner's Spark task: index the splits the driver sends until it sends None or goes away."""
-    with Client(address, authkey=key) as conn, KeptConsumers() as consumers:
+    with Client(address, authkey=key) as conn:
         while True:
             try:
                 request = conn.recv()
@@ -180,8 +179,7 @@ def _serve(address: Any, key: bytes, _indexes: Iterator[int]) -> Iterator[str]:
             payload, splits = request
             started = time.monotonic()
             try:
-                reply: tuple[bool, Any] = (True, [index_splits(payload, [payload.splits[i] for i in splits],
-                                                                   consumers=consumers)])
+                reply: tuple[bool, Any] = (True, [index_splits(payload, [payload.splits[i] for i in splits])])
             except Exception as exc:
                 reply = (False, exc)
             try:

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from indexing_task.errors import RangeNotReadableError
-from indexing_task.reader import KeptConsumers, consumer_config, read_range, read_ranges
+from indexing_task.reader import consumer_config, read_range, read_ranges
 from overlord.dev.sample_data import produce
 
 
@@ -69,23 +69,6 @@ def test_ranges_of_several_partitions_read_together_exactly_and_the_consumer_rea
 
     assert first == [list(range(700)), list(range(100, 110)), []]
     assert second == [list(range(110, 1_000)), list(range(700, 1_000))]
-
-
-def test_a_kept_consumer_reads_exactly_a_range_before_the_one_it_read_last(stack, make_topic):
-    """A resident runner's consumer reads one task's ranges after another's, a retry's again, in any order."""
-    topic = make_topic(2)
-    produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(4_000)], 2)
-    with KeptConsumers() as kept:
-        config = consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader")
-        reads = []
-        for ranges in ([(topic, 0, 1_500, 2_000), (topic, 1, 0, 2_000)], [(topic, 0, 0, 10)],
-                       [(topic, 1, 1_990, 2_000), (topic, 0, 1_000, 1_001)], [(topic, 0, 1_999, 2_000)]):
-            with kept.use(config) as consumer:
-                reads.append(read_together(consumer, ranges))
-        assert len(kept) == 1  # one consumer served every read
-
-    assert reads == [[list(range(1_500, 2_000)), list(range(2_000))], [list(range(10))],
-                     [list(range(1_990, 2_000)), [1_000]], [[1_999]]]
 
 
 def test_two_ranges_of_one_partition_are_refused(stack, make_topic):
