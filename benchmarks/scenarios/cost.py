@@ -4,7 +4,8 @@ Runs ``--supervisors`` supervisors (the example ``events`` spec, 2 partitions ea
 ``--rate`` events/s by a load process (a producer and a watcher of the committed offsets). A
 sampling process reads, every 0.5 s after ``--warmup-s``, the CPU time of every process of the
 overlord's tree: this process (the overlord and the Spark driver), the Spark JVM and the Python
-workers; the broker and PostgreSQL are reported apart, the load and the sampler left out.
+workers; the broker, PostgreSQL and the load process are reported apart (the machine's other
+tenants), the sampler left out.
 Freshness is the time from a record's acknowledgement to the commit that makes it visible.
 
     python -m benchmarks.scenarios.cost --rate 500 --seconds 300
@@ -57,10 +58,10 @@ def _kind(process: psutil.Process) -> str:
 
 
 class TreeCpu:
-    """CPU seconds by kind of process: the overlord's tree plus the broker and PostgreSQL."""
+    """CPU seconds by kind of process: the overlord's tree plus the broker, PostgreSQL and the load."""
 
-    def __init__(self, overlord_pid: int, exclude: set[int], postgres_port: int) -> None:
-        self.overlord, self.exclude = psutil.Process(overlord_pid), exclude
+    def __init__(self, overlord_pid: int, exclude: set[int], postgres_port: int, load_pid: int | None = None) -> None:
+        self.overlord, self.exclude, self.load_pid = psutil.Process(overlord_pid), exclude, load_pid
         self.postmaster = next(p for p in psutil.process_iter(["name", "cmdline"])
                                if p.info["name"] == "postgres" and f"-p {postgres_port}" in " ".join(p.info["cmdline"]))
         self.first: dict[int, float] = {}
@@ -79,7 +80,8 @@ class TreeCpu:
                 continue
             pid = process.pid
             if pid not in self.kinds:
-                self.kinds[pid] = "overlord" if pid == self.overlord.pid else _kind(process)
+                self.kinds[pid] = ("overlord" if pid == self.overlord.pid else "load" if pid == self.load_pid
+                                   else _kind(process))
             self.first.setdefault(pid, times.user + times.system)
             self.last[pid] = times.user + times.system
 
@@ -94,7 +96,7 @@ class TreeCpu:
 def _sample(overlord_pid: int, load_pid: int, postgres_port: int, warmup_s: float, seconds: float,
             results: Any) -> None:
     """The sampling process (left out of the measured tree): CPU seconds by kind over the measured window."""
-    cpu = TreeCpu(overlord_pid, {os.getpid(), load_pid}, postgres_port)
+    cpu = TreeCpu(overlord_pid, {os.getpid()}, postgres_port, load_pid)
     time.sleep(warmup_s)
     started = time.monotonic()
     while time.monotonic() - started < seconds:
@@ -231,7 +233,8 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_r
         overlord.stop()
         spark.stop()
     overlord_kinds = ("overlord", "spark_jvm", "python_workers", "other")
-    cores = {kind: round(used.get(kind, 0.0) / wall_s, 3) for kind in (*overlord_kinds, "broker", "postgres")}
+    cores = {kind: round(used.get(kind, 0.0) / wall_s, 3)
+             for kind in (*overlord_kinds, "broker", "postgres", "load")}
     return {
         "benchmark": "cost", "started": started, "supervisors": supervisors,
         "resident_runners": settings.resident_runner_count,
