@@ -358,7 +358,7 @@ class Supervisor:
         policy, now = self.ctx.policy, self.ctx.clock()
         self.next_due = None
         for group, state, todo, due in self._free_groups(now):
-            if not due and (todo.empty or todo.size() < policy.max_records_per_task):
+            if not due and todo.size() < policy.max_records_per_task:
                 due_at = state.launched + policy.min_task_interval_s  # its records may be unseen yet: look then
                 self.next_due = due_at if self.next_due is None else min(due_at, self.next_due)
                 continue
