@@ -60,8 +60,8 @@ def test_ranges_of_several_partitions_read_together_exactly_and_the_consumer_rea
     produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(3_000)], 3)
     consumer = Consumer(consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader"))
     try:
-        # Partition 1's range ends first, so it is paused while the others are read; pausing must not
-        # outlive the read, or the same consumer would wait forever on its next range there.
+        # A partition whose range ends first (likely the short one) is paused while the others are read;
+        # pausing must not outlive the read, or the same consumer would wait forever on its next range there.
         first = read_together(consumer, [(topic, 0, 0, 700), (topic, 1, 100, 110), (topic, 2, 5, 5)])
         second = read_together(consumer, [(topic, 1, 110, 1_000), (topic, 0, 700, 1_000)], stall_timeout_s=5)
     finally:

@@ -166,7 +166,8 @@ def test_a_published_task_frees_its_group_and_the_next_range_starts_at_its_end(
     assert sup.status.counters.processed == 10
 
 
-def test_a_trickle_waits_for_the_groups_interval_and_a_full_task_does_not(stack, engine, world, runner, datasource):
+def test_a_trickle_waits_for_the_groups_interval_and_a_backlog_once_seen_does_not(stack, engine, world, runner,
+                                                                                 datasource):
     world.marks = {0: (0, 10)}
     sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
     sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, max_records_per_task=100,
@@ -219,6 +220,39 @@ def test_a_task_that_ends_before_its_group_is_due_is_booked_without_asking_the_b
     sup.run_once()
     (second,) = runner.running()
     assert asked == [1000.0, 1005.0] and (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
+
+
+def test_after_a_full_task_the_next_one_starts_at_once_even_if_the_offsets_last_read_held_less(
+        stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 150)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, max_records_per_task=100,
+                                              idle_poll_s=10.0))
+    sup.run_once()
+    (first,) = runner.running()
+    assert (dict(first.start_offsets), dict(first.end_offsets)) == ({0: 0}, {0: 100})  # full: a backlog
+    world.marks = {0: (0, 400)}  # it goes on growing; the offsets last read held 50 more only
+    finish(runner, first, really_publish=True, engine=engine)
+    world.time += 0.5
+    sup.run_once()
+    (second,) = runner.running()
+    assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 100}, {0: 200})
+
+
+def test_a_reset_is_acted_on_at_the_next_run_whenever_the_offsets_were_read(stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10), 1: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, idle_poll_s=10.0))
+    sup.run_once()
+    (first,) = runner.running()
+    finish(runner, first, really_publish=True, engine=engine)
+    world.time += 1
+    sup.run_once()
+    assert sup.status.committed == {0: 10, 1: 10}
+    reset_offsets(engine, datasource, None)  # every partition again from where the spec starts
+    world.time += 1
+    sup.run_once()  # 2 s after the offsets were read, the group not due: the reset still makes it read them
+    assert sup.status.state == "RUNNING" and sup.status.recent_errors == () and sup.status.committed == {0: 0, 1: 0}
 
 
 def test_a_replica_that_finds_its_range_published_is_a_success_not_a_failure(

@@ -115,6 +115,8 @@ class GroupState:
     retry_after: float = 0.0
     launched: float = float("-inf")
     """When its last task was launched (monotonic)."""
+    ran_full: bool = False
+    """Whether its last task was full (``max_records_per_task``): a backlog, whose next task may start at once."""
 
 
 RATE_HORIZON_S = 900
@@ -181,6 +183,8 @@ class Supervisor:
         """Partitions whose committed offsets lie outside what the broker holds, and why: not read until reset."""
         self.refreshed: float | None = None
         """When the broker's offsets were last read (monotonic); None before the first read."""
+        self.refreshed_epoch = 0
+        """The committed offsets' reset count when the broker's offsets were last read."""
         self.next_due: float | None = None
         """When a group held back by ``min_task_interval_s`` may launch (monotonic); None if none is."""
         self.failed_runs = 0
@@ -196,12 +200,13 @@ class Supervisor:
             try:
                 self.update_task_status()
                 self.read_committed_offsets()
-                if self.needs_fresh_offsets():
+                now = self.ctx.clock()
+                if self.needs_fresh_offsets(now):
                     self.refresh_partitions()
                     self.check_offsets_in_range()
                 if self.launching:
                     self.pin_initial_offsets()
-                    self.create_new_tasks()
+                    self.create_new_tasks(now)
                 else:
                     self.detailed_state = "SUSPENDED" if self.suspended else "STOPPING"
                 if self.failed_runs:
@@ -216,18 +221,21 @@ class Supervisor:
                 self.runs += 1
                 self.publish_status()
 
-    def needs_fresh_offsets(self) -> bool:
+    def needs_fresh_offsets(self, now: float) -> bool:
         """Whether this run reads the broker's offsets (not if read lately and no task group may launch).
 
-        They are not read when read within ``min_task_interval_s`` and, by the offsets last read,
-        no group is due or has a full task to launch. A trickle's task that ends before its group
-        is due is booked without a broker round trip (under a 20-topic load each cost the broker
-        ~4.5 ms of CPU); its group's next run reads them.
+        They are read on the first run, when not launching, when older than ``min_task_interval_s``,
+        after a reset, and when a free group is due, has a full task by the offsets last read, or
+        just ran a full one (a backlog). A trickle's task that ends before its group is due is
+        booked without a broker round trip (under a 20-topic load each cost the broker ~4.5 ms of
+        CPU); a burst that arrives meanwhile is seen when the group is due.
         """
-        policy, now = self.ctx.policy, self.ctx.clock()
-        if self.refreshed is None or not self.launching or now - self.refreshed >= policy.min_task_interval_s:
+        policy, committed = self.ctx.policy, self.committed
+        if (self.refreshed is None or not self.launching or now - self.refreshed >= policy.min_task_interval_s
+                or self.refreshed_epoch != self.epoch or any(p not in committed for p in self.watermarks)):
             return True
-        return any(due or todo.size() >= policy.max_records_per_task for _, _, todo, due in self._free_groups(now))
+        return any(due or state.ran_full or todo.size() >= policy.max_records_per_task
+                   for _, state, todo, due in self._free_groups(now))
 
     def refresh_partitions(self) -> None:
         """Read every partition's earliest and latest offset from the broker."""
@@ -235,6 +243,7 @@ class Supervisor:
                                                    self.spec.spec.io_config))
         self.offsets_updated = self.ctx.now()
         self.refreshed = now = self.ctx.clock()
+        self.refreshed_epoch = self.epoch
         for gone in self.arrivals.keys() - self.watermarks.keys():  # a topic deleted, or no longer matched
             del self.arrivals[gone]
         for p, (_, high) in self.watermarks.items():
@@ -348,17 +357,18 @@ class Supervisor:
             self._check_topic_ids(list(new))
             logger.info("supervisor %s: new partitions %s start at offsets %s (committed)", self.id, sorted(new), new)
 
-    def create_new_tasks(self) -> None:
+    def create_new_tasks(self, now: float) -> None:
         """Launch a task for every free group with records to read, unless it trickles and launched lately.
 
         A group launches at most once per ``policy.min_task_interval_s`` unless its next task is
         full (``max_records_per_task``): a slow topic is indexed in fewer, larger tasks. A group
         held back sets :attr:`next_due`.
         """
-        policy, now = self.ctx.policy, self.ctx.clock()
+        policy = self.ctx.policy
         self.next_due = None
         for group, state, todo, due in self._free_groups(now):
-            if not due and todo.size() < policy.max_records_per_task:
+            state.ran_full = todo.size() >= policy.max_records_per_task
+            if not due and not state.ran_full:
                 due_at = state.launched + policy.min_task_interval_s  # its records may be unseen yet: look then
                 self.next_due = due_at if self.next_due is None else min(due_at, self.next_due)
                 continue
@@ -398,6 +408,11 @@ class Supervisor:
         return Offsets({p: high for p, (_, high) in self.watermarks.items()})
 
     @property
+    def epoch(self) -> int:
+        """How many times the committed offsets were reset."""
+        return self.stored.epoch if self.stored is not None else 0
+
+    @property
     def committed(self) -> Offsets:
         return self.stored.offsets if self.stored is not None else Offsets()
 
@@ -413,7 +428,7 @@ class Supervisor:
                 task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=todo.start, end_offsets=todo.end,
                 initial_offsets=Offsets(), deep_storage=self.ctx.settings.deep_storage,
                 generation=self.stored.version if self.stored is not None else 0,
-                epoch=self.stored.epoch if self.stored is not None else 0, leader_epoch=self.ctx.leader_epoch,
+                epoch=self.epoch, leader_epoch=self.ctx.leader_epoch,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)
             self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
