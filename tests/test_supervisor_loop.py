@@ -166,8 +166,7 @@ def test_a_published_task_frees_its_group_and_the_next_range_starts_at_its_end(
     assert sup.status.counters.processed == 10
 
 
-def test_a_trickle_waits_for_the_groups_interval_and_a_backlog_once_seen_does_not(stack, engine, world, runner,
-                                                                                 datasource):
+def test_a_trickle_waits_for_the_groups_interval_and_a_full_task_does_not(stack, engine, world, runner, datasource):
     world.marks = {0: (0, 10)}
     sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
     sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, max_records_per_task=100,
@@ -183,76 +182,13 @@ def test_a_trickle_waits_for_the_groups_interval_and_a_backlog_once_seen_does_no
     sup.run_once()
     (second,) = runner.running()
     assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
-    world.marks = {0: (0, 500)}  # a backlog, seen when the group is due: its tasks are full and start at once
+    world.marks = {0: (0, 500)}  # a backlog: the next task is full and starts as soon as the group is free
     finish(runner, second, really_publish=True, engine=engine)
-    world.time += 5
+    world.time += 0.5
     sup.run_once()
     (third,) = runner.running()
     assert (dict(third.start_offsets), dict(third.end_offsets)) == ({0: 25}, {0: 125})
     assert sup.next_run_in_s() is None  # its end wakes the supervisor
-    finish(runner, third, really_publish=True, engine=engine)
-    world.time += 0.5
-    sup.run_once()
-    (fourth,) = runner.running()
-    assert (dict(fourth.start_offsets), dict(fourth.end_offsets)) == ({0: 125}, {0: 225})
-
-
-def test_a_task_that_ends_before_its_group_is_due_is_booked_without_asking_the_broker(
-        stack, engine, world, runner, datasource):
-    asked = []
-    world.marks = {0: (0, 10)}
-    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
-    def watermarks(*args: Any) -> dict[Any, tuple[int, int]]:
-        asked.append(world.time)
-        return world.watermarks(*args)
-
-    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, max_records_per_task=100,
-                                              idle_poll_s=10.0), watermarks=watermarks)
-    sup.run_once()
-    (first,) = runner.running()
-    world.marks = {0: (0, 25)}
-    finish(runner, first, really_publish=True, engine=engine)
-    world.time += 1
-    sup.run_once()  # books the task; the group is due in 4 s and the offsets are 1 s old
-    assert asked == [1000.0] and runner.running() == [] and sup.next_run_in_s() == pytest.approx(4.0)
-    assert [t.status for t in sup.status.recent_tasks] == ["SUCCESS"] and sup.status.committed == {0: 10}
-    world.time += 4
-    sup.run_once()
-    (second,) = runner.running()
-    assert asked == [1000.0, 1005.0] and (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
-
-
-def test_after_a_full_task_the_next_one_starts_at_once_even_if_the_offsets_last_read_held_less(
-        stack, engine, world, runner, datasource):
-    world.marks = {0: (0, 150)}
-    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
-    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, max_records_per_task=100,
-                                              idle_poll_s=10.0))
-    sup.run_once()
-    (first,) = runner.running()
-    assert (dict(first.start_offsets), dict(first.end_offsets)) == ({0: 0}, {0: 100})  # full: a backlog
-    world.marks = {0: (0, 400)}  # it goes on growing; the offsets last read held 50 more only
-    finish(runner, first, really_publish=True, engine=engine)
-    world.time += 0.5
-    sup.run_once()
-    (second,) = runner.running()
-    assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 100}, {0: 200})
-
-
-def test_a_reset_is_acted_on_at_the_next_run_whenever_the_offsets_were_read(stack, engine, world, runner, datasource):
-    world.marks = {0: (0, 10), 1: (0, 10)}
-    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
-    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=5.0, idle_poll_s=10.0))
-    sup.run_once()
-    (first,) = runner.running()
-    finish(runner, first, really_publish=True, engine=engine)
-    world.time += 1
-    sup.run_once()
-    assert sup.status.committed == {0: 10, 1: 10}
-    reset_offsets(engine, datasource, None)  # every partition again from where the spec starts
-    world.time += 1
-    sup.run_once()  # 2 s after the offsets were read, the group not due: the reset still makes it read them
-    assert sup.status.state == "RUNNING" and sup.status.recent_errors == () and sup.status.committed == {0: 0, 1: 0}
 
 
 def test_a_replica_that_finds_its_range_published_is_a_success_not_a_failure(

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -115,8 +115,6 @@ class GroupState:
     retry_after: float = 0.0
     launched: float = float("-inf")
     """When its last task was launched (monotonic)."""
-    ran_full: bool = False
-    """Whether its last task was full (``max_records_per_task``): a backlog, whose next task may start at once."""
 
 
 RATE_HORIZON_S = 900
@@ -181,10 +179,6 @@ class Supervisor:
         self.offsets_updated: datetime | None = None
         self.stopped_partitions: dict[Partition, str] = {}
         """Partitions whose committed offsets lie outside what the broker holds, and why: not read until reset."""
-        self.refreshed: float | None = None
-        """When the broker's offsets were last read (monotonic); None before the first read."""
-        self.refreshed_epoch = 0
-        """The committed offsets' reset count when the broker's offsets were last read."""
         self.next_due: float | None = None
         """When a group held back by ``min_task_interval_s`` may launch (monotonic); None if none is."""
         self.failed_runs = 0
@@ -198,15 +192,13 @@ class Supervisor:
         """One pass of the loop; failures are recorded, never raised (the next pass retries)."""
         with self.lock:
             try:
+                self.refresh_partitions()
                 self.update_task_status()
                 self.read_committed_offsets()
-                now = self.ctx.clock()
-                if self.needs_fresh_offsets(now):
-                    self.refresh_partitions()
-                    self.check_offsets_in_range()
+                self.check_offsets_in_range()
                 if self.launching:
                     self.pin_initial_offsets()
-                    self.create_new_tasks(now)
+                    self.create_new_tasks()
                 else:
                     self.detailed_state = "SUSPENDED" if self.suspended else "STOPPING"
                 if self.failed_runs:
@@ -221,29 +213,12 @@ class Supervisor:
                 self.runs += 1
                 self.publish_status()
 
-    def needs_fresh_offsets(self, now: float) -> bool:
-        """Whether this run reads the broker's offsets (not if read lately and no task group may launch).
-
-        They are read on the first run, when not launching, when older than ``min_task_interval_s``,
-        after a reset, and when a free group is due, has a full task by the offsets last read, or
-        just ran a full one (a backlog). A trickle's task that ends before its group is due is
-        booked without a broker round trip (under a 20-topic load each cost the broker ~4.5 ms of
-        CPU); a burst that arrives meanwhile is seen when the group is due.
-        """
-        policy, committed = self.ctx.policy, self.committed
-        if (self.refreshed is None or not self.launching or now - self.refreshed >= policy.min_task_interval_s
-                or self.refreshed_epoch != self.epoch or any(p not in committed for p in self.watermarks)):
-            return True
-        return any(due or state.ran_full or todo.size() >= policy.max_records_per_task
-                   for _, state, todo, due in self._free_groups(now))
-
     def refresh_partitions(self) -> None:
         """Read every partition's earliest and latest offset from the broker."""
         self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings),
                                                    self.spec.spec.io_config))
         self.offsets_updated = self.ctx.now()
-        self.refreshed = now = self.ctx.clock()
-        self.refreshed_epoch = self.epoch
+        now = self.ctx.clock()
         for gone in self.arrivals.keys() - self.watermarks.keys():  # a topic deleted, or no longer matched
             del self.arrivals[gone]
         for p, (_, high) in self.watermarks.items():
@@ -357,35 +332,16 @@ class Supervisor:
             self._check_topic_ids(list(new))
             logger.info("supervisor %s: new partitions %s start at offsets %s (committed)", self.id, sorted(new), new)
 
-    def create_new_tasks(self, now: float) -> None:
+    def create_new_tasks(self) -> None:
         """Launch a task for every free group with records to read, unless it trickles and launched lately.
 
         A group launches at most once per ``policy.min_task_interval_s`` unless its next task is
         full (``max_records_per_task``): a slow topic is indexed in fewer, larger tasks. A group
         held back sets :attr:`next_due`.
         """
-        policy = self.ctx.policy
-        self.next_due = None
-        for group, state, todo, due in self._free_groups(now):
-            state.ran_full = todo.size() >= policy.max_records_per_task
-            if not due and not state.ran_full:
-                due_at = state.launched + policy.min_task_interval_s  # its records may be unseen yet: look then
-                self.next_due = due_at if self.next_due is None else min(due_at, self.next_due)
-                continue
-            if todo.empty:
-                continue
-            state.launched = now
-            self._launch(group, todo)
-        self.detailed_state = "RUNNING" if self.active else "IDLE"
-
-    def _free_groups(self, now: float) -> Iterator[tuple[int, GroupState, OffsetRange, bool]]:
-        """Each task group free to launch (partitions to read, no task in flight, not backing off).
-
-        Yields its number, its state, its next range by the offsets last read, and whether
-        ``min_task_interval_s`` has passed since its last launch.
-        """
-        io, policy = self.spec.spec.io_config, self.ctx.policy
+        io, policy, now = self.spec.spec.io_config, self.ctx.policy, self.ctx.clock()
         busy = {p for task in self.active.values() for p in task.request.start_offsets}
+        self.next_due = None
         for group in range(io.task_count):
             partitions = [p for p in self.latest
                           if task_group(p, io.task_count) == group and p not in self.stopped_partitions]
@@ -393,7 +349,15 @@ class Supervisor:
             if not partitions or busy.intersection(partitions) or now < state.retry_after:
                 continue
             todo = next_range(self.committed, self.latest, partitions, policy.max_records_per_task)
-            yield group, state, todo, now >= state.launched + policy.min_task_interval_s
+            if todo.empty:
+                continue
+            due = state.launched + policy.min_task_interval_s
+            if now < due and todo.size() < policy.max_records_per_task:
+                self.next_due = due if self.next_due is None else min(due, self.next_due)
+                continue
+            state.launched = now
+            self._launch(group, todo)
+        self.detailed_state = "RUNNING" if self.active else "IDLE"
 
     def publish_status(self) -> None:
         """Replace :attr:`status` with a snapshot of now, and remember its lag and rate (callers hold ``lock``)."""
@@ -406,11 +370,6 @@ class Supervisor:
     @property
     def latest(self) -> Offsets:
         return Offsets({p: high for p, (_, high) in self.watermarks.items()})
-
-    @property
-    def epoch(self) -> int:
-        """How many times the committed offsets were reset."""
-        return self.stored.epoch if self.stored is not None else 0
 
     @property
     def committed(self) -> Offsets:
@@ -428,7 +387,7 @@ class Supervisor:
                 task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=todo.start, end_offsets=todo.end,
                 initial_offsets=Offsets(), deep_storage=self.ctx.settings.deep_storage,
                 generation=self.stored.version if self.stored is not None else 0,
-                epoch=self.epoch, leader_epoch=self.ctx.leader_epoch,
+                epoch=self.stored.epoch if self.stored is not None else 0, leader_epoch=self.ctx.leader_epoch,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)
             self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
