@@ -126,8 +126,12 @@ class Settings(BaseSettings):
         return value
 
     task_slots: int = Field(
-        default=8, ge=1, description="how many tasks (indexing and compaction) run at once on the shared Spark "
-        "session; more wait for a slot (their `completionTimeout` starts when they run)")
+        default=8, ge=1, description="how many indexing tasks run at once on the shared Spark session; more wait "
+        "for a slot (their `completionTimeout` starts when they run)")
+    compaction_task_slots: int = Field(
+        default=1, ge=1, description="how many compaction tasks (auto-compaction's and those asked for) run at "
+        "once, besides the indexing tasks' slots (Druid's `maxCompactionTaskSlots`): a pass over many datasources "
+        "works through them in turn and never holds up ingestion")
     compaction_period_s: int = Field(
         default=60, ge=0, description="how often the leader runs auto-compaction: merges a fresh interval's small "
         "segments tier by tier and compacts older intervals whole (see docs/querying.md, \"Good files by default\"); "

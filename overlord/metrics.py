@@ -157,7 +157,7 @@ class _ScrapeCollector(Collector):
         yield GaugeMetricFamily("overlord_leader_epoch", "The leader epoch this overlord leads under (0 on a "
                                 "standby): it grows with every election", value=epoch or 0)
         slots, running, waiting = self._sources.slot_use()
-        yield GaugeMetricFamily("overlord_task_slots", "Task slots (OVERLORD_TASK_SLOTS)", value=slots)
+        yield GaugeMetricFamily("overlord_task_slots", "Indexing task slots (OVERLORD_TASK_SLOTS)", value=slots)
         yield GaugeMetricFamily("overlord_task_slots_used", "Task slots running a task", value=running)
         yield GaugeMetricFamily("overlord_tasks_waiting", "Tasks waiting for a slot", value=waiting)
         try:

@@ -47,3 +47,27 @@ def test_shutdown_cancels_waiting_work_and_waits_for_running_work():
     release.set()
     stopping.join(30)
     assert running.result() == "done" and not stopping.is_alive()
+
+
+def test_compactions_wait_for_their_own_slots_and_never_hold_back_an_indexing_task(spark, engine):
+    """Twenty datasources' compactions at once once held every task slot, and freshness p95 went 3.8 -> 10.6 s."""
+    runner = TaskRunner(spark, engine, slots=1, compaction_slots=1)
+    release, ran = threading.Event(), []
+
+    def work(name: str, block: bool = False):
+        def run(_stop: threading.Event) -> str:
+            if block:
+                release.wait(30)
+            ran.append(name)
+            return name
+        return run
+
+    first = runner.submit_work("compact-a", "compaction", work("compact-a", block=True), owner="a", compaction=True)
+    second = runner.submit_work("compact-b", "compaction", work("compact-b"), owner="b", compaction=True)
+    task = runner.submit_work("index-c", "indexing", work("index-c"), owner="c")
+    assert task.result(30) == "index-c"
+    assert not second.done()  # the one compaction slot is taken
+    release.set()
+    assert (first.result(30), second.result(30)) == ("compact-a", "compact-b")
+    assert ran == ["index-c", "compact-a", "compact-b"]
+    runner.shutdown()

@@ -81,7 +81,8 @@ class Overlord:
         self.settings = settings
         self.engine = engine
         self.store = MetadataStore(engine)
-        self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish, settings.resident_runner_count)
+        self.runner = TaskRunner(spark, engine, settings.task_slots, before_publish, settings.resident_runner_count,
+                                 settings.compaction_task_slots)
         self.metrics = Metrics(ScrapeSources(
             statuses=lambda: [sup.status for sup in list(self.supervisors.values())],
             leader_epoch=lambda: self.elector.epoch, slot_use=self.runner.slot_use,
@@ -364,7 +365,8 @@ class Overlord:
         future = self.runner.submit_work(
             task_id, f"compaction of {datasource}",
             lambda _stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
-                                  max_rows_per_segment=max_rows_per_segment, select=select), owner=datasource)
+                                  max_rows_per_segment=max_rows_per_segment, select=select), owner=datasource,
+            compaction=True)
         future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all",
                     extra={"task_id": task_id})

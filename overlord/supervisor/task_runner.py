@@ -33,23 +33,27 @@ class TaskRunner:
 
     A stopped task's Spark job is cancelled and the task never publishes (or swaps): its stop
     event is checked between writing its files and its metadata transaction. Slots go to the
-    datasources with waiting tasks in turn (:class:`FairExecutor`).
+    datasources with waiting tasks in turn (:class:`FairExecutor`). Compactions have slots of
+    their own (Druid's ``maxCompactionTaskSlots``): a pass over many datasources queues behind
+    them and never takes the slots that keep ingestion fresh.
     """
 
     def __init__(self, spark: SparkSession, engine: sa.Engine, slots: int = 8,
-                 before_publish: BeforePublish | None = None, resident_runners: int = 0) -> None:
+                 before_publish: BeforePublish | None = None, resident_runners: int = 0,
+                 compaction_slots: int = 1) -> None:
         self.spark = spark
         self.engine = engine
         self.before_publish = before_publish
         self.resident = ResidentRunners(spark, resident_runners) if resident_runners else None
         self._pool = FairExecutor(slots, thread_name_prefix="task")
+        self._compaction_pool = FairExecutor(compaction_slots, thread_name_prefix="compaction")
         self.logs = TaskLogs()
         """Each task's log lines (see :mod:`overlord.supervisor.task_logs`); its owner puts it on the root logger."""
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
     def slot_use(self) -> tuple[int, int, int]:
-        """(task slots, tasks running in them, tasks waiting for one)."""
+        """(indexing task slots, tasks running in them, tasks waiting for one)."""
         return self._pool.load()
 
     def spark_alive(self) -> bool:
@@ -74,10 +78,11 @@ class TaskRunner:
 
     def submit_work(self, task_id: str, description: str, work: Callable[[threading.Event], T],
                     on_done: Callable[[str], None] = _nothing, on_start: Callable[[str], None] = _nothing,
-                    owner: str | None = None) -> Future[T]:
+                    owner: str | None = None, compaction: bool = False) -> Future[T]:
         """Run ``work(stop_event)`` as task ``task_id``: its Spark jobs form the task's job group.
 
-        ``owner`` (a datasource; the task itself if None) takes its turn for a slot with the others.
+        ``owner`` (a datasource; the task itself if None) takes its turn for a slot with the others:
+        a compaction slot if ``compaction``, else a task slot.
         """
         stop = threading.Event()
         with self._lock:
@@ -91,7 +96,8 @@ class TaskRunner:
             with self.logs.running(task_id):
                 return work(stop)
 
-        future = self._pool.submit(owner or task_id, run)
+        pool = self._compaction_pool if compaction else self._pool
+        future = pool.submit(owner or task_id, run)
         future.add_done_callback(lambda _f: self._finished(task_id, on_done))
         return future
 
@@ -123,3 +129,4 @@ class TaskRunner:
         if self.resident is not None:
             self.resident.close()
         self._pool.shutdown()
+        self._compaction_pool.shutdown()
