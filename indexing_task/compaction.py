@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError
+from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, WrittenSegment, run_on_workers
 from indexing_task.rollup import (
     SEGMENT_START,
@@ -192,10 +193,23 @@ def _plan(engine: sa.Engine, datasource: str, within: Interval | None, select: S
     return {iv: segs for iv, segs in picked.items() if segs}
 
 
-def _run_job(spark: SparkSession, payload: _Payload) -> list[WorkerResult]:
+RESIDENT_MAX_BYTES = 4 * 1024 * 1024
+"""A compaction reading at most this much runs on a resident runner if one is idle: as a Spark job, merging a
+trickle's small files (the fresh intervals' lower tiers) cost ~1-2 s of a core, mostly the job's own."""
+
+
+def _compact_all(payload: _Payload) -> list[WorkerResult]:
+    """Every interval of ``payload``, on a resident runner."""
+    return list(_run_intervals(payload, iter(range(len(payload.intervals)))))
+
+
+def _run_job(spark: SparkSession, payload: _Payload, resident: ResidentRunners | None) -> list[WorkerResult]:
+    """The job's intervals compacted: on a ``resident`` runner if given and one comes back in time, else as a job."""
     n = len(payload.intervals)
-    spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")
-    results = run_on_workers(spark, n, partial(_run_intervals, payload))
+    results = resident.call(f"compaction {payload.job_id}", partial(_compact_all, payload)) if resident else None
+    if results is None:
+        spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")
+        results = run_on_workers(spark, n, partial(_run_intervals, payload))
     errors = [r.error for r in results if r.error and not r.retryable]
     if errors:
         raise CompactionError(f"compaction {payload.job_id} of {payload.datasource!r}: {errors[0]}")
@@ -205,14 +219,15 @@ def _run_job(spark: SparkSession, payload: _Payload) -> list[WorkerResult]:
 def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_storage: str,
             interval: Interval | None = None, *, storage_options: dict[str, Any] | None = None,
             max_rows_per_segment: int | None = None, min_segments: int = 2, select: Selection | None = None,
-            max_attempts: int = 3) -> list[CompactionReport]:
+            max_attempts: int = 3, resident: ResidentRunners | None = None) -> list[CompactionReport]:
     """Compact every exact interval of ``spec``'s datasource inside ``interval`` (all when None).
 
     The spec's metrics say how rows merge and its ``maxRowsPerSegment`` caps the files (unless
     given). ``select`` picks what to merge of each interval's visible segments (by default all
     of them when there are ``min_segments`` or more; the others are kept as they are). An
     interval whose swap is retryable is planned and compacted again, up to ``max_attempts``
-    times. Raises :class:`CompactionError` if a job fails.
+    times. A job reading at most :data:`RESIDENT_MAX_BYTES` runs on one of the ``resident`` runners
+    if given. Raises :class:`CompactionError` if a job fails.
     """
     datasource = spec.datasource
     schema = RollupSchema.from_spec(spec.spec.data_schema)
@@ -234,7 +249,9 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
         logger.info("compaction %s: datasource=%s intervals=%d segments=%d (attempt %d)", job_id, datasource,
                     len(pending), sum(len(v) for v in pending.values()), attempt)
         retry: list[Interval] = []
-        for row, ((start, end), read) in zip(_run_job(spark, payload), pending.items(), strict=True):
+        small = sum(r.size_bytes for read in pending.values() for r in read) <= RESIDENT_MAX_BYTES
+        rows = _run_job(spark, payload, resident if small else None)
+        for row, ((start, end), read) in zip(rows, pending.items(), strict=True):
             read_ids = frozenset(r.id for r in read)
             segments = tuple(s.descriptor(datasource) for s in row.segments)
             outcome = (SwapOutcome("retryable", row.error or "") if row.retryable else

@@ -11,7 +11,7 @@ supervisor retries them: on a local master one failed Spark task ends the job) a
 started again. A task waits its turn for a runner while they come back (a Spark job costs several
 small tasks' CPU); once none has come back for ``wait_s`` (each held by a long or stuck task, or
 none connected: a peer that connects and stalls the handshake holds the listener up) it runs as a
-Spark job instead.
+Spark job instead. Small compactions run on them too (:func:`indexing_task.compaction.compact`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
@@ -77,15 +77,23 @@ class ResidentRunners:
         Raises what the runner raised, :class:`RunnerLost`, or :class:`TaskStopped` if ``stop`` is set while
         the task waits for a runner.
         """
-        conn = self._next_idle(payload.task_id, stop)
+        return self.call(payload.task_id, partial(_index, payload, tuple(splits)), stop)
+
+    def call(self, task_id: str, work: Callable[[], list[WorkerResult]], stop: threading.Event | None = None
+             ) -> list[WorkerResult] | None:
+        """``work()`` (a picklable call of a module-level function) on a runner, for task ``task_id``.
+
+        None if no runner comes back in time; raises as :meth:`run` does.
+        """
+        conn = self._next_idle(task_id, stop)
         if conn is None:
             return None
         try:
-            conn.send((payload, tuple(splits)))
+            conn.send((task_id, work))
             ok, value = conn.recv()
         except (EOFError, OSError) as exc:
             conn.close()
-            raise RunnerLost(f"task {payload.task_id}: its resident runner went away ({exc!r}); nothing was "
+            raise RunnerLost(f"task {task_id}: its resident runner went away ({exc!r}); nothing was "
                              "published") from None
         self._came_back = time.monotonic()
         self._idle.put(conn)
@@ -152,7 +160,7 @@ class ResidentRunners:
         sc = self.spark.sparkContext
         address = self._listener.address
         while not self._closed.is_set():
-            sc.setJobGroup(self.job_group, f"{self.count} resident runner(s) for small indexing tasks",
+            sc.setJobGroup(self.job_group, f"{self.count} resident runner(s) for small tasks",
                            interruptOnCancel=True)
             use_pool(self.spark, INGEST_POOL)
             try:
@@ -166,8 +174,12 @@ class ResidentRunners:
             self._closed.wait(self.restart_delay_s)
 
 
+def _index(payload: TaskPayload, splits: tuple[int, ...]) -> list[WorkerResult]:
+    return [index_splits(payload, [payload.splits[i] for i in splits])]
+
+
 def _serve(address: Any, key: bytes, _indexes: Iterator[int]) -> Iterator[str]:
-    """A runner's Spark task: index the splits the driver sends until it sends None or goes away."""
+    """A runner's Spark task: run the work the driver sends until it sends None or goes away."""
     with Client(address, authkey=key) as conn:
         while True:
             try:
@@ -176,10 +188,10 @@ def _serve(address: Any, key: bytes, _indexes: Iterator[int]) -> Iterator[str]:
                 break
             if request is None:
                 break
-            payload, splits = request
+            task_id, work = request
             started = time.monotonic()
             try:
-                reply: tuple[bool, Any] = (True, [index_splits(payload, [payload.splits[i] for i in splits])])
+                reply: tuple[bool, Any] = (True, work())
             except Exception as exc:
                 reply = (False, exc)
             try:
@@ -189,6 +201,6 @@ def _serve(address: Any, key: bytes, _indexes: Iterator[int]) -> Iterator[str]:
                     conn.send((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
             except (EOFError, OSError):
                 break
-            logger.debug("task %s: %d splits in %.3f s", payload.task_id, len(splits), time.monotonic() - started)
+            logger.debug("task %s: %.3f s on a resident runner", task_id, time.monotonic() - started)
             freeze_survivors()
     return iter(())
