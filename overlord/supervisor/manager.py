@@ -114,11 +114,14 @@ class Overlord:
         self.scheduler.start()
         duties = (("auto-compaction", self.auto_compact, self.settings.compaction_period_s),
                   ("retention", self.apply_retention, self.settings.retention_period_s),
-                  ("kill", self.kill_unused, self.settings.kill_period_s),
-                  ("iceberg", self.export_tables, self.settings.iceberg_period_s))
-        for name, duty, period_s in duties:
-            if period_s:
-                self.scheduler.add_job(self._run_duty, "interval", args=[name, duty], id=name, seconds=period_s)
+                  ("iceberg", self.export_tables, self.settings.iceberg_period_s),
+                  ("kill", self.kill_unused, self.settings.kill_period_s))
+        now = datetime.now(UTC)
+        for phase, (name, duty, period_s) in enumerate(duties):
+            if period_s:  # each at its own phase of its period: their passes over every datasource never coincide
+                first = now + timedelta(seconds=period_s * (1 + phase / len(duties)))
+                self.scheduler.add_job(self._run_duty, "interval", args=[name, duty], id=name, seconds=period_s,
+                                       start_date=first)
         self.elector.start()
         logger.info("overlord %s started (%s)", self.elector.name, "leader" if self.leading else "standby")
 
