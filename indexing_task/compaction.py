@@ -15,6 +15,7 @@ An interval's rolled-up rows must fit one worker's memory.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
-from indexing_task.errors import IndexingError
+from indexing_task.errors import IndexingError, TaskStopped
 from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, WrittenSegment, run_on_workers
 from indexing_task.rollup import (
@@ -219,7 +220,8 @@ def _run_job(spark: SparkSession, payload: _Payload, resident: ResidentRunners |
 def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_storage: str,
             interval: Interval | None = None, *, storage_options: dict[str, Any] | None = None,
             max_rows_per_segment: int | None = None, min_segments: int = 2, select: Selection | None = None,
-            max_attempts: int = 3, resident: ResidentRunners | None = None) -> list[CompactionReport]:
+            max_attempts: int = 3, resident: ResidentRunners | None = None,
+            stop: threading.Event | None = None) -> list[CompactionReport]:
     """Compact every exact interval of ``spec``'s datasource inside ``interval`` (all when None).
 
     The spec's metrics say how rows merge and its ``maxRowsPerSegment`` caps the files (unless
@@ -227,7 +229,8 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
     of them when there are ``min_segments`` or more; the others are kept as they are). An
     interval whose swap is retryable is planned and compacted again, up to ``max_attempts``
     times. A job reading at most :data:`RESIDENT_MAX_BYTES` runs on one of the ``resident`` runners
-    if given. Raises :class:`CompactionError` if a job fails.
+    if given. Raises :class:`CompactionError` if a job fails, :class:`TaskStopped` (before any swap
+    of its job) once ``stop`` is set.
     """
     datasource = spec.datasource
     schema = RollupSchema.from_spec(spec.spec.data_schema)
@@ -251,6 +254,8 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
         retry: list[Interval] = []
         small = sum(r.size_bytes for read in pending.values() for r in read) <= RESIDENT_MAX_BYTES
         rows = _run_job(spark, payload, resident if small else None)
+        if stop is not None and stop.is_set():
+            raise TaskStopped(f"compaction {job_id} of {datasource!r} was stopped; nothing was swapped")
         for row, ((start, end), read) in zip(rows, pending.items(), strict=True):
             read_ids = frozenset(r.id for r in read)
             segments = tuple(s.descriptor(datasource) for s in row.segments)

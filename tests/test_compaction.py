@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from indexing_task.compaction import CompactionError, compact
+from indexing_task.errors import TaskStopped
 from overlord.cli.main import _parser
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.query.engine import execute_sql
@@ -186,6 +187,21 @@ def test_compaction_keeps_query_results_identical_on_random_data(spark, engine, 
     assert max(keys.values()) == 1  # re-rolled up: one row per (minute, country, device)
     assert compact(spark, engine, events_spec(datasource), deep_storage, max_rows_per_segment=250,
                    min_segments=4) == []  # nothing left with that many segments
+
+
+def test_a_stopped_compaction_swaps_nothing(spark, engine, datasource, deep_storage):
+    """A stop (shutdown, a deposed leader) once only cancelled a running Spark job: a compaction on a resident
+    runner, or one stopped before its job started, still swapped.
+    """
+    rng = random.Random(10)
+    for _ in range(3):
+        publish_random(engine, deep_storage, datasource, rng, T0, 40)
+    before = [s.id for s in visible_segments(engine, datasource)]
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(TaskStopped, match="nothing was swapped"):
+        compact(spark, engine, events_spec(datasource), deep_storage, stop=stop)
+    assert [s.id for s in visible_segments(engine, datasource)] == before
 
 
 def test_compaction_without_rollup_keeps_every_row(spark, engine, datasource, deep_storage):

@@ -367,9 +367,9 @@ class Overlord:
         self.store.insert_task(task_id, datasource, datasource, {}, {}, task_type="compact")
         future = self.runner.submit_work(
             task_id, f"compaction of {datasource}",
-            lambda _stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
-                                  max_rows_per_segment=max_rows_per_segment, select=select,
-                                  resident=self.runner.resident),
+            lambda stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
+                                 max_rows_per_segment=max_rows_per_segment, select=select,
+                                 resident=self.runner.resident, stop=stop),
             owner=datasource, compaction=True)
         future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all",
