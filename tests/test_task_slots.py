@@ -7,23 +7,27 @@ would make every other datasource wait until all of them had run.
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 from overlord.supervisor.fair_executor import FairExecutor
 from overlord.supervisor.task_runner import TaskRunner
 from tests.helpers import wait_until
 
 
+def _recorded(release: threading.Event, ran: list[str], name: str, block: bool = False):
+    """Work named ``name`` that appends its name to ``ran`` when it runs (after ``release`` if ``block``)."""
+    def run(_stop: threading.Event) -> str:
+        if block:
+            release.wait(30)
+        ran.append(name)
+        return name
+    return run
+
+
 def test_a_slot_goes_to_each_datasource_with_waiting_tasks_in_turn(spark, engine):
     runner = TaskRunner(spark, engine, slots=1)
     release, ran = threading.Event(), []
-
-    def work(name: str, block: bool = False):
-        def run(_stop: threading.Event) -> str:
-            if block:
-                release.wait(30)
-            ran.append(name)
-            return name
-        return run
+    work = partial(_recorded, release, ran)
 
     futures = [runner.submit_work("busy-0", "busy", work("busy-0", block=True), owner="busy")]
     futures += [runner.submit_work(f"busy-{i}", "busy", work(f"busy-{i}"), owner="busy") for i in range(1, 4)]
@@ -53,14 +57,7 @@ def test_compactions_wait_for_their_own_slots_and_never_hold_back_an_indexing_ta
     """Twenty datasources' compactions at once once held every task slot, and freshness p95 went 3.8 -> 10.6 s."""
     runner = TaskRunner(spark, engine, slots=1, compaction_slots=1)
     release, ran = threading.Event(), []
-
-    def work(name: str, block: bool = False):
-        def run(_stop: threading.Event) -> str:
-            if block:
-                release.wait(30)
-            ran.append(name)
-            return name
-        return run
+    work = partial(_recorded, release, ran)
 
     first = runner.submit_work("compact-a", "compaction", work("compact-a", block=True), owner="a", compaction=True)
     second = runner.submit_work("compact-b", "compaction", work("compact-b"), owner="b", compaction=True)
