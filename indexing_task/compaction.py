@@ -204,11 +204,18 @@ def _compact_all(payload: _Payload) -> list[WorkerResult]:
     return list(_run_intervals(payload, iter(range(len(payload.intervals)))))
 
 
-def _run_job(spark: SparkSession, payload: _Payload, resident: ResidentRunners | None) -> list[WorkerResult]:
-    """The job's intervals compacted: on a ``resident`` runner if given and one comes back in time, else as a job."""
+def _run_job(spark: SparkSession, payload: _Payload, resident: ResidentRunners | None,
+             stop: threading.Event | None, check_stop: Callable[[], None]) -> list[WorkerResult]:
+    """The job's intervals compacted (if ``check_stop()`` lets it).
+
+    On a ``resident`` runner if given and one comes back in time, else as a Spark job.
+    """
     n = len(payload.intervals)
-    results = resident.call(f"compaction {payload.job_id}", partial(_compact_all, payload)) if resident else None
+    check_stop()
+    results = (resident.call(f"compaction {payload.job_id}", partial(_compact_all, payload), stop)
+               if resident else None)
     if results is None:
+        check_stop()
         spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")
         results = run_on_workers(spark, n, partial(_run_intervals, payload))
     errors = [r.error for r in results if r.error and not r.retryable]
@@ -229,13 +236,22 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
     of them when there are ``min_segments`` or more; the others are kept as they are). An
     interval whose swap is retryable is planned and compacted again, up to ``max_attempts``
     times. A job reading at most :data:`RESIDENT_MAX_BYTES` runs on one of the ``resident`` runners
-    if given. Raises :class:`CompactionError` if a job fails, :class:`TaskStopped` (before any swap
-    of its job) once ``stop`` is set.
+    if given. Raises :class:`CompactionError` if a job fails, :class:`TaskStopped` once ``stop`` is set
+    (checked before each job and each swap).
     """
     datasource = spec.datasource
     schema = RollupSchema.from_spec(spec.spec.data_schema)
     max_rows = max_rows_per_segment or spec.spec.tuning_config.max_rows_per_segment
     reports: list[CompactionReport] = []
+    swapped = 0
+
+    def check_stop() -> None:
+        """Raise :class:`TaskStopped` once ``stop`` is set, saying how many intervals were swapped before it."""
+        if stop is not None and stop.is_set():
+            done = f"{swapped} interval{'s were' if swapped > 1 else ' was'} swapped before the stop" if swapped \
+                else "nothing was swapped"
+            raise TaskStopped(f"compaction {job_id} of {datasource!r} was stopped; {done}")
+
     select = select or _at_least(min_segments)
     pending = _plan(engine, datasource, interval, select)
     for attempt in range(1, max_attempts + 1):
@@ -253,10 +269,9 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
                     len(pending), sum(len(v) for v in pending.values()), attempt)
         retry: list[Interval] = []
         small = sum(r.size_bytes for read in pending.values() for r in read) <= RESIDENT_MAX_BYTES
-        rows = _run_job(spark, payload, resident if small else None)
-        if stop is not None and stop.is_set():
-            raise TaskStopped(f"compaction {job_id} of {datasource!r} was stopped; nothing was swapped")
+        rows = _run_job(spark, payload, resident if small else None, stop, check_stop)
         for row, ((start, end), read) in zip(rows, pending.items(), strict=True):
+            check_stop()
             read_ids = frozenset(r.id for r in read)
             segments = tuple(s.descriptor(datasource) for s in row.segments)
             outcome = (SwapOutcome("retryable", row.error or "") if row.retryable else
@@ -268,6 +283,7 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
                 continue
             reports.append(CompactionReport(datasource, start, end, len(read), row.records, segments,
                                             outcome, attempt, time.monotonic() - started))
+            swapped += outcome.ok
         replanned = _plan(engine, datasource, interval, select) if retry else {}
         pending = {iv: replanned[iv] for iv in retry if iv in replanned}  # again, from their current visible sets
     return sorted(reports, key=lambda r: r.interval_start)

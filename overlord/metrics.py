@@ -65,8 +65,8 @@ class ScrapeSources:
     statuses: Callable[[], Iterable[SupervisorStatus]]
     leader_epoch: Callable[[], int | None]
     """The epoch while this overlord leads, else None."""
-    slot_use: Callable[[], tuple[int, int, int]]
-    """(task slots, tasks running, tasks waiting for a slot)."""
+    slot_use: Callable[[], Mapping[str, tuple[int, int, int]]]
+    """(slots, tasks running, tasks waiting for a slot) of each kind of slot: ``task``, ``compaction_task``."""
     visible_totals: Callable[[], Mapping[str, tuple[int, int]]]
     """Visible segments and bytes per datasource."""
 
@@ -156,10 +156,12 @@ class _ScrapeCollector(Collector):
                                 value=int(epoch is not None))
         yield GaugeMetricFamily("overlord_leader_epoch", "The leader epoch this overlord leads under (0 on a "
                                 "standby): it grows with every election", value=epoch or 0)
-        slots, running, waiting = self._sources.slot_use()
-        yield GaugeMetricFamily("overlord_task_slots", "Indexing task slots (OVERLORD_TASK_SLOTS)", value=slots)
-        yield GaugeMetricFamily("overlord_task_slots_used", "Task slots running a task", value=running)
-        yield GaugeMetricFamily("overlord_tasks_waiting", "Tasks waiting for a slot", value=waiting)
+        for kind, (slots, running, waiting) in self._sources.slot_use().items():
+            what = kind.replace("_", " ").capitalize()
+            yield GaugeMetricFamily(f"overlord_{kind}_slots", f"{what} slots (OVERLORD_{kind.upper()}_SLOTS)",
+                                    value=slots)
+            yield GaugeMetricFamily(f"overlord_{kind}_slots_used", f"{what} slots running a task", value=running)
+            yield GaugeMetricFamily(f"overlord_{kind}s_waiting", f"{what}s waiting for a slot", value=waiting)
         try:
             totals = self._sources.visible_totals()
         except Exception:  # the metadata store is away: the other metrics still answer

@@ -14,12 +14,14 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
+import indexing_task.compaction as compaction_module
 from indexing_task.compaction import CompactionError, compact
 from indexing_task.errors import TaskStopped
 from overlord.cli.main import _parser
@@ -189,19 +191,48 @@ def test_compaction_keeps_query_results_identical_on_random_data(spark, engine, 
                    min_segments=4) == []  # nothing left with that many segments
 
 
+def _files(deep_storage: str) -> list[str]:
+    fs, root = fsspec.core.url_to_fs(deep_storage, skip_instance_cache=True)
+    return sorted(fs.find(root))
+
+
 def test_a_stopped_compaction_swaps_nothing(spark, engine, datasource, deep_storage):
-    """A stop (shutdown, a deposed leader) once only cancelled a running Spark job: a compaction on a resident
-    runner, or one stopped before its job started, still swapped.
+    """A stop (shutdown, a step-down) once only cancelled a running Spark job: a compaction on a resident
+    runner, or one stopped before its job started, still swapped; one stopped while it waited ran its whole job.
     """
     rng = random.Random(10)
     for _ in range(3):
         publish_random(engine, deep_storage, datasource, rng, T0, 40)
     before = [s.id for s in visible_segments(engine, datasource)]
+    files = _files(deep_storage)
     stop = threading.Event()
     stop.set()
     with pytest.raises(TaskStopped, match="nothing was swapped"):
         compact(spark, engine, events_spec(datasource), deep_storage, stop=stop)
     assert [s.id for s in visible_segments(engine, datasource)] == before
+    assert _files(deep_storage) == files  # no job ran: nothing was even written
+
+
+def test_a_compaction_stopped_between_swaps_swaps_no_more_and_says_what_it_swapped(
+        spark, engine, datasource, deep_storage, monkeypatch):
+    rng = random.Random(11)
+    for hour in range(2):
+        for _ in range(2):
+            publish_random(engine, deep_storage, datasource, rng, T0 + hour * HOUR, 40)
+    stop, swapped = threading.Event(), []
+
+    def swap_then_stop(*args: Any) -> Any:
+        swapped.append(real_swap(*args))
+        stop.set()  # the stop lands after the first interval's swap
+        return swapped[-1]
+
+    real_swap = compaction_module.swap_compacted
+    monkeypatch.setattr(compaction_module, "swap_compacted", swap_then_stop)
+    with pytest.raises(TaskStopped, match="1 interval was swapped before the stop"):
+        compact(spark, engine, events_spec(datasource), deep_storage, stop=stop)
+    assert len(swapped) == 1 and swapped[0].ok
+    per_hour = Counter(s.interval_start for s in visible_segments(engine, datasource))
+    assert sorted(per_hour.values()) == [1, 2]  # one hour compacted to one segment, the other untouched
 
 
 def test_compaction_without_rollup_keeps_every_row(spark, engine, datasource, deep_storage):

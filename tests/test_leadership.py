@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +57,23 @@ def test_one_overlord_leads_and_a_standby_takes_over_exactly(stack, make_topic, 
     wait_until(lambda: committed_total(engine, datasource) == len(first.records) + len(second.records),
                "the new leader resumes from the committed offsets")
     assert_exact(published_table(engine, datasource), merged(first, second))
+
+
+def test_a_deposed_leader_stops_its_compactions_too(make_overlord):
+    """Step-down stopped the supervisors' tasks only: a compaction ran on, to be refused at its swap at best."""
+    leader = make_overlord()
+    started, stopped = threading.Event(), threading.Event()
+
+    def compaction(stop: threading.Event) -> None:
+        started.set()
+        if stop.wait(30):
+            stopped.set()
+
+    done = leader.runner.submit_work("compact_x", "compaction of x", compaction, owner="x", compaction=True)
+    assert started.wait(30)
+    kill_lock_session(leader.engine)
+    assert stopped.wait(30), "the deposed leader's compaction was never stopped"
+    done.result(10)
 
 
 @contextmanager

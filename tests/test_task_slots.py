@@ -64,7 +64,27 @@ def test_compactions_wait_for_their_own_slots_and_never_hold_back_an_indexing_ta
     task = runner.submit_work("index-c", "indexing", work("index-c"), owner="c")
     assert task.result(30) == "index-c"
     assert not second.done()  # the one compaction slot is taken
+    assert runner.slot_use() == {"task": (1, 0, 0), "compaction_task": (1, 1, 1)}
     release.set()
     assert (first.result(30), second.result(30)) == ("compact-a", "compact-b")
     assert ran == ["index-c", "compact-a", "compact-b"]
     runner.shutdown()
+
+
+def test_shutdown_never_starts_a_queued_compaction(spark, engine):
+    """A queued compaction once took the slot a stopped one freed and ran its whole job before shutdown
+    returned, which delayed a standby's takeover.
+    """
+    runner = TaskRunner(spark, engine, slots=1, compaction_slots=1)
+    started, ran = threading.Event(), []
+
+    def running(stop: threading.Event) -> None:
+        started.set()
+        stop.wait(30)
+
+    first = runner.submit_work("compact-a", "compaction", running, owner="a", compaction=True)
+    queued = runner.submit_work("compact-b", "compaction", partial(_recorded, threading.Event(), ran)("compact-b"),
+                                owner="b", compaction=True)
+    assert started.wait(30)
+    runner.shutdown()
+    assert first.done() and queued.cancelled() and ran == []

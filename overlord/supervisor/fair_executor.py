@@ -83,6 +83,11 @@ class FairExecutor:
 
     def shutdown(self) -> None:
         """Cancel the work that has not started and wait for the running work to end."""
+        self.close()
+        self.join()
+
+    def close(self) -> None:
+        """Take no more work and cancel the work that has not started (the running work goes on)."""
         with self._ready:
             self._closed = True
             waiting = [future for queue in self._waiting.values() for future, _fn in queue]
@@ -90,5 +95,8 @@ class FairExecutor:
             self._ready.notify_all()
         for future in waiting:
             future.cancel()
+
+    def join(self) -> None:
+        """Wait for the running work to end (after :meth:`close`)."""
         for thread in self._threads:
             thread.join()

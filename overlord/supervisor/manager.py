@@ -151,19 +151,18 @@ class Overlord:
             logger.info("leading with %d supervisors (epoch %d)", len(self.supervisors), epoch)
 
     def _step_down(self) -> None:
-        """Deposed: stop every supervisor and task at once (their publishes would be refused anyway)."""
+        """Deposed: stop every supervisor and task, compactions too, at once (their publishes would be refused)."""
         with self._lock:
             for supervisor_id, sup in list(self.supervisors.items()):
                 with sup.lock:
                     sup.stopping = True
-                    for task_id in list(sup.active):
-                        self.runner.stop(task_id)
                     sup.publish_status()
                 try:
                     self.scheduler.remove_job(supervisor_id)
                 except JobLookupError:
                     pass
             self.supervisors.clear()
+            self.runner.stop_all()
             logger.warning("stepped down: supervisors and tasks stopped")
 
     def _require_leader(self) -> None:

@@ -52,9 +52,9 @@ class TaskRunner:
         self._stops: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
-    def slot_use(self) -> tuple[int, int, int]:
-        """(indexing task slots, tasks running in them, tasks waiting for one)."""
-        return self._pool.load()
+    def slot_use(self) -> dict[str, tuple[int, int, int]]:
+        """(slots, tasks running in them, tasks waiting for one) of the ``task`` and ``compaction_task`` slots."""
+        return {"task": self._pool.load(), "compaction_task": self._compaction_pool.load()}
 
     def spark_alive(self) -> bool:
         """Whether ingestion's Spark application still runs (its JVM answers and its context is not stopped)."""
@@ -121,12 +121,22 @@ class TaskRunner:
         return True
 
     def shutdown(self) -> None:
-        """Stop every running task and wait for their threads to end."""
-        with self._lock:
-            running = list(self._stops)
-        for task_id in running:
-            self.stop(task_id)
+        """Cancel every waiting task, stop the running ones and wait for their threads to end.
+
+        Both pools close first: a waiting task never takes the slot a stopped one frees.
+        """
+        pools = (self._pool, self._compaction_pool)
+        for pool in pools:
+            pool.close()
+        self.stop_all()
         if self.resident is not None:
             self.resident.close()
-        self._pool.shutdown()
-        self._compaction_pool.shutdown()
+        for pool in pools:
+            pool.join()
+
+    def stop_all(self) -> None:
+        """Stop every task, indexing and compaction, running or waiting: none of them publishes or swaps."""
+        with self._lock:
+            tasks = list(self._stops)
+        for task_id in tasks:
+            self.stop(task_id)
