@@ -1,8 +1,9 @@
 """The partitions a spec reads and their low/high watermarks (offset of the first record / next record).
 
-The metadata clients are long-lived, one per set of consumer properties (:class:`_Clients`): each
-supervisor asks every second or so, and a librdkafka client per call cost its threads, a broker
-connection and a metadata round trip each time.
+The metadata clients are long-lived, one per set of consumer properties (:class:`_Clients`), and
+shared by concurrent calls: each supervisor asks every second or so, and a librdkafka client per
+call cost its threads, a broker connection and a metadata round trip each time. A call asks for
+a topic's partitions, then for the earliest and latest offsets of all of them at once.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from indexing_task.errors import IndexingError
 from segment_store import Partition, TopicPartitionId, check_topic_ids, kafka_partition
@@ -24,81 +25,53 @@ from specs import KafkaIOConfigSpec
 
 __all__ = ["TopicIdSource", "close_metadata_clients", "stream_topic_ids", "stream_watermarks", "topic_id_changes"]
 
-C = TypeVar("C", Consumer, AdminClient)
+C = TypeVar("C")
 
 
 class _Clients(Generic[C]):
     """Clients made by ``make(properties)``, kept per set of properties (the ``size`` most recently used).
 
-    A client serves one call at a time. One whose call raised is closed and made again next time,
-    so a spec with a wrong address keeps no client reconnecting in the background.
+    Calls share a client (librdkafka's are thread-safe), so one supervisor's refresh never waits
+    for another's round trips. One whose call raised is dropped and made again next time, so a
+    spec with a wrong address keeps no client reconnecting in the background.
     """
 
     def __init__(self, make: Callable[[dict[str, Any]], C], size: int = 32) -> None:
         self._make: Callable[[dict[str, Any]], C] = make
         self._size = size
-        self._clients: OrderedDict[str, tuple[C, threading.Lock]] = OrderedDict()
+        self._clients: OrderedDict[str, C] = OrderedDict()
         self._lock = threading.Lock()
 
     @contextmanager
     def use(self, properties: Mapping[str, Any]) -> Iterator[C]:
         key = json.dumps(properties, sort_keys=True, default=str)
-        while True:  # until holding a client that is still kept (not evicted or closed meanwhile)
-            with self._lock:
-                entry = self._clients.get(key)
-                if entry is None:
-                    entry = self._clients[key] = (self._make(dict(properties)), threading.Lock())
-                self._clients.move_to_end(key)
-                evicted = [self._clients.popitem(last=False)[1] for _ in range(len(self._clients) - self._size)]
-            self._close_all(evicted)
-            client, lock = entry
-            lock.acquire()
-            with self._lock:
-                kept = self._clients.get(key) is entry
-            if kept:
-                break
-            lock.release()
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = self._make(dict(properties))
+            self._clients.move_to_end(key)
+            while len(self._clients) > self._size:
+                self._clients.popitem(last=False)
         try:
             yield client
         except BaseException:
             with self._lock:
-                if self._clients.get(key) is entry:
+                if self._clients.get(key) is client:
                     del self._clients[key]
-            _close(client)
             raise
-        finally:
-            lock.release()
 
     def close(self) -> None:
-        """Close every client (the next call makes a new one)."""
+        """Forget every client (one goes, with its threads and connections, with its last call)."""
         with self._lock:
-            clients, self._clients = list(self._clients.values()), OrderedDict()
-        self._close_all(clients)
-
-    @staticmethod
-    def _close_all(entries: list[tuple[C, threading.Lock]]) -> None:
-        """Close clients that are no longer kept, each once its call in flight (if any) is done."""
-        for client, lock in entries:
-            with lock:
-                _close(client)
+            self._clients.clear()
 
 
-def _close(client: Consumer | AdminClient) -> None:
-    if isinstance(client, Consumer):
-        client.close()  # an AdminClient has nothing to close: it goes with its last reference
-
-
-_consumers: _Clients[Consumer] = _Clients(lambda properties: Consumer({
-    "group.id": "overlord-metadata", "enable.auto.commit": False,
-    "log_level": 2,  # an unreachable broker surfaces as the exception below, once
-    **properties}))
 _admins: _Clients[AdminClient] = _Clients(
     lambda properties: AdminClient({**properties, "log_level": 3}))  # consumer-only properties warn (level 4)
 
 
 def close_metadata_clients() -> None:
     """Close the kept metadata clients: an overlord that stops leaves none reconnecting to its brokers."""
-    _consumers.close()
     _admins.close()
 
 
@@ -107,23 +80,38 @@ def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigS
     """``{partition: (low, high)}`` of the spec's topic, or of every topic its ``topicPattern`` matches.
 
     A topic's partitions are numbers; a pattern's are :class:`TopicPartitionId`. An unknown
-    topic raises :class:`IndexingError`; a pattern matching no topic yet has no partitions.
+    topic raises :class:`IndexingError`; a pattern matching no topic yet has no partitions. The
+    latest offsets are read-committed ones, as the reader reads.
     """
-    with _consumers.use(consumer_properties) as consumer:
-        def marks(topic: str, partition: int) -> tuple[int, int]:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
-            return int(low), int(high)
-
+    with _admins.use(consumer_properties) as admin:
+        partitions: dict[Partition, TopicPartition]
         if io.topic is not None:
-            metadata = consumer.list_topics(io.topic, timeout=timeout_s).topics.get(io.topic)
-            if metadata is None or metadata.error is not None or not metadata.partitions:
-                reason = metadata.error if metadata is not None else "no metadata"
-                raise IndexingError(f"topic {io.topic!r} is not available: {reason}")
-            return {p: marks(io.topic, p) for p in sorted(metadata.partitions)}
-        topics = consumer.list_topics(timeout=timeout_s).topics
-        return {TopicPartitionId(topic, p): marks(topic, p)
-                for topic, metadata in sorted(topics.items()) if io.reads(topic) and metadata.error is None
-                for p in sorted(metadata.partitions)}
+            try:
+                described = admin.describe_topics(TopicCollection([io.topic]), request_timeout=timeout_s)
+                found = described[io.topic].result(timeout=timeout_s).partitions
+            except KafkaException as exc:
+                raise IndexingError(f"topic {io.topic!r} is not available: {exc.args[0]}") from None
+            if not found:
+                raise IndexingError(f"topic {io.topic!r} is not available: it has no partitions")
+            partitions = {p.id: TopicPartition(io.topic, p.id) for p in sorted(found, key=lambda p: p.id)}
+        else:
+            topics = admin.list_topics(timeout=timeout_s).topics
+            partitions = {TopicPartitionId(topic, p): TopicPartition(topic, p)
+                          for topic, metadata in sorted(topics.items()) if io.reads(topic) and metadata.error is None
+                          for p in sorted(metadata.partitions)}
+        return _marks(admin, partitions, timeout_s) if partitions else {}
+
+
+def _marks(admin: AdminClient, partitions: Mapping[Partition, TopicPartition],
+           timeout_s: float) -> dict[Partition, tuple[int, int]]:
+    """Every partition's earliest and latest offsets: two requests for all of them, in flight together."""
+    def ask(spec: Any) -> dict[TopicPartition, Any]:
+        return admin.list_offsets({tp: spec for tp in partitions.values()},
+                                  isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+
+    low, high = ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    return {p: (int(low[tp].result(timeout=timeout_s).offset), int(high[tp].result(timeout=timeout_s).offset))
+            for p, tp in partitions.items()}
 
 
 def stream_topic_ids(consumer_properties: Mapping[str, Any], topics: Iterable[str],
