@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -32,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError, TaskStopped
-from indexing_task.resident import ResidentRunners
+from indexing_task.low_priority import LowPriorityProcesses
 from indexing_task.results import WorkerResult, WrittenSegment, run_on_workers
 from indexing_task.rollup import (
     SEGMENT_START,
@@ -194,30 +195,33 @@ def _plan(engine: sa.Engine, datasource: str, within: Interval | None, select: S
     return {iv: segs for iv, segs in picked.items() if segs}
 
 
-RESIDENT_MAX_BYTES = 4 * 1024 * 1024
-"""A compaction reading at most this much runs on a resident runner if one is idle: as a Spark job, merging a
-trickle's small files (the fresh intervals' lower tiers) cost ~1-2 s of a core, mostly the job's own."""
+BACKGROUND_MAX_BYTES = 4 * 1024 * 1024
+"""A compaction reading at most this much runs in a low-priority process (:mod:`indexing_task.low_priority`): as
+a Spark job, merging a trickle's small files (the fresh intervals' lower tiers) cost ~1-2 s of a core, mostly
+the job's own."""
 
 
 def _compact_all(payload: _Payload) -> list[WorkerResult]:
-    """Every interval of ``payload``, on a resident runner."""
+    """Every interval of ``payload``, in a low-priority process."""
     return list(_run_intervals(payload, iter(range(len(payload.intervals)))))
 
 
-def _run_job(spark: SparkSession, payload: _Payload, resident: ResidentRunners | None,
-             stop: threading.Event | None, check_stop: Callable[[], None]) -> list[WorkerResult]:
-    """The job's intervals compacted (if ``check_stop()`` lets it).
+def _run_job(spark: SparkSession, payload: _Payload, background: LowPriorityProcesses | None,
+             check_stop: Callable[[], None]) -> list[WorkerResult]:
+    """The job's intervals compacted in a ``background`` process if given, else as a Spark job.
 
-    On a ``resident`` runner if given and one comes back in time, else as a Spark job.
+    ``check_stop()`` is called before, and every 0.1 s while a process works (a stopped compaction
+    leaves its process to finish files nothing will reference).
     """
-    n = len(payload.intervals)
     check_stop()
-    results = (resident.call(f"compaction {payload.job_id}", partial(_compact_all, payload), stop)
-               if resident else None)
-    if results is None:
-        check_stop()
+    if background is not None:
+        done = background.submit(partial(_compact_all, payload))
+        while not futures_wait([done], timeout=0.1).done:
+            check_stop()
+        results = done.result()
+    else:
         spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")
-        results = run_on_workers(spark, n, partial(_run_intervals, payload))
+        results = run_on_workers(spark, len(payload.intervals), partial(_run_intervals, payload))
     errors = [r.error for r in results if r.error and not r.retryable]
     if errors:
         raise CompactionError(f"compaction {payload.job_id} of {payload.datasource!r}: {errors[0]}")
@@ -227,7 +231,7 @@ def _run_job(spark: SparkSession, payload: _Payload, resident: ResidentRunners |
 def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_storage: str,
             interval: Interval | None = None, *, storage_options: dict[str, Any] | None = None,
             max_rows_per_segment: int | None = None, min_segments: int = 2, select: Selection | None = None,
-            max_attempts: int = 3, resident: ResidentRunners | None = None,
+            max_attempts: int = 3, background: LowPriorityProcesses | None = None,
             stop: threading.Event | None = None) -> list[CompactionReport]:
     """Compact every exact interval of ``spec``'s datasource inside ``interval`` (all when None).
 
@@ -235,8 +239,8 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
     given). ``select`` picks what to merge of each interval's visible segments (by default all
     of them when there are ``min_segments`` or more; the others are kept as they are). An
     interval whose swap is retryable is planned and compacted again, up to ``max_attempts``
-    times. A job reading at most :data:`RESIDENT_MAX_BYTES` runs on one of the ``resident`` runners
-    if given. Raises :class:`CompactionError` if a job fails, :class:`TaskStopped` once ``stop`` is set
+    times. A job reading at most :data:`BACKGROUND_MAX_BYTES` runs in one of the ``background``
+    processes if given. Raises :class:`CompactionError` if a job fails, :class:`TaskStopped` once ``stop`` is set
     (checked before each job and each swap).
     """
     datasource = spec.datasource
@@ -268,8 +272,8 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
         logger.info("compaction %s: datasource=%s intervals=%d segments=%d (attempt %d)", job_id, datasource,
                     len(pending), sum(len(v) for v in pending.values()), attempt)
         retry: list[Interval] = []
-        small = sum(r.size_bytes for read in pending.values() for r in read) <= RESIDENT_MAX_BYTES
-        rows = _run_job(spark, payload, resident if small else None, stop, check_stop)
+        small = sum(r.size_bytes for read in pending.values() for r in read) <= BACKGROUND_MAX_BYTES
+        rows = _run_job(spark, payload, background if small else None, check_stop)
         for row, ((start, end), read) in zip(rows, pending.items(), strict=True):
             check_stop()
             read_ids = frozenset(r.id for r in read)

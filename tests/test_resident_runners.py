@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import random
 import threading
 from dataclasses import replace
 from multiprocessing.connection import AuthenticationError, Client
 
 import pytest
 
-from indexing_task.compaction import compact
 from indexing_task.errors import TaskStopped
 from indexing_task.resident import ResidentRunners, RunnerLost
 from indexing_task.task import run_index_task
@@ -17,8 +15,6 @@ from overlord.dev.sample_data import make_sample_events, produce
 from overlord.supervisor.ranges import next_task_request
 from segment_store import committed_offsets
 from tests.helpers import assert_exact, events_spec, published_table, settings_for, wait_until
-from tests.test_compaction import _queries
-from tests.test_timeline import HOUR, T0, publish_random
 
 
 @pytest.fixture()
@@ -52,24 +48,6 @@ def test_a_small_task_runs_on_a_resident_runner_without_a_spark_job(
     spark.sparkContext.setJobGroup(retry.task_id, "the same range as a Spark job")
     assert run_index_task(spark, engine, retry).outcome.status == "already_published"
     assert len(jobs_of(spark, retry.task_id)) == 1
-
-
-def test_a_small_compaction_runs_on_a_resident_runner_without_a_spark_job(spark, engine, runners, datasource,
-                                                                           deep_storage):
-    """As a Spark job, each of 20 supervisors' compactions held a core for ~1-2 s and pushed freshness p95 up."""
-    rng = random.Random(9)
-    for _ in range(4):
-        publish_random(engine, deep_storage, datasource, rng, T0, 60, end=T0 + HOUR)
-    before = _queries(spark, engine, datasource)
-    spark.sparkContext.setJobGroup("a-small-compaction", "a small compaction")
-
-    [report] = compact(spark, engine, events_spec(datasource), deep_storage, resident=runners)
-
-    assert jobs_of(spark, "a-small-compaction") == []  # no Spark job: the runner did the work
-    assert report.outcome.ok and report.input_segments == 4 and report.input_rows == 240
-    assert runners.idle == 1
-    spark.sparkContext.setJobGroup("queries", "the queries after")
-    assert _queries(spark, engine, datasource) == before
 
 
 def test_a_runner_that_dies_fails_only_its_task_and_is_started_again(

@@ -11,6 +11,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from indexing_task.low_priority import LowPriorityProcesses
 from indexing_task.resident import ResidentRunners
 from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.task import BeforePublish, IndexTaskRequest, TaskReport, run_index_task
@@ -47,6 +48,8 @@ class TaskRunner:
         self.resident = ResidentRunners(spark, resident_runners) if resident_runners else None
         self._pool = FairExecutor(slots, thread_name_prefix="task")
         self._compaction_pool = FairExecutor(compaction_slots, thread_name_prefix="compaction")
+        self.background = LowPriorityProcesses(compaction_slots)
+        """Where small compactions merge (one process per compaction slot, started when first needed)."""
         self.logs = TaskLogs()
         """Each task's log lines (see :mod:`overlord.supervisor.task_logs`); its owner puts it on the root logger."""
         self._stops: dict[str, threading.Event] = {}
@@ -131,6 +134,7 @@ class TaskRunner:
         self.stop_all()
         if self.resident is not None:
             self.resident.close()
+        self.background.close()
         for pool in pools:
             pool.join()
 
