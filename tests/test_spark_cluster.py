@@ -10,6 +10,7 @@ session's is local.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -177,3 +178,28 @@ def test_a_killed_overlords_application_is_stopped_and_its_successor_ingests_que
     assert _by_country(server, datasource) == exact
     assert_exact(published_table(engine, datasource), expected)
     assert server.terminate() == 0
+
+
+def test_a_master_whose_ui_answers_before_it_has_a_state_counts_no_workers(tmp_path: Path) -> None:
+    """The master's web UI can answer an empty body while it starts: the cluster fixture failed with a
+    JSONDecodeError instead of waiting for the workers.
+    """
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Starting(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Starting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster = SparkCluster(tmp_path)
+        cluster.ui_port = server.server_address[1]
+        assert cluster._alive_workers() == 0
+    finally:
+        server.shutdown()

@@ -80,8 +80,8 @@ class SparkCluster:
     def _alive_workers(self) -> int:
         try:
             return sum(w.get("state") == "ALIVE" for w in self.state().get("workers", []))
-        except OSError:
-            return 0  # the master's UI is not up yet
+        except (OSError, ValueError):
+            return 0  # the master's UI is not up yet, or answers before it has a state (an empty body)
 
     def _launch(self, name: str, main_class: str, *args: str) -> None:
         home = Path(pyspark.__file__).parent
