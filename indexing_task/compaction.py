@@ -218,6 +218,7 @@ def _run_job(spark: SparkSession, payload: _Payload, background: LowPriorityProc
         done = background.submit(partial(_compact_all, payload))
         while not futures_wait([done], timeout=0.1).done:
             check_stop()
+        check_stop()  # a shutdown cancels the work it has not started: that is a stop, not a failure
         results = done.result()
     else:
         spark.sparkContext.setJobDescription(f"compact {payload.datasource} job {payload.job_id}")

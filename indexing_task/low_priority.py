@@ -2,8 +2,9 @@
 
 Small compactions run here instead of on a resident runner or as a Spark job: on a runner, a merge
 held the runner that the next indexing task waited for; as a job, it cost a core for 1-2 s, most
-of it the job's own. A process that dies (killed, out of memory) fails only its own work: the
-pool is made again for the next.
+of it the job's own. A process that dies (killed, out of memory) fails the work running in the
+pool then (one merge with the default one compaction slot), never an indexing task; the pool is
+made again for the next.
 """
 
 from __future__ import annotations

@@ -12,11 +12,12 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
-from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from indexing_task.errors import IndexingError
@@ -26,6 +27,7 @@ from specs import KafkaIOConfigSpec
 __all__ = ["TopicIdSource", "close_metadata_clients", "stream_topic_ids", "stream_watermarks", "topic_id_changes"]
 
 C = TypeVar("C")
+T = TypeVar("T")
 
 
 class _Clients(Generic[C]):
@@ -66,8 +68,17 @@ class _Clients(Generic[C]):
             self._clients.clear()
 
 
-_admins: _Clients[AdminClient] = _Clients(
-    lambda properties: AdminClient({**properties, "log_level": 3}))  # consumer-only properties warn (level 4)
+_admins: _Clients[AdminClient] = _Clients(lambda properties: AdminClient({
+    **properties,
+    "log_level": 2}))  # an unreachable broker surfaces as the call's error, once; consumer-only properties warn (4)
+
+_GRACE_S = 5.0
+"""How much longer than a request's own timeout a call waits for its answer: librdkafka's timeout then
+comes back first, as a KafkaError that says what timed out (Python's own is a bare TimeoutError)."""
+
+
+def _result(future: Future[T], timeout_s: float) -> T:
+    return future.result(timeout=timeout_s + _GRACE_S)
 
 
 def close_metadata_clients() -> None:
@@ -88,9 +99,12 @@ def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigS
         if io.topic is not None:
             try:
                 described = admin.describe_topics(TopicCollection([io.topic]), request_timeout=timeout_s)
-                found = described[io.topic].result(timeout=timeout_s).partitions
+                found = _result(described[io.topic], timeout_s).partitions
             except KafkaException as exc:
-                raise IndexingError(f"topic {io.topic!r} is not available: {exc.args[0]}") from None
+                error: KafkaError = exc.args[0]
+                if error.code() < 0 and error.code() != KafkaError._UNKNOWN_TOPIC:
+                    raise  # librdkafka's own (the broker unreachable, a timeout): not the topic's fault
+                raise IndexingError(f"topic {io.topic!r} is not available: {error}") from None
             if not found:
                 raise IndexingError(f"topic {io.topic!r} is not available: it has no partitions")
             partitions = {p.id: TopicPartition(io.topic, p.id) for p in sorted(found, key=lambda p: p.id)}
@@ -110,7 +124,7 @@ def _marks(admin: AdminClient, partitions: Mapping[Partition, TopicPartition],
                                   isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
 
     low, high = ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    return {p: (int(low[tp].result(timeout=timeout_s).offset), int(high[tp].result(timeout=timeout_s).offset))
+    return {p: (int(_result(low[tp], timeout_s).offset), int(_result(high[tp], timeout_s).offset))
             for p, tp in partitions.items()}
 
 
@@ -124,7 +138,7 @@ def stream_topic_ids(consumer_properties: Mapping[str, Any], topics: Iterable[st
     with _admins.use(consumer_properties) as admin:
         found = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
         for topic, future in found.items():
-            topic_id = future.result(timeout=timeout_s).topic_id
+            topic_id = _result(future, timeout_s).topic_id
             if topic_id is not None and (topic_id.get_most_significant_bits()
                                          or topic_id.get_least_significant_bits()):
                 ids[topic] = str(topic_id)

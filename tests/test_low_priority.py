@@ -45,7 +45,7 @@ def test_a_small_compaction_runs_in_a_low_priority_process_without_a_spark_job(
     assert _queries(spark, engine, datasource) == before
 
 
-def test_a_process_that_dies_fails_only_its_own_work(processes):
+def test_a_process_that_dies_fails_its_work_and_the_next_work_gets_a_new_one(processes):
     with pytest.raises(BrokenProcessPool):
         processes.submit(partial(os._exit, 3)).result(30)
     assert processes.submit(partial(os.getpid)).result(30) != os.getpid()
