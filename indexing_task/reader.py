@@ -72,15 +72,17 @@ def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: 
         yield batch
 
 
-def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]], stall_timeout_s: float = 30.0
-                ) -> Iterator[tuple[int, list[Message]]]:
+def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]], stall_timeout_s: float = 30.0,
+                failed: dict[int, RangeNotReadableError] | None = None) -> Iterator[tuple[int, list[Message]]]:
     """Yield ``(i, batch)``: batches of the data messages of ``ranges[i]``, a ``(topic, partition, start, end)``.
 
     The ranges, each of a different partition, are read together: one fetch serves them all
     (read one after the other, each waited out the broker's ``fetch.wait.max.ms`` on the one
     before). A range's batches come in offset order; different ranges' interleave. A partition is
-    paused once its range is read. Raises :class:`RangeNotReadableError` when the broker reports
-    an error for a partition, or when no range makes progress for ``stall_timeout_s``.
+    paused once its range is read. A range is not readable when the broker reports an error for
+    its partition, or when it makes no progress for ``stall_timeout_s``: that raises
+    :class:`RangeNotReadableError`, or, given ``failed``, puts the error there under the range's
+    index and reads on (the ranges of other tasks read with it are not held up).
     """
     index = {(topic, partition): i for i, (topic, partition, start, end) in enumerate(ranges) if start < end}
     if len({(topic, partition) for topic, partition, _, _ in ranges}) != len(ranges):
@@ -89,8 +91,19 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
     if not position:
         return
     consumer.assign([TopicPartition(topic, partition, at) for (topic, partition), at in position.items()])
-    last_progress = time.monotonic()
+    progress = dict.fromkeys(position, time.monotonic())
     paused: list[TopicPartition] = []
+
+    def finish(key: tuple[str, int], error: RangeNotReadableError | None = None) -> None:
+        if error is not None:
+            if failed is None:
+                raise error
+            failed[index[key]] = error
+        del position[key]
+        if position:
+            paused.append(TopicPartition(*key))
+            consumer.pause(paused[-1:])
+
     try:
         while position:
             # Ask for no more than the ranges can still hold: consume() waits for the full count or
@@ -99,36 +112,36 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
             # with the partition-EOF event).
             wanted = sum(ranges[index[key]][3] - at for key, at in position.items())
             messages = consumer.consume(min(_POLL_BATCH, wanted), _POLL_TIMEOUT_S)
-            moved = False
+            now = time.monotonic()
             for key, group in _by_partition(messages, next(iter(position)) if len(index) == 1 else None):
                 if key not in position:
                     if key not in index:  # an error for no partition of ours (a fatal one raises)
                         _check_events(group, str(key[0]), -1, -1)
                     continue  # a range already read: what its prefetch brought is past its end
                 topic, partition = key
-                i, at, end = index[key], position[key], ranges[index[key]][3]
+                at, end = position[key], ranges[index[key]][3]
                 data = [m for m in group if m.error() is None]
                 if len(data) != len(group):
-                    at = max(at, _check_events(group, topic, partition, at))
+                    try:
+                        at = max(at, _check_events(group, topic, partition, at))
+                    except RangeNotReadableError as exc:
+                        finish(key, exc)
+                        continue
                 if data:
                     cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
                     at = end if cut < len(data) else max(at, _offset(data[-1]) + 1)
                     if cut:
-                        yield i, data[:cut] if cut < len(data) else data
-                moved = moved or at > position[key]
+                        yield index[key], data[:cut] if cut < len(data) else data
+                if at > position[key]:
+                    progress[key] = now
                 position[key] = at
                 if at >= end:
-                    del position[key]
-                    if position:
-                        paused.append(TopicPartition(topic, partition))
-                        consumer.pause(paused[-1:])
-            if moved:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > stall_timeout_s:
-                (topic, partition), at = next(iter(position.items()))
-                raise RangeNotReadableError(
-                    f"{topic}[{partition}]: expected records up to offset {ranges[index[topic, partition]][3]}, "
-                    f"found none past {at} after {stall_timeout_s:.0f}s")
+                    finish(key)
+            for (topic, partition), at in list(position.items()):
+                if now - progress[topic, partition] > stall_timeout_s:
+                    finish((topic, partition), RangeNotReadableError(
+                        f"{topic}[{partition}]: expected records up to offset {ranges[index[topic, partition]][3]}, "
+                        f"found none past {at} after {stall_timeout_s:.0f}s"))
     finally:
         if paused:  # a partition stays paused past unassign: assigned again, it would read nothing
             consumer.resume(paused)

@@ -6,9 +6,10 @@ straight from the worker to deep storage as zstd Parquet.
 
 from __future__ import annotations
 
+import copy
 import gc
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Message
 from pydantic import BaseModel, ConfigDict
 
+from indexing_task.errors import RangeNotReadableError
 from indexing_task.ranges import Split
 from indexing_task.reader import read_ranges
 from indexing_task.results import WorkerResult, WrittenSegment
@@ -26,8 +28,8 @@ from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store import TopicPartitionId
 from segment_store.deep_storage import DeepStorage
 
-__all__ = ["TaskPayload", "cyclic_gc_paused", "freeze_survivors", "index_split", "index_splits", "record_metadata",
-           "run_splits", "write_segment_file"]
+__all__ = ["TaskPayload", "cyclic_gc_paused", "freeze_survivors", "index_small_tasks", "index_split", "index_splits",
+           "record_metadata", "run_splits", "write_segment_file"]
 
 CHUNK_RECORDS = 200_000
 MAX_SAMPLES = 20
@@ -106,72 +108,116 @@ def index_split(payload: TaskPayload, split: Split, attempt: int = 0) -> WorkerR
 
 
 def index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int = 0) -> WorkerResult:
-    """Read ``splits`` exactly, one after the other, roll them up together and write their files.
+    """Read ``splits`` exactly, roll them up together and write their files.
 
-    A small task's splits (a trickle's partitions) are parsed as one batch and written as one
-    file per interval: the parse's fixed cost (~25 ms) and a file are paid once, not per partition.
+    A small task's splits (a trickle's partitions) are read together, parsed as one batch and
+    written as one file per interval: the parse's fixed cost (~25 ms) and a file are paid once,
+    not per partition. A big task's are read one after the other, a chunk at a time.
     """
     with cyclic_gc_paused():
-        return _index_splits(payload, splits, attempt)
+        consumer = Consumer(payload.consumer_config)
+        try:
+            return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, splits))
+        finally:
+            consumer.close()
 
 
-def _index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int) -> WorkerResult:
+def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> list[WorkerResult | Exception]:
+    """Small tasks' splits read by one consumer, one fetch for them all; then each task rolled up and written alone.
+
+    Two or more tasks have the same consumer settings and no two of their splits read one
+    partition (the caller groups them so); one task is indexed as :func:`index_splits` does. A
+    task gets its result, or the error that stopped it (a range that cannot be read, files that
+    cannot be written): neither touches the other tasks.
+    """
+    if len(tasks) == 1:
+        try:
+            return [index_splits(*tasks[0])]
+        except Exception as exc:
+            return [exc]
+    ranges = [(*split.kafka(payload.topic), split.start, split.end) for payload, splits in tasks for split in splits]
+    owners = [n for n, (_, splits) in enumerate(tasks) for _ in splits]
+    failed: dict[int, RangeNotReadableError] = {}
+    outcomes: list[WorkerResult | Exception] = []
+    with cyclic_gc_paused():
+        try:
+            consumer = Consumer(tasks[0][0].consumer_config)
+            try:
+                read = _read_together(consumer, ranges, min(payload.read_timeout_s for payload, _ in tasks), failed)
+            finally:
+                consumer.close()
+        except Exception as exc:  # the consumer itself failed: every task with it
+            return [copy.copy(exc) for _ in tasks]
+        for n, (payload, splits) in enumerate(tasks):
+            mine = [i for i, owner in enumerate(owners) if owner == n]
+            error = next((failed[i] for i in mine if i in failed), None)
+            try:
+                if error is not None:
+                    raise error
+                messages = [message for i in mine for message in read[i]]
+                outcomes.append(_index_chunks(payload, splits, 0, [messages] if messages else []))
+            except Exception as exc:
+                outcomes.append(exc)
+    return outcomes
+
+
+def _chunks(consumer: Consumer, payload: TaskPayload, splits: Sequence[Split]) -> Iterator[list[Message]]:
+    """The splits' records, in split order and each split in offset order, a chunk at a time."""
+    ranges = [(*split.kafka(payload.topic), split.start, split.end) for split in splits]
+    if sum(s.end - s.start for s in splits) <= CHUNK_RECORDS and len({r[:2] for r in ranges}) == len(ranges):
+        together = [message for batch in _read_together(consumer, ranges, payload.read_timeout_s) for message in batch]
+        if together:
+            yield together
+        return
+    buffered: list[Message] = []
+    for one in ranges:
+        for _, batch in read_ranges(consumer, [one], payload.read_timeout_s):
+            buffered.extend(batch)
+            if len(buffered) >= CHUNK_RECORDS:
+                yield buffered
+                buffered = []
+    if buffered:
+        yield buffered
+
+
+def _index_chunks(payload: TaskPayload, splits: Sequence[Split], attempt: int, chunks: Iterable[list[Message]]
+                  ) -> WorkerResult:
+    """Roll up the splits' records, chunk by chunk, and write their files."""
     storage = DeepStorage(payload.deep_storage, payload.storage_options)
     rollup = Rollup(payload.rollup_schema, payload.min_time, payload.max_time)
-    consumer = Consumer(payload.consumer_config)
     writer = _SegmentWriter(payload, splits, attempt, storage, rollup)
     records = unparseable = thrown_away = 0
     samples: list[dict[str, Any]] = []
     partials: list[pa.Table] = []
-    buffered: list[Message] = []
     needs = payload.rollup_schema.metadata_needs
-
-    def process(messages: list[Message]) -> None:
-        nonlocal records, unparseable, thrown_away, partials
-        parsed = rollup.parse([m.value() for m in messages], record_metadata(needs, messages) if needs else None)
-        records += len(messages)
-        unparseable += parsed.bad_count
-        thrown_away += parsed.thrown_away
-        samples.extend(_samples(parsed, messages, payload.topic, MAX_SAMPLES - len(samples)))
-        partials.append(parsed.rows)
-        if sum(p.num_rows for p in partials) > payload.max_rows_in_memory:
-            partials = [rollup.merge(partials)]
-            if partials[0].num_rows > payload.max_rows_in_memory:
-                writer.write(partials.pop())
-
     try:
-        ranges = [(*split.kafka(payload.topic), split.start, split.end) for split in splits]
-        if sum(s.end - s.start for s in splits) <= CHUNK_RECORDS and len({r[:2] for r in ranges}) == len(ranges):
-            buffered = _read_together(consumer, ranges, payload.read_timeout_s)
-        else:
-            for one in ranges:
-                for _, batch in read_ranges(consumer, [one], payload.read_timeout_s):
-                    buffered.extend(batch)
-                    if len(buffered) >= CHUNK_RECORDS:
-                        process(buffered)
-                        buffered = []
-        if buffered:
-            process(buffered)
+        for messages in chunks:
+            parsed = rollup.parse([m.value() for m in messages], record_metadata(needs, messages) if needs else None)
+            records += len(messages)
+            unparseable += parsed.bad_count
+            thrown_away += parsed.thrown_away
+            samples.extend(_samples(parsed, messages, payload.topic, MAX_SAMPLES - len(samples)))
+            partials.append(parsed.rows)
+            if sum(p.num_rows for p in partials) > payload.max_rows_in_memory:
+                partials = [rollup.merge(partials)]
+                if partials[0].num_rows > payload.max_rows_in_memory:
+                    writer.write(partials.pop())
         if partials:
             writer.write(rollup.merge(partials))
     finally:
-        consumer.close()
         rollup.close()
     return WorkerResult(index=splits[0].index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
                         thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments),
                         dimensions={d.name: d.type for d in rollup.schema.dimensions})
 
 
-def _read_together(consumer: Consumer, ranges: list[tuple[str, int, int, int]], stall_timeout_s: float
-                   ) -> list[Message]:
-    """A small task's ranges (one per partition) read at once, their records in the ranges' order.
-
-    The order is the one a range-by-range read gives, so the parse sees the same input either way.
-    """
+def _read_together(consumer: Consumer, ranges: list[tuple[str, int, int, int]], stall_timeout_s: float,
+                   failed: dict[int, RangeNotReadableError] | None = None) -> list[list[Message]]:
+    """Ranges of different partitions read at once: each range's records, in offset order (:func:`read_ranges`)."""
     batches: list[list[Message]] = [[] for _ in ranges]
-    for i, batch in read_ranges(consumer, ranges, stall_timeout_s):
+    for i, batch in read_ranges(consumer, ranges, stall_timeout_s, failed):
         batches[i].extend(batch)
-    return [message for batch in batches for message in batch]
+    return batches
 
 
 def record_metadata(needs: list[str], messages: list[Message]) -> dict[str, pa.Array]:

@@ -91,3 +91,26 @@ def test_a_stalled_range_read_with_others_fails_naming_its_partition(stack, make
             read_together(consumer, [(topic, 0, 0, 10), (topic, 1, 0, 15)], stall_timeout_s=2)
     finally:
         consumer.close()
+
+
+def test_with_failed_given_a_range_that_cannot_be_read_is_set_aside_and_the_others_are_read(stack, make_topic):
+    """Tasks read together (the resident runners' batches) fail one at a time: a range past its partition's end
+    and a range that stalls are recorded under their index while the other partitions are read to their ends."""
+    topic, other = make_topic(2), make_topic(1)
+    produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(20)], 2)
+    produce(stack.bootstrap_servers, other, [json.dumps({"i": i}).encode() for i in range(500)], 1)
+    consumer = Consumer(consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader"))
+    failed: dict[int, RangeNotReadableError] = {}
+    offsets: list[list[int]] = [[], [], []]
+    try:
+        ranges = [(topic, 0, 50, 60), (other, 0, 0, 500), (topic, 1, 0, 15)]
+        for i, batch in read_ranges(consumer, ranges, 2, failed):
+            offsets[i].extend(m.offset() for m in batch)
+        again = read_together(consumer, [(topic, 0, 0, 10), (topic, 1, 0, 10)])  # nothing stays paused
+    finally:
+        consumer.close()
+
+    assert sorted(failed) == [0, 2]
+    assert f"{topic}[1]: expected records up to offset 15, found none past 10" in str(failed[2])
+    assert offsets[1] == list(range(500)) and offsets[2] == list(range(10))
+    assert again == [list(range(10)), list(range(10))]

@@ -178,3 +178,48 @@ def test_a_task_stopped_while_it_waits_for_a_runner_runs_nowhere(stack, engine, 
     assert jobs_of(spark, request.task_id) == []  # neither a Spark job nor the runner's time
     produce(stack.bootstrap_servers, topic, make_sample_events(1).records, 1)
     holder.join(60)
+
+
+def test_tasks_that_wait_for_the_runner_go_together_and_each_succeeds_or_fails_alone(
+        stack, engine, spark, runners, make_topic, datasource, deep_storage, tmp_path):
+    """While the one runner is held, three tasks queue. The runner takes them in one request (one consumer, one
+    fetch for all their ranges): two publish exactly what they read, and the one whose files cannot be written
+    fails alone and publishes nothing."""
+    settings = settings_for(stack, deep_storage)
+    hold_topic = make_topic(1)
+    produce(stack.bootstrap_servers, hold_topic, make_sample_events(100).records, 1)
+    hold = replace(next_task_request(engine, settings, events_spec(f"{datasource}_hold", hold_topic)),
+                   end_offsets={0: 101})  # one record more than there is: the runner waits for it
+    samples, queued = [], []
+    for name in ("a", "b", "unwritable"):
+        topic = make_topic(2)
+        samples.append(make_sample_events(300))
+        produce(stack.bootstrap_servers, topic, samples[-1].records, 2)
+        queued.append(next_task_request(engine, settings, events_spec(f"{datasource}_{name}", topic)))
+    (tmp_path / "a-file").write_text("")
+    queued[2] = replace(queued[2], deep_storage=str(tmp_path / "a-file" / "segments"))
+    outcomes: dict[str, object] = {}
+
+    def run(request) -> None:
+        spark.sparkContext.setJobGroup(request.task_id, "a task for the runner")
+        outcomes[request.task_id] = _error_of(spark, engine, request, runners) or "ok"
+
+    holder = threading.Thread(target=run, args=(hold,))
+    holder.start()
+    wait_until(lambda: runners.idle == 0, "the runner to take the held task", 30)
+    sent = runners.requests_sent, runners.tasks_sent
+    threads = [threading.Thread(target=run, args=(request,)) for request in queued]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(runners._waiting) == 3, "the three tasks to wait for the runner", 30)
+    produce(stack.bootstrap_servers, hold_topic, make_sample_events(1).records, 1)
+    for thread in (holder, *threads):
+        thread.join(60)
+
+    assert (runners.requests_sent - sent[0], runners.tasks_sent - sent[1]) == (1, 3)  # the three went together
+    assert outcomes[hold.task_id] == "ok"
+    for request, sample in zip(queued[:2], samples, strict=False):
+        assert outcomes[request.task_id] == "ok" and jobs_of(spark, request.task_id) == []
+        assert_exact(published_table(engine, request.spec.datasource), sample)
+    assert isinstance(outcomes[queued[2].task_id], NotADirectoryError)
+    assert committed_offsets(engine, queued[2].spec.datasource).offsets == {0: 0, 1: 0}  # where it started
