@@ -7,12 +7,11 @@ driver (``multiprocessing.connection``, authenticated by a key that travels only
 closure) and serves requests, each the splits of the small tasks waiting then, read together and
 then indexed each as a Spark job would (:func:`indexing_task.worker.index_small_tasks`). The
 driver still publishes, so the publish rule is unchanged; a runner that dies fails the tasks the
-job's runners were running (the
-supervisor retries them: on a local master one failed Spark task ends the job) and the job is
-started again. A task waits its turn for a runner while they come back (a Spark job costs several
-small tasks' CPU); once none has come back for ``wait_s`` (each held by a long or stuck task, or
-none connected: a peer that connects and stalls the handshake holds the listener up) it runs as a
-Spark job instead.
+job's runners were running (the supervisor retries them: on a local master one failed Spark task
+ends the job) and the job is started again. A task waits its turn for a runner while they come
+back (a Spark job costs several small tasks' CPU); once none has come back for ``wait_s`` (each
+held by a long or stuck task, or none connected: a peer that connects and stalls the handshake
+holds the listener up) it runs as a Spark job instead.
 """
 
 from __future__ import annotations

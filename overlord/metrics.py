@@ -28,7 +28,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -67,6 +67,8 @@ class ScrapeSources:
     """The epoch while this overlord leads, else None."""
     slot_use: Callable[[], Mapping[str, tuple[int, int, int]]]
     """(slots, tasks running, tasks waiting for a slot) of each kind of slot: ``task``, ``compaction_task``."""
+    resident_use: Callable[[], tuple[int, int]]
+    """(requests sent to the resident runners, tasks in them)."""
     visible_totals: Callable[[], Mapping[str, tuple[int, int]]]
     """Visible segments and bytes per datasource."""
 
@@ -162,6 +164,11 @@ class _ScrapeCollector(Collector):
                                     value=slots)
             yield GaugeMetricFamily(f"overlord_{kind}_slots_used", f"{what} slots running a task", value=running)
             yield GaugeMetricFamily(f"overlord_{kind}s_waiting", f"{what}s waiting for a slot", value=waiting)
+        requests, tasks = self._sources.resident_use()
+        yield CounterMetricFamily("overlord_resident_runner_requests", "Requests sent to the resident runners",
+                                  value=requests)
+        yield CounterMetricFamily("overlord_resident_runner_tasks", "Tasks sent to the resident runners: more than "
+                                  "requests when waiting tasks go together", value=tasks)
         try:
             totals = self._sources.visible_totals()
         except Exception:  # the metadata store is away: the other metrics still answer

@@ -619,6 +619,9 @@ def test_ingestion_shows_in_status_tasks_console_and_metrics(api: Api, stack: De
     assert value("overlord_leader") == 1 and value("overlord_leader_epoch") == api.overlord.elector.epoch >= 1
     assert value("overlord_task_slots") == api.overlord.settings.task_slots
     assert value("overlord_compaction_task_slots") == api.overlord.settings.compaction_task_slots
+    sent = value("overlord_resident_runner_requests", "overlord_resident_runner_requests_total")
+    assert (sent, value("overlord_resident_runner_tasks", "overlord_resident_runner_tasks_total")) == (
+        api.overlord.runner.resident.requests_sent, api.overlord.runner.resident.tasks_sent) and sent >= 1
     assert value("overlord_build_info", version=package_version()) == 1
     status_route = "/druid/indexer/v1/supervisor/{supervisor_id}/status"
     assert value("overlord_http_requests", "overlord_http_requests_total", method="GET", route=status_route,

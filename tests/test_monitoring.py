@@ -32,6 +32,7 @@ def sample_metrics() -> Metrics:
     """A registry with a sample in every family (no overlord needed: its sources are given)."""
     metrics = Metrics(ScrapeSources(statuses=lambda: [], leader_epoch=lambda: 3,
                                     slot_use=lambda: {"task": (8, 2, 1), "compaction_task": (1, 1, 3)},
+                                    resident_use=lambda: (40, 90),
                                     visible_totals=lambda: {"events": (12, 4096)}))
     metrics.task_finished("events", None, 1.5)
     metrics.http_request("GET", "/status", 200, 0.01)

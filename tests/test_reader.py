@@ -95,7 +95,8 @@ def test_a_stalled_range_read_with_others_fails_naming_its_partition(stack, make
 
 def test_with_failed_given_a_range_that_cannot_be_read_is_set_aside_and_the_others_are_read(stack, make_topic):
     """Tasks read together (the resident runners' batches) fail one at a time: a range past its partition's end
-    and a range that stalls are recorded under their index while the other partitions are read to their ends."""
+    and a range that stalls are recorded under their index while the other partitions are read to their ends.
+    """
     topic, other = make_topic(2), make_topic(1)
     produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(20)], 2)
     produce(stack.bootstrap_servers, other, [json.dumps({"i": i}).encode() for i in range(500)], 1)

@@ -184,7 +184,8 @@ def test_tasks_that_wait_for_the_runner_go_together_and_each_succeeds_or_fails_a
         stack, engine, spark, runners, make_topic, datasource, deep_storage, tmp_path):
     """While the one runner is held, three tasks queue. The runner takes them in one request (one consumer, one
     fetch for all their ranges): two publish exactly what they read, and the one whose files cannot be written
-    fails alone and publishes nothing."""
+    fails alone and publishes nothing.
+    """
     settings = settings_for(stack, deep_storage)
     hold_topic = make_topic(1)
     produce(stack.bootstrap_servers, hold_topic, make_sample_events(100).records, 1)

@@ -86,6 +86,7 @@ class Overlord:
         self.metrics = Metrics(ScrapeSources(
             statuses=lambda: [sup.status for sup in list(self.supervisors.values())],
             leader_epoch=lambda: self.elector.epoch, slot_use=self.runner.slot_use,
+            resident_use=self.runner.resident_use,
             visible_totals=lambda: visible_totals(engine)))
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,

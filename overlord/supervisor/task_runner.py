@@ -59,6 +59,12 @@ class TaskRunner:
         """(slots, tasks running in them, tasks waiting for one) of the ``task`` and ``compaction_task`` slots."""
         return {"task": self._pool.load(), "compaction_task": self._compaction_pool.load()}
 
+    def resident_use(self) -> tuple[int, int]:
+        """(requests sent to the resident runners, tasks in them): more tasks than requests when tasks go together."""
+        if self.resident is None:
+            return 0, 0
+        return self.resident.requests_sent, self.resident.tasks_sent
+
     def spark_alive(self) -> bool:
         """Whether ingestion's Spark application still runs (its JVM answers and its context is not stopped)."""
         try:
