@@ -105,7 +105,15 @@ class Cluster:
         return found[0]
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.request(method, f"{self.leader().url}{INDEXER}{path}", timeout=60, **kwargs)
+        """The leader's answer; a 503 (it stopped leading, e.g. its PostgreSQL session was cut) is sent again to the
+        leader then, as a client would, for up to 90 s.
+        """
+        deadline = time.monotonic() + 90
+        while True:
+            answer = httpx.request(method, f"{self.leader().url}{INDEXER}{path}", timeout=60, **kwargs)
+            if answer.status_code != 503 or time.monotonic() > deadline:
+                return answer
+            time.sleep(0.5)
 
     def produce(self, records: list[bytes]) -> None:
         produce(self.stack.bootstrap_servers, self.topic, records, PARTITIONS)
