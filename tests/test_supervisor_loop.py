@@ -182,13 +182,55 @@ def test_a_trickle_waits_for_the_groups_interval_and_a_full_task_does_not(stack,
     sup.run_once()
     (second,) = runner.running()
     assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10}, {0: 25})
-    world.marks = {0: (0, 500)}  # a backlog: the next task is full and starts as soon as the group is free
+    world.marks = {0: (0, 500)}  # a backlog, seen at the next due launch: it is worked off in full tasks
     finish(runner, second, really_publish=True, engine=engine)
-    world.time += 0.5
+    world.time += 5
     sup.run_once()
     (third,) = runner.running()
     assert (dict(third.start_offsets), dict(third.end_offsets)) == ({0: 25}, {0: 125})
+    finish(runner, third, really_publish=True, engine=engine)
+    world.time += 0.5
+    sup.run_once()
+    (fourth,) = runner.running()  # full: it starts as soon as the group is free
+    assert (dict(fourth.start_offsets), dict(fourth.end_offsets)) == ({0: 125}, {0: 225})
     assert sup.next_run_in_s() is None  # its end wakes the supervisor
+
+
+def test_a_run_that_can_launch_nothing_leaves_the_broker_alone(stack, engine, world, runner, datasource):
+    asked = Counter[str]()
+    watermarks, topic_ids = world.watermarks, world.topic_ids
+
+    def counted_watermarks(properties: Mapping[str, Any], io: KafkaIOConfigSpec) -> dict[Any, tuple[int, int]]:
+        asked["watermarks"] += 1
+        return watermarks(properties, io)
+
+    def counted_topic_ids(properties: Mapping[str, Any], topics: Iterable[str]) -> dict[str, str]:
+        asked["topic_ids"] += 1
+        return topic_ids(properties, topics)
+
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=1.5, watermarks_max_age_s=5.0),
+                      watermarks=counted_watermarks, topic_ids=counted_topic_ids)
+    sup.run_once()
+    (first,) = runner.running()
+    world.marks = {0: (0, 20)}
+    finish(runner, first, really_publish=True, engine=engine)
+    world.time += 0.7
+    asked.clear()
+    sup.run_once()  # woken by the task's end: the group is held back until 1.5 s after its launch
+    assert asked == {} and runner.running() == [] and sup.status.committed == {0: 10}
+    assert sup.status.recent_tasks[0].status == "SUCCESS" and sup.next_run_in_s() == pytest.approx(0.8)
+    world.time += 0.8
+    sup.run_once()  # due: one look at the topic, and the next task
+    (second,) = runner.running()
+    assert asked["watermarks"] == 1 and dict(second.end_offsets) == {0: 20}
+    world.marks = {0: (0, 30)}
+    for _ in range(2):  # every group busy: the status's watermarks may grow 5 s old, no older
+        world.time += 2.5
+        asked.clear()
+        sup.run_once()
+    assert asked["watermarks"] == 1 and sup.status.lag == {0: 20}
 
 
 def test_a_replica_that_finds_its_range_published_is_a_success_not_a_failure(

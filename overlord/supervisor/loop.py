@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -177,6 +177,8 @@ class Supervisor:
         """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
         self.stored: CommittedOffsets | None = None
         self.offsets_updated: datetime | None = None
+        self.refreshed: float | None = None
+        """When the watermarks were last read (monotonic)."""
         self.stopped_partitions: dict[Partition, str] = {}
         """Partitions whose committed offsets lie outside what the broker holds, and why: not read until reset."""
         self.next_due: float | None = None
@@ -192,10 +194,11 @@ class Supervisor:
         """One pass of the loop; failures are recorded, never raised (the next pass retries)."""
         with self.lock:
             try:
-                self.refresh_partitions()
                 self.update_task_status()
                 self.read_committed_offsets()
-                self.check_offsets_in_range()
+                if self.topic_worth_asking():
+                    self.refresh_partitions()
+                    self.check_offsets_in_range()
                 if self.launching:
                     self.pin_initial_offsets()
                     self.create_new_tasks()
@@ -213,12 +216,33 @@ class Supervisor:
                 self.runs += 1
                 self.publish_status()
 
+    def topic_worth_asking(self) -> bool:
+        """Whether this run reads the topic's watermarks: a task group may launch now, or they are old or new.
+
+        A run woken by a task's end while its group is held back by ``min_task_interval_s`` would
+        launch nothing: a broker round trip then only refreshes the status (a broker may pay a scan
+        of the partition for each offset asked). They are asked at least every
+        ``policy.watermarks_max_age_s`` for the status and new partitions, and every run while no
+        partition is known or some is stopped.
+        """
+        now, policy = self.ctx.clock(), self.ctx.policy
+        if (self.refreshed is None or now - self.refreshed >= policy.watermarks_max_age_s
+                or not self.latest or self.stopped_partitions  # none known yet; or a reset may free some
+                or not self.latest.keys() <= self.committed.keys()):  # partitions to pin
+            return True
+        busy = self._busy_partitions()
+        return self.launching and any(
+            self._free(group, partitions, busy, now)
+            and not self._held_back(group, next_range(self.committed, self.latest, partitions,
+                                                      policy.max_records_per_task), now)
+            for group, partitions in self._groups())
+
     def refresh_partitions(self) -> None:
         """Read every partition's earliest and latest offset from the broker."""
         self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings),
                                                    self.spec.spec.io_config))
         self.offsets_updated = self.ctx.now()
-        now = self.ctx.clock()
+        now = self.refreshed = self.ctx.clock()
         for gone in self.arrivals.keys() - self.watermarks.keys():  # a topic deleted, or no longer matched
             del self.arrivals[gone]
         for p, (_, high) in self.watermarks.items():
@@ -339,25 +363,42 @@ class Supervisor:
         full (``max_records_per_task``): a slow topic is indexed in fewer, larger tasks. A group
         held back sets :attr:`next_due`.
         """
-        io, policy, now = self.spec.spec.io_config, self.ctx.policy, self.ctx.clock()
-        busy = {p for task in self.active.values() for p in task.request.start_offsets}
+        policy, now = self.ctx.policy, self.ctx.clock()
+        busy = self._busy_partitions()
         self.next_due = None
-        for group in range(io.task_count):
-            partitions = [p for p in self.latest
-                          if task_group(p, io.task_count) == group and p not in self.stopped_partitions]
-            state = self.groups.setdefault(group, GroupState())
-            if not partitions or busy.intersection(partitions) or now < state.retry_after:
+        for group, partitions in self._groups():
+            if not self._free(group, partitions, busy, now):
                 continue
             todo = next_range(self.committed, self.latest, partitions, policy.max_records_per_task)
-            if todo.empty:
-                continue
-            due = state.launched + policy.min_task_interval_s
-            if now < due and todo.size() < policy.max_records_per_task:
+            if self._held_back(group, todo, now):  # due then, records seen or not: it looks at the topic then
+                due = self.groups[group].launched + policy.min_task_interval_s
                 self.next_due = due if self.next_due is None else min(due, self.next_due)
                 continue
-            state.launched = now
+            if todo.empty:
+                continue
+            self.groups[group].launched = now
             self._launch(group, todo)
         self.detailed_state = "RUNNING" if self.active else "IDLE"
+
+    def _groups(self) -> Iterator[tuple[int, list[Partition]]]:
+        """Each task group and the partitions it reads (those stopped left out)."""
+        count = self.spec.spec.io_config.task_count
+        for group in range(count):
+            yield group, [p for p in self.latest if task_group(p, count) == group and p not in self.stopped_partitions]
+
+    def _busy_partitions(self) -> set[Partition]:
+        return {p for task in self.active.values() for p in task.request.start_offsets}
+
+    def _free(self, group: int, partitions: list[Partition], busy: set[Partition], now: float) -> bool:
+        """A group with partitions, no task in flight and no retry backoff to wait out."""
+        state = self.groups.setdefault(group, GroupState())
+        return bool(partitions) and not busy.intersection(partitions) and now >= state.retry_after
+
+    def _held_back(self, group: int, todo: OffsetRange, now: float) -> bool:
+        """A group launched within ``min_task_interval_s`` waits, unless its next task is full."""
+        policy = self.ctx.policy
+        return (now < self.groups[group].launched + policy.min_task_interval_s
+                and todo.size() < policy.max_records_per_task)
 
     def publish_status(self) -> None:
         """Replace :attr:`status` with a snapshot of now, and remember its lag and rate (callers hold ``lock``)."""

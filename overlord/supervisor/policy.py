@@ -24,6 +24,8 @@ class SupervisorPolicy:
     max_records_per_task: int = Settings.model_fields["task_max_records"].default
     """The most offsets one task reads (over all its partitions): a backlog is worked off by a
     sequence of tasks, each well inside ``completionTimeout``, instead of ever larger retries."""
+    watermarks_max_age_s: float = 5.0
+    """How old a supervisor's watermarks may grow while no task group can launch (status, new partitions)."""
     min_task_interval_s: float = 0.0
     """The least time between two launches in one task group unless the next task is full: a
     trickle is indexed in fewer, larger tasks (the overlord sets ``OVERLORD_TASK_MIN_INTERVAL_S``)."""
