@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from indexing_task.errors import RangeNotReadableError
 from indexing_task.ranges import Split
-from indexing_task.reader import read_ranges
+from indexing_task.reader import range_consumer, read_ranges
 from indexing_task.results import WorkerResult, WrittenSegment
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store import TopicPartitionId
@@ -114,10 +114,11 @@ def index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int = 0
     written as one file per interval: the parse's fixed cost (~25 ms) and a file are paid once,
     not per partition. A big task's are read one after the other, a chunk at a time.
     """
+    ranges = _kafka_ranges(payload, splits)
     with cyclic_gc_paused():
-        consumer = Consumer(payload.consumer_config)
+        consumer = range_consumer(payload.consumer_config, ranges)
         try:
-            return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, splits))
+            return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, ranges))
         finally:
             consumer.close()
 
@@ -135,13 +136,13 @@ def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> l
             return [index_splits(*tasks[0])]
         except Exception as exc:
             return [exc]
-    ranges = [(*split.kafka(payload.topic), split.start, split.end) for payload, splits in tasks for split in splits]
+    ranges = [one for payload, splits in tasks for one in _kafka_ranges(payload, splits)]
     owners = [n for n, (_, splits) in enumerate(tasks) for _ in splits]
     failed: dict[int, RangeNotReadableError] = {}
     outcomes: list[WorkerResult | Exception] = []
     with cyclic_gc_paused():
         try:
-            consumer = Consumer(tasks[0][0].consumer_config)
+            consumer = range_consumer(tasks[0][0].consumer_config, ranges)
             try:
                 read = _read_together(consumer, ranges, min(payload.read_timeout_s for payload, _ in tasks), failed)
             finally:
@@ -161,10 +162,15 @@ def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> l
     return outcomes
 
 
-def _chunks(consumer: Consumer, payload: TaskPayload, splits: Sequence[Split]) -> Iterator[list[Message]]:
-    """The splits' records, in split order and each split in offset order, a chunk at a time."""
-    ranges = [(*split.kafka(payload.topic), split.start, split.end) for split in splits]
-    if sum(s.end - s.start for s in splits) <= CHUNK_RECORDS and len({r[:2] for r in ranges}) == len(ranges):
+def _kafka_ranges(payload: TaskPayload, splits: Sequence[Split]) -> list[tuple[str, int, int, int]]:
+    """Each split as the reader takes it: ``(topic, partition, start, end)``."""
+    return [(*split.kafka(payload.topic), split.start, split.end) for split in splits]
+
+
+def _chunks(consumer: Consumer, payload: TaskPayload, ranges: list[tuple[str, int, int, int]]
+            ) -> Iterator[list[Message]]:
+    """The ranges' records, in order and each range in offset order, a chunk at a time."""
+    if sum(end - start for *_, start, end in ranges) <= CHUNK_RECORDS and len({r[:2] for r in ranges}) == len(ranges):
         together = [message for batch in _read_together(consumer, ranges, payload.read_timeout_s) for message in batch]
         if together:
             yield together

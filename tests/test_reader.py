@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from confluent_kafka import Consumer
 
 from indexing_task.errors import RangeNotReadableError
-from indexing_task.reader import consumer_config, read_range, read_ranges
+from indexing_task.reader import consumer_config, range_consumer, read_range, read_ranges
 from overlord.dev.sample_data import produce
 
 
@@ -115,3 +116,24 @@ def test_with_failed_given_a_range_that_cannot_be_read_is_set_aside_and_the_othe
     assert f"{topic}[1]: expected records up to offset 15, found none past 10" in str(failed[2])
     assert offsets[1] == list(range(500)) and offsets[2] == list(range(10))
     assert again == [list(range(10)), list(range(10))]
+
+
+def test_once_a_small_range_has_arrived_no_further_fetch_is_sent(stack, make_topic):
+    """A partition is fetched again while its queue is short of ``queued.min.messages``: a read of a
+    trickle's range made the broker read the partition twice (Tansu scans all of it each time).
+    """
+    topic = make_topic(2)
+    produce(stack.bootstrap_servers, topic, [json.dumps({"i": i}).encode() for i in range(1_000)], 2)
+    requests: list[str] = []
+    protocol_log = logging.getLogger(f"librdkafka.{topic}")
+    protocol_log.addHandler(handler := logging.Handler())
+    handler.emit = lambda record: requests.append(record.getMessage())  # type: ignore[method-assign]
+    protocol_log.setLevel(logging.DEBUG)
+    ranges = [(topic, 0, 400, 500), (topic, 1, 400, 500)]
+    consumer = range_consumer({**consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader"),
+                               "debug": "protocol", "logger": protocol_log}, ranges)
+    try:
+        assert read_together(consumer, ranges) == [list(range(400, 500))] * 2
+    finally:
+        consumer.close()
+    assert sum("Sent FetchRequest" in line for line in requests) == 1
