@@ -87,7 +87,8 @@ def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: 
 
 
 def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]], stall_timeout_s: float = 30.0,
-                failed: dict[int, RangeNotReadableError] | None = None) -> Iterator[tuple[int, list[Message]]]:
+                failed: dict[int, RangeNotReadableError] | None = None, highs: dict[int, int] | None = None,
+                ) -> Iterator[tuple[int, list[Message]]]:
     """Yield ``(i, batch)``: batches of the data messages of ``ranges[i]``, a ``(topic, partition, start, end)``.
 
     The ranges, each of a different partition, are read together: one fetch serves them all
@@ -96,7 +97,9 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
     paused once its range is read. A range is not readable when the broker reports an error for
     its partition, or when it makes no progress for ``stall_timeout_s``: that raises
     :class:`RangeNotReadableError`, or, given ``failed``, puts the error there under the range's
-    index and reads on (the ranges of other tasks read with it are not held up).
+    index and reads on (the ranges of other tasks read with it are not held up). Given ``highs``,
+    each range read to its end gets its partition's high watermark there, as the last fetch
+    reported it (no round trip: how far the partition has grown meanwhile).
     """
     index = {(topic, partition): i for i, (topic, partition, start, end) in enumerate(ranges) if start < end}
     if len({(topic, partition) for topic, partition, _, _ in ranges}) != len(ranges):
@@ -113,6 +116,10 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
             if failed is None:
                 raise error
             failed[index[key]] = error
+        elif highs is not None:
+            _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+            if high >= 0:
+                highs[index[key]] = high
         del position[key]
         if position:
             paused.append(TopicPartition(*key))

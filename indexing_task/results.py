@@ -62,6 +62,8 @@ class WorkerResult(BaseModel):
     segments: tuple[WrittenSegment, ...] = ()
     dimensions: dict[str, str] = {}
     """Indexing only: the dimensions of the rows and their types, discovered ones included."""
+    high_watermarks: dict[int, int] = {}
+    """Indexing only: split index -> its partition's high watermark as the split's read last saw it."""
     error: str | None = None
     """Compaction only: why the interval could not be compacted."""
     retryable: bool = False

@@ -94,10 +94,22 @@ class TaskReport:
     publish_seconds: float
     dimensions: Mapping[str, str] = field(default_factory=dict)
     """The dimensions of the rows written and their types, discovered ones included."""
+    high_watermarks: Mapping[Partition, int] = field(default_factory=dict)
+    """Each partition's high watermark as the task's read last saw it: how far it had grown meanwhile."""
 
     @property
     def processed(self) -> int:
         return self.records - self.unparseable - self.thrown_away
+
+
+def _high_watermarks(payload: TaskPayload, results: list[WorkerResult]) -> dict[Partition, int]:
+    """Each partition's highest high watermark the task's splits saw."""
+    highs: dict[Partition, int] = {}
+    for result in results:
+        for index, high in result.high_watermarks.items():
+            partition = payload.splits[index].partition
+            highs[partition] = max(high, highs.get(partition, high))
+    return highs
 
 
 def _require_same_topics(engine: sa.Engine, request: IndexTaskRequest, properties: Mapping[str, Any]) -> None:
@@ -181,7 +193,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         unparseable=unparseable, thrown_away=sum(r.thrown_away for r in results), segments=segments,
         bad_samples=samples[:max(tuning.max_saved_parse_exceptions, 5)], outcome=outcome,
         index_seconds=index_seconds, publish_seconds=time.monotonic() - started,
-        dimensions=widest_types(r.dimensions for r in results))
+        dimensions=widest_types(r.dimensions for r in results), high_watermarks=_high_watermarks(payload, results))
     logger.info("task %s: %d records -> %d rows in %d segments, %d unparseable, publish %s: %s",
                 request.task_id, records, report.rows_out, len(segments), unparseable,
                 outcome.status, outcome.message)

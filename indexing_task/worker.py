@@ -114,11 +114,11 @@ def index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int = 0
     written as one file per interval: the parse's fixed cost (~25 ms) and a file are paid once,
     not per partition. A big task's are read one after the other, a chunk at a time.
     """
-    ranges = _kafka_ranges(payload, splits)
+    ranges, highs = _kafka_ranges(payload, splits), dict[int, int]()
     with cyclic_gc_paused():
         consumer = range_consumer(payload.consumer_config, ranges)
         try:
-            return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, ranges))
+            return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, ranges, highs), highs)
         finally:
             consumer.close()
 
@@ -139,12 +139,14 @@ def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> l
     ranges = [one for payload, splits in tasks for one in _kafka_ranges(payload, splits)]
     owners = [n for n, (_, splits) in enumerate(tasks) for _ in splits]
     failed: dict[int, RangeNotReadableError] = {}
+    highs: dict[int, int] = {}
     outcomes: list[WorkerResult | Exception] = []
     with cyclic_gc_paused():
         try:
             consumer = range_consumer(tasks[0][0].consumer_config, ranges)
             try:
-                read = _read_together(consumer, ranges, min(payload.read_timeout_s for payload, _ in tasks), failed)
+                read = _read_together(consumer, ranges, min(payload.read_timeout_s for payload, _ in tasks), failed,
+                                      highs)
             finally:
                 consumer.close()
         except Exception as exc:  # the consumer itself failed: every task with it
@@ -156,7 +158,8 @@ def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> l
                 if error is not None:
                     raise error
                 messages = [message for i in mine for message in read[i]]
-                outcomes.append(_index_chunks(payload, splits, 0, [messages] if messages else []))
+                outcomes.append(_index_chunks(payload, splits, 0, [messages] if messages else [],
+                                              {k: highs[i] for k, i in enumerate(mine) if i in highs}))
             except Exception as exc:
                 outcomes.append(exc)
     return outcomes
@@ -167,28 +170,38 @@ def _kafka_ranges(payload: TaskPayload, splits: Sequence[Split]) -> list[tuple[s
     return [(*split.kafka(payload.topic), split.start, split.end) for split in splits]
 
 
-def _chunks(consumer: Consumer, payload: TaskPayload, ranges: list[tuple[str, int, int, int]]
-            ) -> Iterator[list[Message]]:
-    """The ranges' records, in order and each range in offset order, a chunk at a time."""
+def _chunks(consumer: Consumer, payload: TaskPayload, ranges: list[tuple[str, int, int, int]],
+            highs: dict[int, int]) -> Iterator[list[Message]]:
+    """The ranges' records, in order and each range in offset order, a chunk at a time.
+
+    ``highs`` gets each range's high watermark as :func:`read_ranges` reports it.
+    """
     if sum(end - start for *_, start, end in ranges) <= CHUNK_RECORDS and len({r[:2] for r in ranges}) == len(ranges):
-        together = [message for batch in _read_together(consumer, ranges, payload.read_timeout_s) for message in batch]
+        together = [message for batch in _read_together(consumer, ranges, payload.read_timeout_s, None, highs)
+                    for message in batch]
         if together:
             yield together
         return
     buffered: list[Message] = []
-    for one in ranges:
-        for _, batch in read_ranges(consumer, [one], payload.read_timeout_s):
+    for n, one in enumerate(ranges):
+        high: dict[int, int] = {}
+        for _, batch in read_ranges(consumer, [one], payload.read_timeout_s, highs=high):
             buffered.extend(batch)
             if len(buffered) >= CHUNK_RECORDS:
                 yield buffered
                 buffered = []
+        if high:
+            highs[n] = high[0]
     if buffered:
         yield buffered
 
 
-def _index_chunks(payload: TaskPayload, splits: Sequence[Split], attempt: int, chunks: Iterable[list[Message]]
-                  ) -> WorkerResult:
-    """Roll up the splits' records, chunk by chunk, and write their files."""
+def _index_chunks(payload: TaskPayload, splits: Sequence[Split], attempt: int, chunks: Iterable[list[Message]],
+                  highs: dict[int, int]) -> WorkerResult:
+    """Roll up the splits' records, chunk by chunk, and write their files.
+
+    ``highs`` holds the high watermark the read of ``splits[n]`` saw under ``n`` once the chunks are read.
+    """
     storage = DeepStorage(payload.deep_storage, payload.storage_options)
     rollup = Rollup(payload.rollup_schema, payload.min_time, payload.max_time)
     writer = _SegmentWriter(payload, splits, attempt, storage, rollup)
@@ -214,14 +227,15 @@ def _index_chunks(payload: TaskPayload, splits: Sequence[Split], attempt: int, c
         rollup.close()
     return WorkerResult(index=splits[0].index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
                         thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments),
-                        dimensions={d.name: d.type for d in rollup.schema.dimensions})
+                        dimensions={d.name: d.type for d in rollup.schema.dimensions},
+                        high_watermarks={splits[n].index: high for n, high in highs.items()})
 
 
 def _read_together(consumer: Consumer, ranges: list[tuple[str, int, int, int]], stall_timeout_s: float,
-                   failed: dict[int, RangeNotReadableError] | None = None) -> list[list[Message]]:
+                   failed: dict[int, RangeNotReadableError] | None, highs: dict[int, int]) -> list[list[Message]]:
     """Ranges of different partitions read at once: each range's records, in offset order (:func:`read_ranges`)."""
     batches: list[list[Message]] = [[] for _ in ranges]
-    for i, batch in read_ranges(consumer, ranges, stall_timeout_s, failed):
+    for i, batch in read_ranges(consumer, ranges, stall_timeout_s, failed, highs):
         batches[i].extend(batch)
     return batches
 

@@ -47,11 +47,11 @@ def test_range_past_the_end_of_the_log_fails_loudly(stack, make_topic):
         read(stack.bootstrap_servers, topic, 5, 15, stall_timeout_s=2)
 
 
-def read_together(consumer: Consumer, ranges: list[tuple[str, int, int, int]], stall_timeout_s: float = 10.0
-                  ) -> list[list[int]]:
+def read_together(consumer: Consumer, ranges: list[tuple[str, int, int, int]], stall_timeout_s: float = 10.0,
+                  highs: dict[int, int] | None = None) -> list[list[int]]:
     """Each range's offsets as :func:`read_ranges` yields them."""
     offsets: list[list[int]] = [[] for _ in ranges]
-    for i, batch in read_ranges(consumer, ranges, stall_timeout_s):
+    for i, batch in read_ranges(consumer, ranges, stall_timeout_s, highs=highs):
         offsets[i].extend(m.offset() for m in batch)
     return offsets
 
@@ -118,7 +118,7 @@ def test_with_failed_given_a_range_that_cannot_be_read_is_set_aside_and_the_othe
     assert again == [list(range(10)), list(range(10))]
 
 
-def test_once_a_small_range_has_arrived_no_further_fetch_is_sent(stack, make_topic):
+def test_a_small_range_is_fetched_once_and_tells_how_far_its_partition_has_grown(stack, make_topic):
     """A partition is fetched again while its queue is short of ``queued.min.messages``: a read of a
     trickle's range made the broker read the partition twice (Tansu scans all of it each time).
     """
@@ -129,11 +129,13 @@ def test_once_a_small_range_has_arrived_no_further_fetch_is_sent(stack, make_top
     protocol_log.addHandler(handler := logging.Handler())
     handler.emit = lambda record: requests.append(record.getMessage())  # type: ignore[method-assign]
     protocol_log.setLevel(logging.DEBUG)
-    ranges = [(topic, 0, 400, 500), (topic, 1, 400, 500)]
+    ranges = [(topic, 0, 300, 400), (topic, 1, 300, 400)]
     consumer = range_consumer({**consumer_config({"bootstrap.servers": stack.bootstrap_servers}, "test-reader"),
                                "debug": "protocol", "logger": protocol_log}, ranges)
+    highs: dict[int, int] = {}
     try:
-        assert read_together(consumer, ranges) == [list(range(400, 500))] * 2
+        assert read_together(consumer, ranges, highs=highs) == [list(range(300, 400))] * 2
     finally:
         consumer.close()
     assert sum("Sent FetchRequest" in line for line in requests) == 1
+    assert highs == {0: 500, 1: 500}  # the partitions' ends, as that fetch reported them

@@ -37,16 +37,20 @@ def test_a_small_task_runs_on_a_resident_runner_without_a_spark_job(
     produce(stack.bootstrap_servers, topic, sample.records, 2)
     request = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
     spark.sparkContext.setJobGroup(request.task_id, "a small task")
+    produce(stack.bootstrap_servers, topic, make_sample_events(100).records, 2)  # past the range's end
+    grown = {p: end + 50 for p, end in request.end_offsets.items()}
 
     report = run_index_task(spark, engine, request, resident=runners)
 
     assert report.outcome.ok and report.records == len(sample.records)
+    assert report.high_watermarks == grown  # how far the partitions reached when read (the supervisor's lag)
     assert jobs_of(spark, request.task_id) == []  # no Spark job: the runner did the work
     assert_exact(published_table(engine, datasource), sample)
     assert runners.idle == 1  # back, waiting for the next task
     retry = replace(request, task_id=request.task_id + "-spark")
     spark.sparkContext.setJobGroup(retry.task_id, "the same range as a Spark job")
-    assert run_index_task(spark, engine, retry).outcome.status == "already_published"
+    again = run_index_task(spark, engine, retry)
+    assert again.outcome.status == "already_published" and again.high_watermarks == grown
     assert len(jobs_of(spark, retry.task_id)) == 1
 
 

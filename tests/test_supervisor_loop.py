@@ -109,7 +109,7 @@ def make_supervisor(stack: DevStack, engine: sa.Engine, world: World, runner: Fa
 
 
 def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok", *, really_publish: bool = False,
-           engine: sa.Engine | None = None) -> None:
+           engine: sa.Engine | None = None, highs: Mapping[Any, int] | None = None) -> None:
     """Resolve a fake task; with ``really_publish`` its range goes through the real publish transaction."""
     if really_publish:
         assert engine is not None
@@ -121,7 +121,7 @@ def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok",
     records = sum(request.end_offsets[p] - request.start_offsets[p] for p in request.start_offsets)
     runner.tasks[request.task_id][1].set_result(TaskReport(
         request.task_id, request.spec.datasource, request.start_offsets, request.end_offsets, records, 1, 0, 0,
-        (), (), outcome, 0.1, 0.01))
+        (), (), outcome, 0.1, 0.01, high_watermarks=highs or {}))
 
 
 def test_first_run_pins_earliest_offsets_and_launches_one_task_per_group(stack, engine, world, runner, datasource):
@@ -215,11 +215,12 @@ def test_a_run_that_can_launch_nothing_leaves_the_broker_alone(stack, engine, wo
     sup.run_once()
     (first,) = runner.running()
     world.marks = {0: (0, 20)}
-    finish(runner, first, really_publish=True, engine=engine)
+    finish(runner, first, really_publish=True, engine=engine, highs={0: 16})  # as far as its read saw
     world.time += 0.7
     asked.clear()
     sup.run_once()  # woken by the task's end: the group is held back until 1.5 s after its launch
     assert asked == {} and runner.running() == [] and sup.status.committed == {0: 10}
+    assert sup.status.lag == {0: 6}  # the lag the task saw, not 0
     assert sup.status.recent_tasks[0].status == "SUCCESS" and sup.next_run_in_s() == pytest.approx(0.8)
     world.time += 0.8
     sup.run_once()  # due: one look at the topic, and the next task

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -246,9 +246,21 @@ class Supervisor:
         for gone in self.arrivals.keys() - self.watermarks.keys():  # a topic deleted, or no longer matched
             del self.arrivals[gone]
         for p, (_, high) in self.watermarks.items():
-            seen = self.arrivals.setdefault(p, deque(maxlen=100_000))
-            if not seen or high > seen[-1][0]:
-                seen.append((high, now))
+            self._saw(p, high, now)
+
+    def _saw(self, partition: Partition, high: int, now: float) -> None:
+        """Note that ``partition`` holds records up to ``high`` (its arrival times: :meth:`lag_seconds`)."""
+        seen = self.arrivals.setdefault(partition, deque(maxlen=100_000))
+        if not seen or high > seen[-1][0]:
+            seen.append((high, now))
+
+    def _grown(self, highs: Mapping[Partition, int]) -> None:
+        """Latest offsets a task's read saw, past those asked for: the status's lag without a round trip."""
+        now = self.ctx.clock()
+        for p, high in highs.items():
+            if p in self.watermarks and high > self.watermarks[p][1]:
+                self.watermarks[p] = (self.watermarks[p][0], high)
+                self._saw(p, high, now)
 
     def lag_seconds(self, committed: Offsets, now: float) -> dict[Partition, float]:
         """How long the oldest unpublished record of each partition has waited, since a refresh first saw it."""
@@ -447,6 +459,8 @@ class Supervisor:
                  else task.future.exception())
         report = None if error is not None else task.future.result()
         outcome = report.outcome.status if report is not None else None
+        if report is not None:
+            self._grown(report.high_watermarks)
         if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
             state.failures = 0
