@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from indexing_task.errors import RangeNotReadableError
 from specs import EXACT_READ_CONSUMER_PROPERTIES, resolve_consumer_properties
 
-__all__ = ["consumer_config", "range_consumer", "read_range", "read_ranges", "resolved_consumer_properties"]
+__all__ = ["consumer_config", "read_range", "read_ranges", "resolved_consumer_properties"]
 
 _POLL_BATCH = 10_000
 _POLL_TIMEOUT_S = 0.5
@@ -50,20 +50,6 @@ def consumer_config(consumer_properties: Mapping[str, Any], group_id: str) -> di
         **consumer_properties,
         **EXACT_READ_CONSUMER_PROPERTIES,
     }
-
-
-def range_consumer(config: Mapping[str, Any], ranges: Sequence[tuple[str, int, int, int]]) -> Consumer:
-    """A consumer for ``ranges`` (``(topic, partition, start, end)``) that prefetches no more than the longest holds.
-
-    librdkafka fetches a partition again as soon as its local queue holds fewer than
-    ``queued.min.messages`` (200,000 here): the records of a trickle's range arrive in one fetch,
-    and the next, sent before the range is paused, only made the broker read the partition again
-    (Tansu scans every batch of it: ~1 ms per thousand). With the queue's minimum at the range's
-    length, that fetch waits ``fetch.queue.backoff.ms``, and the read is done by then.
-    """
-    longest = max((end - start for _, _, start, end in ranges), default=1)
-    queued = int(config.get("queued.min.messages", 100_000))  # librdkafka's default
-    return Consumer({**config, "queued.min.messages": max(1, min(queued, longest))})
 
 
 def _first_at_or_after(messages: list[Message], end: int) -> int:

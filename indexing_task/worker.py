@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from indexing_task.errors import RangeNotReadableError
 from indexing_task.ranges import Split
-from indexing_task.reader import range_consumer, read_ranges
+from indexing_task.reader import read_ranges
 from indexing_task.results import WorkerResult, WrittenSegment
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
 from segment_store import TopicPartitionId
@@ -116,7 +116,7 @@ def index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int = 0
     """
     ranges, highs = _kafka_ranges(payload, splits), dict[int, int]()
     with cyclic_gc_paused():
-        consumer = range_consumer(payload.consumer_config, ranges)
+        consumer = Consumer(payload.consumer_config)
         try:
             return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, ranges, highs), highs)
         finally:
@@ -143,7 +143,7 @@ def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> l
     outcomes: list[WorkerResult | Exception] = []
     with cyclic_gc_paused():
         try:
-            consumer = range_consumer(tasks[0][0].consumer_config, ranges)
+            consumer = Consumer(tasks[0][0].consumer_config)
             try:
                 read = _read_together(consumer, ranges, min(payload.read_timeout_s for payload, _ in tasks), failed,
                                       highs)

@@ -19,6 +19,7 @@ import bisect
 import json
 import multiprocessing
 import os
+import statistics
 import threading
 import time
 import uuid
@@ -112,7 +113,13 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
     Runs longer than ~10 minutes need a ``linger_ms`` that keeps the embedded broker under ~80k record
     batches per partition (Tansu 0.6 stalls past that).
     """
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
+    per_batch: list[float] = []  # records per produce batch, per topic and stats window (librdkafka's batchcnt)
+
+    def on_stats(raw: str) -> None:
+        per_batch.extend(t["batchcnt"]["avg"] for t in json.loads(raw)["topics"].values() if t["batchcnt"]["cnt"])
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "statistics.interval.ms": 10_000,
+                         "stats_cb": on_stats})
     acked: dict[tuple[str, int, int], float] = {}
     measured_from = time.monotonic() + warmup_s
 
@@ -183,6 +190,7 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
         by_minute[int((at - measured_from) // 60)].append(seen - at)
     latencies = sorted(x for minute in by_minute.values() for x in minute)
     results.put({"records_measured": len(latencies), "sent_per_topic": sent, "sent_by_hour": dict(by_hour),
+                 "producer_records_per_batch": round(statistics.mean(per_batch), 2) if per_batch else None,
                  "freshness_p50_s": round(latencies[len(latencies) // 2], 3),
                  "freshness_p95_s": round(_p95(latencies), 3),
                  "freshness_max_s": round(latencies[-1], 3),
