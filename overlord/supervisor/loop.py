@@ -174,7 +174,7 @@ class Supervisor:
         """Lag, records/s and task outcomes in fixed steps for an hour: the console's charts, ``.../series``."""
         self.watermarks: dict[Partition, tuple[int, int]] = {}
         self.arrivals: dict[Partition, deque[tuple[int, float]]] = {}
-        """Per partition, (latest offset, clock time a refresh first saw it): how long records wait."""
+        """Per partition, (latest offset, clock time a refresh or a task's read first saw it): how long records wait."""
         self.stored: CommittedOffsets | None = None
         self.offsets_updated: datetime | None = None
         self.refreshed: float | None = None
@@ -263,7 +263,7 @@ class Supervisor:
                 self._saw(p, high, now)
 
     def lag_seconds(self, committed: Offsets, now: float) -> dict[Partition, float]:
-        """How long the oldest unpublished record of each partition has waited, since a refresh first saw it."""
+        """How long the oldest unpublished record of each partition has waited, since a refresh or a task saw it."""
         waited = {}
         for p, seen in self.arrivals.items():
             while seen and p in committed and seen[0][0] <= committed[p]:
