@@ -330,6 +330,25 @@ def test_an_unreachable_broker_makes_the_supervisor_unhealthy_until_it_is_back(
     assert sup.status.state == "RUNNING"
 
 
+def test_a_broker_that_goes_down_while_a_group_backs_off_still_makes_the_supervisor_unhealthy(
+        stack, engine, world, runner, datasource):
+    """Runs that need nothing from the broker (its group backs off) must not hide the failed looks between them."""
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=1.5, watermarks_max_age_s=5.0))
+    sup.run_once()
+    finish(runner, runner.running()[0], "retryable")  # its group waits backoff_base_s (10 s)
+    world.broker_down = True
+    for _ in range(8):  # the idle poll, every second
+        world.time += 1
+        sup.run_once()
+    assert sup.status.state == "UNHEALTHY_SUPERVISOR" and "broker unreachable" in sup.status.recent_errors[0].message
+    world.broker_down = False
+    world.time += 1
+    sup.run_once()
+    assert sup.status.state != "UNHEALTHY_SUPERVISOR"
+
+
 def test_offsets_of_another_topic_are_refused_until_a_reset(stack, engine, world, runner, datasource):
     world.marks = {0: (0, 10)}
     publish(engine, PublishRequest(datasource, "topic-old", "t0", {0: 0}, {0: 7}, initial_offsets={0: 0}))
