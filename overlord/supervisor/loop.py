@@ -383,7 +383,7 @@ class Supervisor:
                 continue
             todo = next_range(self.committed, self.latest, partitions, policy.max_records_per_task)
             if self._held_back(group, todo, now):  # due then, records seen or not: it looks at the topic then
-                due = self.groups[group].launched + policy.min_task_interval_s
+                due = self._due(group)
                 self.next_due = due if self.next_due is None else min(due, self.next_due)
                 continue
             if todo.empty:
@@ -408,9 +408,11 @@ class Supervisor:
 
     def _held_back(self, group: int, todo: OffsetRange, now: float) -> bool:
         """A group launched within ``min_task_interval_s`` waits, unless its next task is full."""
-        policy = self.ctx.policy
-        return (now < self.groups[group].launched + policy.min_task_interval_s
-                and todo.size() < policy.max_records_per_task)
+        return now < self._due(group) and todo.size() < self.ctx.policy.max_records_per_task
+
+    def _due(self, group: int) -> float:
+        """When a group may launch again at a trickle: ``min_task_interval_s`` after its last launch."""
+        return self.groups[group].launched + self.ctx.policy.min_task_interval_s
 
     def publish_status(self) -> None:
         """Replace :attr:`status` with a snapshot of now, and remember its lag and rate (callers hold ``lock``)."""
