@@ -3,7 +3,8 @@
 The metadata clients are long-lived, one per set of consumer properties (:class:`_Clients`), and
 shared by concurrent calls: each supervisor asks every second or so, and a librdkafka client per
 call cost its threads, a broker connection and a metadata round trip each time. A call asks for
-a topic's partitions, then for the earliest and latest offsets of all of them at once.
+a topic's partitions, then for the latest offsets of all of them and the earliest of those whose
+earliest the caller does not know, at once.
 """
 
 from __future__ import annotations
@@ -86,13 +87,15 @@ def close_metadata_clients() -> None:
     _admins.close()
 
 
-def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec,
-                      timeout_s: float = 10.0) -> dict[Partition, tuple[int, int]]:
+def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec, timeout_s: float = 10.0, *,
+                      known_lows: Mapping[Partition, int] | None = None) -> dict[Partition, tuple[int, int]]:
     """``{partition: (low, high)}`` of the spec's topic, or of every topic its ``topicPattern`` matches.
 
     A topic's partitions are numbers; a pattern's are :class:`TopicPartitionId`. An unknown
     topic raises :class:`IndexingError`; a pattern matching no topic yet has no partitions. The
-    latest offsets are read-committed ones, as the reader reads.
+    latest offsets are read-committed ones, as the reader reads. The lows of ``known_lows`` are
+    taken from it, not asked: a broker may scan a partition for each offset asked (Tansu's
+    in-memory one does), and the earliest moves only when retention deletes records.
     """
     with _admins.use(consumer_properties) as admin:
         partitions: dict[Partition, TopicPartition]
@@ -113,18 +116,25 @@ def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigS
             partitions = {TopicPartitionId(topic, p): TopicPartition(topic, p)
                           for topic, metadata in sorted(topics.items()) if io.reads(topic) and metadata.error is None
                           for p in sorted(metadata.partitions)}
-        return _marks(admin, partitions, timeout_s) if partitions else {}
+        return _marks(admin, partitions, timeout_s, known_lows or {}) if partitions else {}
 
 
-def _marks(admin: AdminClient, partitions: Mapping[Partition, TopicPartition],
-           timeout_s: float) -> dict[Partition, tuple[int, int]]:
-    """Every partition's earliest and latest offsets: two requests for all of them, in flight together."""
-    def ask(spec: Any) -> dict[TopicPartition, Any]:
-        return admin.list_offsets({tp: spec for tp in partitions.values()},
-                                  isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+def _marks(admin: AdminClient, partitions: Mapping[Partition, TopicPartition], timeout_s: float,
+           known_lows: Mapping[Partition, int]) -> dict[Partition, tuple[int, int]]:
+    """Every partition's latest offset, and the earliest of those not in ``known_lows``.
 
-    low, high = ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    return {p: (int(_result(low[tp], timeout_s).offset), int(_result(high[tp], timeout_s).offset))
+    Two requests in flight together, or one if every earliest is known.
+    """
+    def ask(spec: Any, which: Iterable[TopicPartition]) -> dict[TopicPartition, Any]:
+        asked = {tp: spec for tp in which}
+        return admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED,
+                                  request_timeout=timeout_s) if asked else {}
+
+    unknown = [tp for p, tp in partitions.items() if p not in known_lows]
+    low = ask(OffsetSpec.earliest(), unknown)  # type: ignore[no-untyped-call]
+    high = ask(OffsetSpec.latest(), partitions.values())  # type: ignore[no-untyped-call]
+    return {p: (known_lows[p] if tp not in low else int(_result(low[tp], timeout_s).offset),
+                int(_result(high[tp], timeout_s).offset))
             for p, tp in partitions.items()}
 
 

@@ -90,6 +90,17 @@ def test_watermarks_are_what_a_reader_sees_for_a_topic_and_a_pattern(stack, make
                      for p, mark in _reader_marks(stack.bootstrap_servers, topic, 2 + n).items()}
 
 
+def test_earliest_offsets_the_caller_knows_are_not_asked_for(stack, make_topic) -> None:
+    topic = make_topic(2)
+    produce(stack.bootstrap_servers, topic, [b'{"n": 1}'] * 40, 2)
+    properties = {"bootstrap.servers": stack.bootstrap_servers}
+    (low0, high0), (low1, high1) = _reader_marks(stack.bootstrap_servers, topic, 2).values()
+    io = KafkaIOConfigSpec(topic=topic)
+    assert stream_watermarks(properties, io, known_lows={0: 7}) == {0: (7, high0), 1: (low1, high1)}
+    assert stream_watermarks(properties, io, known_lows={0: 7, 1: 9}) == {0: (7, high0), 1: (9, high1)}
+    assert stream_watermarks(properties, io) == {0: (low0, high0), 1: (low1, high1)}
+
+
 def test_an_unknown_topic_is_an_error_naming_it_and_is_not_created(stack) -> None:
     properties = {"bootstrap.servers": stack.bootstrap_servers}
     with pytest.raises(IndexingError, match="topic 'no-such-topic' is not available"):

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from indexing_task.errors import RangeNotReadableError
 from indexing_task.task import IndexTaskRequest, TaskReport
 from overlord.dev.stack import DevStack
 from overlord.supervisor.loop import Supervisor, SupervisorContext
@@ -72,15 +73,21 @@ class World:
         self.marks: dict[Any, tuple[int, int]] = {}
         self.broker_down = False
         self.ids: dict[str, str] = {}
+        self.earliest_asked: list[set[Any]] = []
+        """Per look at the topic, the partitions whose earliest offset it asked for."""
 
     def clock(self) -> float:
         return self.time
 
-    def watermarks(self, _properties: Mapping[str, Any], io: KafkaIOConfigSpec) -> dict[Any, tuple[int, int]]:
-        """The marks set, those of a pattern's topics only if the spec reads them."""
+    def watermarks(self, _properties: Mapping[str, Any], io: KafkaIOConfigSpec, *,
+                   known_lows: Mapping[Any, int] | None = None) -> dict[Any, tuple[int, int]]:
+        """The marks set, those of a pattern's topics only if the spec reads them; lows given are not asked."""
         if self.broker_down:
             raise ConnectionError("broker unreachable")
-        return {p: m for p, m in self.marks.items() if not isinstance(p, TopicPartitionId) or io.reads(p.topic)}
+        marks = {p: m for p, m in self.marks.items() if not isinstance(p, TopicPartitionId) or io.reads(p.topic)}
+        known = known_lows or {}
+        self.earliest_asked.append({p for p in marks if p not in known})
+        return {p: (known.get(p, low), high) for p, (low, high) in marks.items()}
 
     def topic_ids(self, _properties: Mapping[str, Any], topics: Iterable[str]) -> dict[str, str]:
         """The topic IDs set: none unless a test sets them (a broker without topic IDs)."""
@@ -122,6 +129,13 @@ def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok",
     runner.tasks[request.task_id][1].set_result(TaskReport(
         request.task_id, request.spec.datasource, request.start_offsets, request.end_offsets, records, 1, 0, 0,
         (), (), outcome, 0.1, 0.01, high_watermarks=highs or {}))
+
+
+def fail_read(runner: FakeRunner, request: IndexTaskRequest) -> None:
+    """Fail a fake task as a read of records deleted before it started fails."""
+    start = min(request.start_offsets.values())
+    runner.tasks[request.task_id][1].set_exception(
+        RangeNotReadableError(f"topic-a at offset {start}: Broker: Offset out of range"))
 
 
 def test_first_run_pins_earliest_offsets_and_launches_one_task_per_group(stack, engine, world, runner, datasource):
@@ -200,9 +214,10 @@ def test_a_run_that_can_launch_nothing_leaves_the_broker_alone(stack, engine, wo
     asked = Counter[str]()
     watermarks, topic_ids = world.watermarks, world.topic_ids
 
-    def counted_watermarks(properties: Mapping[str, Any], io: KafkaIOConfigSpec) -> dict[Any, tuple[int, int]]:
+    def counted_watermarks(properties: Mapping[str, Any], io: KafkaIOConfigSpec, *,
+                           known_lows: Mapping[Any, int] | None = None) -> dict[Any, tuple[int, int]]:
         asked["watermarks"] += 1
-        return watermarks(properties, io)
+        return watermarks(properties, io, known_lows=known_lows)
 
     def counted_topic_ids(properties: Mapping[str, Any], topics: Iterable[str]) -> dict[str, str]:
         asked["topic_ids"] += 1
@@ -232,6 +247,39 @@ def test_a_run_that_can_launch_nothing_leaves_the_broker_alone(stack, engine, wo
         asked.clear()
         sup.run_once()
     assert asked["watermarks"] == 1 and sup.status.lag == {0: 20}
+
+
+def test_a_look_asks_the_earliest_offsets_only_when_due_after_a_failed_task_or_for_new_partitions(
+        stack, engine, world, runner, datasource):
+    world.marks = {0: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=1.5, earliest_max_age_s=30.0))
+    sup.run_once()  # the first look asks for both
+    assert world.earliest_asked == [{0}]
+    for end in (20, 30, 40):  # published tasks: each next look asks for the latest offsets only
+        (task,) = runner.running()
+        world.marks = {0: (0, end)}
+        finish(runner, task, really_publish=True, engine=engine)
+        world.time += 1.5
+        sup.run_once()
+    assert world.earliest_asked == [{0}, set(), set(), set()] and sup.status.committed == {0: 30}
+    world.marks = {0: (0, 50), 1: (7, 9)}  # a new partition: its earliest offset is asked, to pin it
+    (task,) = runner.running()
+    finish(runner, task, really_publish=True, engine=engine)
+    world.time += 1.5
+    sup.run_once()
+    assert world.earliest_asked[-1] == {1} and sup.status.committed == {0: 40, 1: 7}
+    world.time += 30.0
+    world.marks = {0: (0, 60), 1: (7, 9)}
+    (task,) = runner.running()
+    finish(runner, task, really_publish=True, engine=engine)
+    sup.run_once()  # 30 s on: asked again (the status shows them; retention moves them)
+    assert world.earliest_asked[-1] == {0, 1}
+    world.marks = {0: (55, 60), 1: (7, 9)}  # retention deleted records [50, 55) before they were read
+    fail_read(runner, runner.running()[0])
+    sup.run_once()  # after a failed task the next run looks, asks again, and finds the records gone
+    assert world.earliest_asked[-1] == {0, 1}
+    assert "records [50, 55) were deleted before they were indexed" in sup.stopped_partitions[0]
 
 
 def test_a_replica_that_finds_its_range_published_is_a_success_not_a_failure(
@@ -546,8 +594,10 @@ def test_records_lost_to_retention_are_loud_by_default(stack, engine, world, run
     sup.run_once()
     finish(runner, runner.running()[0], really_publish=True, engine=engine)
     world.marks = {0: (25, 40)}  # retention deleted [10, 25) before it was read
+    sup.run_once()  # the earliest offsets were asked for less than earliest_max_age_s ago: a task reads from 10
+    fail_read(runner, runner.running()[0])
     for _ in range(POLICY.unhealthy_after):
-        sup.run_once()
+        sup.run_once()  # the failed task makes the next look ask for them
     assert sup.status.state == "UNHEALTHY_SUPERVISOR" and runner.running() == []
     assert "partition 0: records [10, 25) were deleted before they were indexed" in sup.status.recent_errors[0].message
     assert sup.status.committed == {0: 10}
@@ -562,6 +612,10 @@ def test_reset_offset_automatically_skips_the_gap_and_says_exactly_what(stack, e
     sup.run_once()
     finish(runner, runner.running()[0], really_publish=True, engine=engine)
     world.marks = {0: (25, 40)}
+    sup.run_once()
+    fail_read(runner, runner.running()[0])
+    sup.run_once()
+    world.time += POLICY.backoff_base_s
     sup.run_once()
     (task,) = runner.running()
     assert (dict(task.start_offsets), dict(task.end_offsets)) == ({0: 25}, {0: 40})
@@ -582,6 +636,7 @@ def test_an_automatic_skip_never_moves_offsets_back_past_a_publish_made_meanwhil
     sup.run_once()
     finish(runner, runner.running()[0], really_publish=True, engine=engine)
     world.marks = {0: (25, 40)}  # [10, 25) deleted by retention
+    world.time += POLICY.earliest_max_age_s  # the next look asks for the earliest offsets
     read = sup.read_committed_offsets
 
     def then_another_overlord_skips_and_publishes() -> None:
@@ -592,6 +647,7 @@ def test_an_automatic_skip_never_moves_offsets_back_past_a_publish_made_meanwhil
 
     sup.read_committed_offsets = then_another_overlord_skips_and_publishes  # type: ignore[method-assign]
     sup.run_once()
+    assert world.earliest_asked[-1] == {0}
     stored = committed_offsets(engine, datasource)
     assert stored is not None and dict(stored.offsets) == {0: 40}  # before: moved back to 25, [25, 40) read twice
 

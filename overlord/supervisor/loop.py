@@ -179,6 +179,8 @@ class Supervisor:
         self.offsets_updated: datetime | None = None
         self.refreshed: float | None = None
         """When the watermarks were last read (monotonic)."""
+        self.lows_asked: float | None = None
+        """When the earliest offsets were last asked for (monotonic); None: at the next look at the topic."""
         self.stopped_partitions: dict[Partition, str] = {}
         """Partitions whose committed offsets lie outside what the broker holds, and why: not read until reset."""
         self.next_due: float | None = None
@@ -227,6 +229,7 @@ class Supervisor:
         """
         now, policy = self.ctx.clock(), self.ctx.policy
         if (self.refreshed is None or now - self.refreshed >= policy.watermarks_max_age_s
+                or self.lows_asked is None  # a task failed: its records may have been deleted before it read them
                 or not self.latest or self.stopped_partitions  # none known yet; or a reset may free some
                 or not self.latest.keys() <= self.committed.keys()):  # partitions to pin
             return True
@@ -238,15 +241,29 @@ class Supervisor:
             for group, partitions in self._groups())
 
     def refresh_partitions(self) -> None:
-        """Read every partition's earliest and latest offset from the broker."""
+        """Read every partition's latest offset from the broker, and the earliest when :meth:`lows_due`."""
+        now = self.ctx.clock()
+        known = None if self.lows_due(now) else {p: low for p, (low, _) in self.watermarks.items()}
         self.watermarks = dict(self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings),
-                                                   self.spec.spec.io_config))
+                                                   self.spec.spec.io_config, known_lows=known))
+        if known is None:
+            self.lows_asked = now
         self.offsets_updated = self.ctx.now()
-        now = self.refreshed = self.ctx.clock()
+        self.refreshed = now
         for gone in self.arrivals.keys() - self.watermarks.keys():  # a topic deleted, or no longer matched
             del self.arrivals[gone]
         for p, (_, high) in self.watermarks.items():
             self._saw(p, high, now)
+
+    def lows_due(self, now: float) -> bool:
+        """Whether a look at the topic asks for every partition's earliest offset.
+
+        It does when they are ``policy.earliest_max_age_s`` old, a task failed since (a read of records
+        deleted before it started fails), partitions are to be pinned, or stopped (a reset may free
+        them). A partition whose earliest is not known yet is asked for anyway.
+        """
+        return (self.lows_asked is None or now - self.lows_asked >= self.ctx.policy.earliest_max_age_s
+                or bool(self.stopped_partitions) or not self.latest.keys() <= self.committed.keys())
 
     def _saw(self, partition: Partition, high: int, now: float) -> None:
         """Note that ``partition`` holds records up to ``high`` (its arrival times: :meth:`lag_seconds`)."""
@@ -479,6 +496,7 @@ class Supervisor:
             detail = (f"publish {outcome}: {report.outcome.message}" if report is not None
                       else error_summary(error) if error is not None else "failed")
             state.failures += 1
+            self.lows_asked = None
             delay = self.ctx.policy.backoff_s(state.failures)
             state.retry_after = self.ctx.clock() + delay
             self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)", f"task failed: {detail}")

@@ -26,6 +26,9 @@ class SupervisorPolicy:
     sequence of tasks, each well inside ``completionTimeout``, instead of ever larger retries."""
     watermarks_max_age_s: float = 5.0
     """How old a supervisor's watermarks may grow while no task group can launch (status, new partitions)."""
+    earliest_max_age_s: float = 30.0
+    """How old the earliest offsets may grow (they move only when retention deletes records); a look at the
+    topic asks for them sooner after a failed task, for new partitions and while a partition is stopped."""
     min_task_interval_s: float = 0.0
     """The least time between two launches in one task group unless the next task is full: a
     trickle is indexed in fewer, larger tasks (the overlord sets ``OVERLORD_TASK_MIN_INTERVAL_S``)."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
@@ -42,8 +42,14 @@ __all__ = ["TopicChanged", "WatermarkSource", "committed_for", "consumer_propert
            "next_range", "next_task_request", "pin_initial_offsets", "reads_partition", "starting_offsets",
            "task_group"]
 
-WatermarkSource = Callable[[Mapping[str, Any], KafkaIOConfigSpec], Mapping[Partition, tuple[int, int]]]
-"""``(consumer properties, ioConfig) -> {partition: (low, high)}``: the first and next offset of each partition read."""
+class WatermarkSource(Protocol):
+    """``(consumer properties, ioConfig) -> {partition: (low, high)}``: the first and next offset of each partition.
+
+    The lows of ``known_lows`` are taken from it, not asked (:func:`indexing_task.watermarks.stream_watermarks`).
+    """
+
+    def __call__(self, consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec, *,
+                 known_lows: Mapping[Partition, int] | None = None) -> Mapping[Partition, tuple[int, int]]: ...
 
 
 class TopicChanged(OverlordError):
