@@ -189,7 +189,10 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
         seen = visible[(topic, p)][first][0] if first < len(committed.get((topic, p), [])) else float("inf")
         by_minute[int((at - measured_from) // 60)].append(seen - at)
     latencies = sorted(x for minute in by_minute.values() for x in minute)
+    per_second = Counter(int(at - measured_from) for at in acked.values())
+    acks = sorted(per_second[s] for s in range(int(seconds)))  # a broker that stalls acknowledges in bursts
     results.put({"records_measured": len(latencies), "sent_per_topic": sent, "sent_by_hour": dict(by_hour),
+                 "acked_per_s": {"p5": acks[len(acks) // 20], "p50": acks[len(acks) // 2], "max": acks[-1]},
                  "producer_records_per_batch": round(statistics.mean(per_batch), 2) if per_batch else None,
                  "freshness_p50_s": round(latencies[len(latencies) // 2], 3),
                  "freshness_p95_s": round(_p95(latencies), 3),
