@@ -230,8 +230,7 @@ class Supervisor:
         now, policy = self.ctx.clock(), self.ctx.policy
         if (self.refreshed is None or now - self.refreshed >= policy.watermarks_max_age_s
                 or self.lows_asked is None  # a task failed: its records may have been deleted before it read them
-                or not self.latest or self.stopped_partitions  # none known yet; or a reset may free some
-                or not self.latest.keys() <= self.committed.keys()):  # partitions to pin
+                or not self.latest or self._unsettled()):  # none known yet
             return True
         busy = self._busy_partitions()
         return self.launching and any(
@@ -263,7 +262,11 @@ class Supervisor:
         them). A partition whose earliest is not known yet is asked for anyway.
         """
         return (self.lows_asked is None or now - self.lows_asked >= self.ctx.policy.earliest_max_age_s
-                or bool(self.stopped_partitions) or not self.latest.keys() <= self.committed.keys())
+                or self._unsettled())
+
+    def _unsettled(self) -> bool:
+        """Whether some partition is stopped (a reset may free it) or has no committed offset yet (to pin)."""
+        return bool(self.stopped_partitions) or not self.latest.keys() <= self.committed.keys()
 
     def _saw(self, partition: Partition, high: int, now: float) -> None:
         """Note that ``partition`` holds records up to ``high`` (its arrival times: :meth:`lag_seconds`)."""
