@@ -27,9 +27,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.dev.stack import DevStack, free_port
 from overlord.http.app import create_app
+from overlord.http.auth import Authenticator, AuthFile
+from overlord.query.kill_throttle import KILLS
 from overlord.query.process import GRACE_S, QueryProcess
 from overlord.supervisor.manager import Overlord
-from tests.helpers import committed_total, fresh_database, served, spec_json, start_overlord, wait_until
+from tests.helpers import READER, WRITER, committed_total, fresh_database, served, spec_json, start_overlord, wait_until
 
 HEAP_ATTACK = ("SELECT max(length(format_string(concat('%0', CAST(900000000 + id AS STRING), 'd'), id))) "
                "FROM range(2)")
@@ -41,20 +43,22 @@ QUERY_CPU = str(max(os.sched_getaffinity(0)))
 
 @dataclass
 class Served:
-    http: httpx.Client
+    http: httpx.Client  # as WRITER
+    reader: httpx.Client  # as READER: another principal
     overlord: Overlord
     queries: QueryProcess
 
 
 @pytest.fixture(scope="module")
-def served_overlord(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory
-                    ) -> Iterator[Served]:
+def served_overlord(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory,
+                    auth_file: Path) -> Iterator[Served]:
     overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")), query_max_concurrent=2,
                               query_cpus=QUERY_CPU)
-    app = create_app(overlord, authenticator=None)
+    app = create_app(overlord, authenticator=Authenticator(AuthFile.load(auth_file)))
     try:
-        with served(app) as url, httpx.Client(base_url=url, timeout=120) as http:
-            yield Served(http, overlord, app.state.queries)
+        with (served(app) as url, httpx.Client(base_url=url, timeout=120, auth=WRITER) as http,
+              httpx.Client(base_url=url, timeout=120, auth=READER) as reader):
+            yield Served(http, reader, overlord, app.state.queries)
     finally:
         overlord.stop(grace_s=10)
         overlord.engine.dispose()
@@ -166,6 +170,62 @@ def test_queries_past_the_concurrency_limit_get_a_429_at_once(served_overlord: S
     assert sorted(a.status_code for a in answers) in ([400, 400], [400, 503]), [a.text for a in answers]
     assert queries.in_flight == 0
     assert sql(http, "SELECT 4 AS four").json() == [{"four": 4}]
+
+
+def test_a_standby_engine_takes_over_at_once_when_the_engine_is_lost(served_overlord: Served):
+    """Before, the next query waited for a new engine's Spark to start (~20 s on a loaded machine)."""
+    http, queries = served_overlord.http, served_overlord.queries
+    assert sql(http, "SELECT 1 AS one").json() == [{"one": 1}]
+    wait_until(lambda: queries.standby_pid is not None, "the standby engine to be ready", 180)
+    os.killpg(engine_pid(queries), signal.SIGKILL)
+    wait_until(lambda: queries.pid is None, "the query engine to be gone", 30)
+    started = time.monotonic()
+    answer = sql(http, "SELECT 2 AS two", timeout=20_000)
+    took = time.monotonic() - started
+    assert answer.status_code == 200 and took < 3, (took, answer.text)
+
+
+def _query_engines() -> list[int]:
+    """The query engines of this process (the current one and its standby)."""
+    return [child.pid for child in psutil.Process().children()
+            if "overlord.query.worker" in " ".join(child.cmdline())]
+
+
+def test_a_query_waiting_for_the_engine_to_start_ends_within_its_own_timeout(served_overlord: Served):
+    """Before, it waited for the new engine, then had its whole timeout again (26 s for a 15 s timeout)."""
+    http = served_overlord.http
+    assert sql(http, "SELECT 1 AS one").json() == [{"one": 1}]
+    engines = _query_engines()
+    for pid in engines:  # no engine left ready: the next one starts from nothing
+        os.killpg(pid, signal.SIGKILL)
+    wait_until(lambda: all(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in engines),
+               "the query engines to be gone", 30)
+    started = time.monotonic()
+    answer = sql(http, "SELECT 5 AS five", timeout=2_000)
+    took = time.monotonic() - started
+    assert took < 2 + 0.5, (took, answer.text)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["context"]["errorClass"] == "QUERY_ENGINE_UNAVAILABLE"
+    assert answer.headers["Retry-After"] == "1"
+    wait_until(lambda: sql(http, "SELECT 6 AS six", timeout=5_000).status_code == 200, "the new engine", 180)
+
+
+def test_a_principal_that_keeps_killing_the_engine_is_refused_and_no_one_else(served_overlord: Served):
+    """The killer's queries (work no cancel reaches: a stopped engine) get a 429; the other principal's run."""
+    http, killer, queries = served_overlord.http, served_overlord.reader, served_overlord.queries
+    for _ in range(KILLS):
+        assert sql(http, "SELECT 1 AS one").json() == [{"one": 1}]  # an engine ready to be killed
+        os.killpg(engine_pid(queries), signal.SIGSTOP)
+        answer = sql(killer, "SELECT 1 AS one", timeout=1_000)
+        assert answer.json()["context"]["errorClass"] == "QUERY_TIMEOUT", answer.text
+    refused = sql(killer, "SELECT 1 AS one")
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["category"] == "CAPACITY_EXCEEDED"
+    assert READER[0] in refused.json()["errorMessage"]
+    assert 0 < int(refused.headers["Retry-After"]) <= 600
+    started = time.monotonic()
+    assert sql(http, "SELECT 2 AS two", timeout=20_000).json() == [{"two": 2}]
+    assert time.monotonic() - started < 20
 
 
 def _children(pid: int) -> list[int]:

@@ -111,7 +111,8 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
 
     @app.exception_handler(QueryError)
     async def _bad_query(_request: Request, exc: QueryError) -> Response:
-        return JSONResponse(exc.to_druid(), status_code=exc.status)
+        retry = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return JSONResponse(exc.to_druid(), status_code=exc.status, headers=retry)
 
     @app.exception_handler(ApiError)
     async def _refused(_request: Request, exc: ApiError) -> Response:

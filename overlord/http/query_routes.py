@@ -9,12 +9,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexing_task.compaction import CompactionReport
 from overlord.errors import NotFound
+from overlord.http.audit import author_of
 from overlord.http.redact import SecretRegistry
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.errors import QueryError
@@ -66,11 +67,12 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProc
 
     @router.post("/druid/v2/sql", tags=["query"], summary="SQL over published segments (Druid's request shape)")
     @router.post("/druid/v2/sql/", tags=["query"], include_in_schema=False)  # pydruid's path: no redirect
-    def sql(body: SqlQuery) -> Response:
+    def sql(body: SqlQuery, request: Request) -> Response:
         query_id = body.query_id()
         timeout_ms = body.limits(limits).timeout_ms
         started = time.perf_counter()
-        result, answered_by = timed(lambda: queries.run("sql", body.model_dump(by_alias=True), query_id, timeout_ms))
+        result, answered_by = timed(lambda: queries.run("sql", body.model_dump(by_alias=True), query_id, timeout_ms,
+                                                                author_of(request)))
         content = secrets.scrub(result) if isinstance(result, str) else json.dumps(secrets.scrub_strings(result))
         headers = {"X-Druid-SQL-Query-Id": query_id, **answered(answered_by, started)} | (
             {"X-Druid-SQL-Header-Included": "yes"} if body.header else {})
@@ -79,10 +81,11 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProc
     @router.post("/druid/v2", tags=["query"], summary="A native query (timeseries, topN, groupBy, timeBoundary, "
                                                       "dataSourceMetadata), Druid's shapes")
     @router.post("/druid/v2/", tags=["query"], include_in_schema=False)
-    def native(body: Annotated[dict[str, Any], Body()]) -> Response:
+    def native(body: Annotated[dict[str, Any], Body()], request: Request) -> Response:
         query_id = str((body.get("context") or {}).get("queryId") or uuid.uuid4().hex)
         started = time.perf_counter()
-        result, answered_by = timed(lambda: queries.run("native", body, query_id, limits.timeout_ms))
+        result, answered_by = timed(lambda: queries.run("native", body, query_id, limits.timeout_ms,
+                                                                   author_of(request)))
         return JSONResponse(result, headers=answered(answered_by, started))
 
     def answered(answered_by: str | None, started: float) -> dict[str, str]:

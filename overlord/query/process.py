@@ -16,6 +16,12 @@ constant folding in the driver) is stopped by killing the child, so the thread w
 is freed at the deadline whatever the query does. At most ``OVERLORD_QUERY_MAX_CONCURRENT``
 queries run at once; the next gets a 429 in Druid's error shape at once.
 
+A lost engine is replaced at once by a standby started ahead (``OVERLORD_QUERY_STANDBY``): a
+Spark application takes ~20 s to start, the standby's taking over none. A query's timeout counts
+from its arrival: one that waits for an engine to start gets a 503 when its timeout is up, and
+only what is left of it to run. Kills count against the principal whose query it was
+(:mod:`overlord.query.kill_throttle`).
+
 The child listens on a Unix socket in a directory only this user can open, and answers only
 callers that know a random key (``multiprocessing.connection``'s HMAC handshake); messages are
 JSON. It exits when the overlord's end of its stdin closes, so it never outlives the overlord.
@@ -41,6 +47,7 @@ from typing import Any, NamedTuple
 from overlord.config import Settings
 from overlord.logs import log_format
 from overlord.query.errors import QueryError
+from overlord.query.kill_throttle import KillThrottle
 
 __all__ = ["GRACE_S", "QueryProcess"]
 
@@ -75,7 +82,9 @@ class QueryProcess:
         self._counting = threading.Lock()
         self._lock = threading.Lock()
         self._child: _Child | None = None
+        self._standby: _Child | None = None
         self._stopped = False
+        self.throttle = KillThrottle()
 
     def start(self) -> None:
         """Start the child now (in the background) rather than at the first query."""
@@ -102,12 +111,22 @@ class QueryProcess:
         child = self._child
         return child.process.pid if child is not None and child.process.poll() is None else None
 
-    def run(self, kind: str, body: Mapping[str, Any], query_id: str, timeout_ms: int) -> Answer:
+    @property
+    def standby_pid(self) -> int | None:
+        """The standby's process id once it is ready to take over (``OVERLORD_QUERY_STANDBY``)."""
+        standby = self._standby
+        return standby.process.pid if standby is not None and standby.ready.is_set() else None
+
+    def run(self, kind: str, body: Mapping[str, Any], query_id: str, timeout_ms: int,
+            principal: str = "anonymous") -> Answer:
         """Run a ``sql`` or ``native`` query (``body`` as sent) in the child; its answer, or :class:`QueryError`.
 
-        ``timeout_ms``: the query's own timeout (the child enforces it); the child is killed if
-        the answer has not come :data:`GRACE_S` after it.
+        ``timeout_ms``: the query's own timeout, counted from now: a query that waits for the
+        child to start gets only what is left of it; the child is killed if the answer has not
+        come :data:`GRACE_S` after it, and the kill counts against ``principal``
+        (:mod:`overlord.query.kill_throttle`), whose queries may be refused for it.
         """
+        self.throttle.check(principal)
         if not self._slots.acquire(blocking=False):
             raise QueryError(f"{self._settings.query_max_concurrent} queries are running, the most this overlord "
                              "runs at once (OVERLORD_QUERY_MAX_CONCURRENT); retry later",
@@ -115,13 +134,20 @@ class QueryProcess:
         with self._counting:
             self._in_flight += 1
         try:
-            child = self._current()
-            deadline = timeout_ms / 1000 + GRACE_S
-            exchange = child.ask({"kind": kind, "body": body, "queryId": query_id})
+            timeout_at = time.monotonic() + timeout_ms / 1000
+            child = self._current(timeout_at)
+            left_ms = int((timeout_at - time.monotonic()) * 1000)
+            if child is None or left_ms < 1:
+                raise QueryError(f"the query engine is restarting and was not ready within the query's timeout of "
+                                 f"{timeout_ms:,} ms (context.timeout); retry", "QUERY_ENGINE_UNAVAILABLE",
+                                 status=503, retry_after=1)
+            deadline = left_ms / 1000 + GRACE_S
+            exchange = child.ask({"kind": kind, "body": body, "queryId": query_id, "timeoutMs": left_ms})
             try:
                 reply = exchange.result(deadline)
             except TimeoutError:
-                self._replace(child, f"query {query_id} ran {deadline:.0f} s, past its timeout, and did not stop")
+                if self._replace(child, f"query {query_id} ran {deadline:.0f} s, past its timeout, and did not stop"):
+                    self.throttle.record(principal)
                 raise QueryError(f"the query ran longer than its timeout of {timeout_ms:,} ms (context.timeout, at "
                                  "most OVERLORD_QUERY_TIMEOUT_MS) and could not be cancelled: the query engine was "
                                  "restarted to stop it", "QUERY_TIMEOUT") from None
@@ -148,15 +174,19 @@ class QueryProcess:
             return False
 
     def stop(self) -> None:
-        """Stop the child (and start no other)."""
+        """Stop the child and the standby (and start no other)."""
         with self._lock:
             self._stopped = True
-            child, self._child = self._child, None
-        if child is not None:
-            child.stop()
+            children, self._child, self._standby = (self._child, self._standby), None, None
+        for child in children:
+            if child is not None:
+                child.stop()
 
-    def _current(self) -> _Child:
-        """The running child, started (and waited for) if there is none."""
+    def _current(self, until: float | None = None) -> _Child | None:
+        """The running child, started (and waited for) if there is none; None if not ready by ``until``.
+
+        Once it is ready, a standby is started if there is none, to take over when it is lost.
+        """
         with self._lock:
             if self._stopped:
                 raise QueryError("the overlord is stopping", "QUERY_ENGINE_UNAVAILABLE", status=503)
@@ -167,28 +197,44 @@ class QueryProcess:
                 logger.error("the query engine exited (code %s); starting a new one", code)
                 self._on_restart("exited")
             if self._child is None:
-                self._child = _Child.spawn(self._settings)
+                self._child = self._take_standby()
             child = self._child
         try:  # waited for without the lock: stop() must not wait for a start
-            child.wait_ready()
+            if not child.wait_ready(until):
+                return None
         except QueryError:
             with self._lock:
                 if self._child is child:
                     self._child = None
             child.stop()
             raise
+        with self._lock:
+            if self._settings.query_standby and not self._stopped and self._standby is None:
+                self._standby = _Child.spawn(self._settings, "standby")
         return child
 
-    def _replace(self, child: _Child, why: str) -> None:
-        """Kill ``child`` (if still current) so the next query starts a new one."""
+    def _take_standby(self) -> _Child:
+        """The standby as the child (a new child if there is none or it died); caller holds the lock."""
+        standby, self._standby = self._standby, None
+        if standby is not None and standby.process.poll() is None:
+            logger.info("query engine (pid %d) takes over from a standby started ahead (%s)", standby.process.pid,
+                        "ready" if standby.ready.is_set() else "still starting")
+            return standby
+        if standby is not None:
+            standby.stop()
+        return _Child.spawn(self._settings)
+
+    def _replace(self, child: _Child, why: str) -> bool:
+        """Kill ``child`` (if still current) and put the standby in its place; False if it was replaced already."""
         with self._lock:
             if self._child is not child:
-                return  # another thread replaced it already
-            self._child = None
-        logger.error("query engine (pid %d) killed: %s; the queries it ran fail, the next start a new one",
+                return False  # another thread replaced it already
+            self._child = self._take_standby() if not self._stopped else None
+        logger.error("query engine (pid %d) killed: %s; the queries it ran fail, the next run on another",
                      child.process.pid, why)
         child.stop()
         self._on_restart("killed")
+        return True
 
 
 def _engine_lost(query_id: str) -> QueryError:
@@ -202,9 +248,10 @@ class _Child:
     def __init__(self, process: subprocess.Popen[bytes], address: str, authkey: bytes, directory: str) -> None:
         self.process, self.address, self._authkey, self._directory = process, address, authkey, directory
         self.ready = threading.Event()
+        self.started = time.monotonic()
 
     @classmethod
-    def spawn(cls, settings: Settings) -> _Child:
+    def spawn(cls, settings: Settings, role: str = "query engine") -> _Child:
         """Start the child process; :meth:`wait_ready` waits until it answers."""
         directory = tempfile.mkdtemp(prefix="overlord-query-")  # mode 0700: only this user reaches the socket
         address, authkey = os.path.join(directory, "engine.sock"), secrets.token_bytes(32)
@@ -215,23 +262,28 @@ class _Child:
                                         "authkey": authkey.hex(), "log_format": log_format()}).encode() + b"\n")
         process.stdin.flush()  # stdin stays open: the child exits when it closes
         child = cls(process, address, authkey, directory)
-        started = time.monotonic()
+        started = child.started
 
         def read_ready() -> None:
             if process.stdout is not None and process.stdout.readline():
-                logger.info("query engine started (pid %d) in %.1f s", process.pid, time.monotonic() - started)
+                logger.info("%s started (pid %d) in %.1f s", role, process.pid, time.monotonic() - started)
                 child.ready.set()
 
         threading.Thread(target=read_ready, name="query-engine-ready", daemon=True).start()
         return child
 
-    def wait_ready(self) -> None:
-        """Wait until the child answers; :class:`QueryError` if it exited or took too long."""
-        started = time.monotonic()
-        while not self.ready.wait(0.5):
-            if self.process.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
+    def wait_ready(self, until: float | None = None) -> bool:
+        """Wait until the child answers (True) or ``until`` (False).
+
+        :class:`QueryError` if it exited, or has not answered :data:`START_TIMEOUT_S` after it was started.
+        """
+        while not self.ready.wait(0.5 if until is None else max(0.0, min(0.5, until - time.monotonic()))):
+            if self.process.poll() is not None or time.monotonic() - self.started > START_TIMEOUT_S:
                 raise QueryError(f"the query engine did not start (exit code {self.process.returncode}); the "
                                  "overlord's log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
+            if until is not None and time.monotonic() >= until:
+                return False
+        return True
 
     def ask(self, request: Mapping[str, Any]) -> Future[dict[str, Any]]:
         """Send ``request`` and read the reply on a thread of its own, so the caller waits with a deadline.

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+from dataclasses import replace
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
@@ -107,12 +108,18 @@ class _Engine:
         from overlord.query.native import run_native
         from overlord.query.running import cancel_query
 
-        kind, query_id = request["kind"], request["queryId"]
+        kind, query_id, body = request["kind"], request["queryId"], request.get("body")
+        left_ms = request.get("timeoutMs")  # what is left of the query's timeout once the overlord sent it
         if kind == "sql":
-            return SqlQuery.model_validate(request["body"]).run(self.spark, self.engine, self.limits, query_id,
-                                                                self.local)
+            query = SqlQuery.model_validate(body)
+            limits = query.limits(self.limits)  # the query's own timeout, checked against the overlord's limit
+            if left_ms is not None and left_ms < limits.timeout_ms:
+                query = query.model_copy(update={"context": {**query.context, "timeout": left_ms}})
+            return query.run(self.spark, self.engine, self.limits, query_id, self.local)
         if kind == "native":
-            return run_native(self.spark, self.engine, request["body"], self.limits, query_id, self.local)
+            limits = self.limits if left_ms is None else replace(self.limits, timeout_ms=min(left_ms,
+                                                                                              self.limits.timeout_ms))
+            return run_native(self.spark, self.engine, body, limits, query_id, self.local)
         if kind == "cancel":
             return cancel_query(query_id)
         raise ValueError(f"unknown request kind {kind!r}")
