@@ -105,12 +105,14 @@ def test_a_sigkilled_overlord_leaves_no_process_behind(stack: DevStack, engine: 
 @pytest.mark.parametrize("broken", ["query engine", "resident runners"])
 def test_health_says_when_the_query_engine_or_the_runners_cannot_run(stack: DevStack, tmp_path: Path, broken: str):
     """A query engine whose JVM cannot start, or resident runners whose Python workers cannot import
-    the project (a broken Python path for Spark's workers), make ``/health`` answer 503 and say which.
+    the project (a broken Python path for Spark's workers), make ``/health`` answer 503 and say which
+    part; the console (behind credentials) says why.
     """
     bad_path = _working_directory_with_broken_packages(tmp_path / "bad")
     conf = ('{"spark.driver.memory": "1k"}' if broken == "query engine" else
             f'{{"spark.executorEnv.PYTHONPATH": "{bad_path}"}}')
     key = "OVERLORD_QUERY_SPARK_CONF" if broken == "query engine" else "OVERLORD_SPARK_CONF"
+    expected_error = "did not start" if broken == "query engine" else "was imported"
     server = OverlordProcess(stack.as_env() | {"OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"),
                                                "OVERLORD_SPARK_MASTER": "local[2]", key: conf},
                              tmp_path / "overlord.log")
@@ -123,7 +125,9 @@ def test_health_says_when_the_query_engine_or_the_runners_cannot_run(stack: DevS
 
         wait_until(reported, f"/health to report the {broken}", 120)
         body = httpx.get(f"{server.url}/health", timeout=5).json()
-        assert body["healthy"] is False and body["spark"]["healthy"] is True
-        assert body[field]["error"], body
+        assert body["healthy"] is False and body["spark"] == {"healthy": True}
+        assert body[field] == {"healthy": False}, "anyone may ask /health: it says no more than which part"
+        shown = httpx.get(f"{server.url}/console/api/overview", timeout=5).json()["health"][field]
+        assert shown["healthy"] is False and expected_error in shown["error"], shown
     finally:
         server.kill()

@@ -336,7 +336,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``overlord ARGS``; returns the exit code."""
     args = _parser().parse_args(argv)
+    from indexing_task.child_processes import ignore_working_directory
     from overlord.logs import configure_logging
+
+    ignore_working_directory()  # the Spark workers and the processes this command starts: see child_processes
 
     configure_logging(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -38,6 +38,7 @@ from concurrent.futures import Future
 from multiprocessing.connection import Client
 from typing import Any, NamedTuple
 
+from indexing_task.child_processes import SAFE_PATH
 from overlord.config import Settings
 from overlord.logs import log_format
 from overlord.query.errors import QueryError
@@ -76,6 +77,8 @@ class QueryProcess:
         self._lock = threading.Lock()
         self._child: _Child | None = None
         self._stopped = False
+        self._start_error: str | None = None
+        """Why the last start failed; None once one succeeds."""
 
     def start(self) -> None:
         """Start the child now (in the background) rather than at the first query."""
@@ -90,6 +93,11 @@ class QueryProcess:
     def wait_started(self) -> None:
         """Return once the child runs (starting it if it does not); :class:`QueryError` if it cannot start."""
         self._current()
+
+    def health(self) -> dict[str, Any]:
+        """Healthy unless the last start of the engine failed (no start since succeeded)."""
+        error = self._start_error
+        return {"healthy": error is None, "pid": self.pid, "error": error}
 
     @property
     def in_flight(self) -> int:
@@ -171,12 +179,15 @@ class QueryProcess:
             child = self._child
         try:  # waited for without the lock: stop() must not wait for a start
             child.wait_ready()
-        except QueryError:
+        except QueryError as exc:
             with self._lock:
                 if self._child is child:
                     self._child = None
             child.stop()
+            if not self._stopped:
+                self._start_error = exc.message
             raise
+        self._start_error = None
         return child
 
     def _replace(self, child: _Child, why: str) -> None:
@@ -209,7 +220,7 @@ class _Child:
         directory = tempfile.mkdtemp(prefix="overlord-query-")  # mode 0700: only this user reaches the socket
         address, authkey = os.path.join(directory, "engine.sock"), secrets.token_bytes(32)
         process = subprocess.Popen([sys.executable, "-m", "overlord.query.worker"], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, start_new_session=True)
+                                   stdout=subprocess.PIPE, start_new_session=True, env={**os.environ, SAFE_PATH: "1"})
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(json.dumps({"settings": settings.model_dump(mode="json"), "address": address,
                                         "authkey": authkey.hex(), "log_format": log_format()}).encode() + b"\n")
