@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from multiprocessing.connection import Client
@@ -213,6 +214,8 @@ class _Child:
     def __init__(self, process: subprocess.Popen[bytes], address: str, authkey: bytes, directory: str) -> None:
         self.process, self.address, self._authkey, self._directory = process, address, authkey, directory
         self.ready = threading.Event()
+        self.output: deque[str] = deque(maxlen=3)
+        """The last lines it printed other than ``ready`` (its JVM's, if that could not start)."""
 
     @classmethod
     def spawn(cls, settings: Settings) -> _Child:
@@ -229,9 +232,15 @@ class _Child:
         started = time.monotonic()
 
         def read_ready() -> None:
-            if process.stdout is not None and process.stdout.readline():
-                logger.info("query engine started (pid %d) in %.1f s", process.pid, time.monotonic() - started)
-                child.ready.set()
+            """Wait for the child's ``ready``; other lines are its JVM's (an error at start: kept for the message)."""
+            for line in process.stdout or ():
+                text = line.decode("utf-8", "replace").rstrip()
+                if text == "ready" and not child.ready.is_set():
+                    logger.info("query engine started (pid %d) in %.1f s", process.pid, time.monotonic() - started)
+                    child.ready.set()
+                elif text:
+                    child.output.append(text)
+                    logger.info("query engine (pid %d): %s", process.pid, text)
 
         threading.Thread(target=read_ready, name="query-engine-ready", daemon=True).start()
         return child
@@ -241,8 +250,9 @@ class _Child:
         started = time.monotonic()
         while not self.ready.wait(0.5):
             if self.process.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
-                raise QueryError(f"the query engine did not start (exit code {self.process.returncode}); the "
-                                 "overlord's log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
+                printed = f": {' / '.join(self.output)}" if self.output else ""
+                raise QueryError(f"the query engine did not start (exit code {self.process.returncode}){printed}; "
+                                 "the overlord's log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
 
     def ask(self, request: Mapping[str, Any]) -> Future[dict[str, Any]]:
         """Send ``request`` and read the reply on a thread of its own, so the caller waits with a deadline.
