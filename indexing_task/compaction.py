@@ -34,6 +34,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.errors import IndexingError, TaskStopped
 from indexing_task.low_priority import LowPriorityProcesses
+from indexing_task.published_columns import check_segments, recorded_columns
 from indexing_task.results import WorkerResult, WrittenSegment, run_on_workers
 from indexing_task.rollup import (
     SEGMENT_START,
@@ -242,9 +243,12 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
     interval whose swap is retryable is planned and compacted again, up to ``max_attempts``
     times. A job reading at most :data:`BACKGROUND_MAX_BYTES` runs in one of the ``background``
     processes if given. Raises :class:`CompactionError` if a job fails, :class:`TaskStopped` once ``stop`` is set
-    (checked before each job and each swap).
+    (checked before each job and each swap), :class:`specs.SpecError` if ``spec`` gives a column of the
+    datasource's segments another meaning (:func:`indexing_task.published_columns.check_segments`).
     """
     datasource = spec.datasource
+    check_segments(visible_segments(engine, datasource), spec)  # merged another way, queries would answer otherwise
+    columns = recorded_columns(spec)
     schema = RollupSchema.from_spec(spec.spec.data_schema)
     max_rows = max_rows_per_segment or spec.spec.tuning_config.max_rows_per_segment
     reports: list[CompactionReport] = []
@@ -278,7 +282,7 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
         for row, ((start, end), read) in zip(rows, pending.items(), strict=True):
             check_stop()
             read_ids = frozenset(r.id for r in read)
-            segments = tuple(s.descriptor(datasource) for s in row.segments)
+            segments = tuple(s.descriptor(datasource, columns) for s in row.segments)
             outcome = (SwapOutcome("retryable", row.error or "") if row.retryable else
                        swap_compacted(engine, CompactionSwap(datasource, start, end, read[0].version, read_ids,
                                                              segments, job_id),

@@ -17,6 +17,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
+from indexing_task.child_processes import die_with_parent
+
 __all__ = ["NICENESS", "LowPriorityProcesses"]
 
 T = TypeVar("T")
@@ -35,7 +37,7 @@ class LowPriorityProcesses:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(self._workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=os.nice, initargs=(NICENESS,))
+                                   initializer=_start_low_priority)
 
     def submit(self, work: Callable[[], T]) -> Future[T]:
         """Run ``work`` (picklable: a module-level function or a partial of one) in one of the processes."""
@@ -50,3 +52,9 @@ class LowPriorityProcesses:
         """Cancel the work that has not started; a process finishes its current work, then exits."""
         with self._lock:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _start_low_priority() -> None:
+    """Each process's first step: run at :data:`NICENESS`, and exit with the overlord."""
+    os.nice(NICENESS)
+    die_with_parent()

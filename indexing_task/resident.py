@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import re
 import secrets
 import threading
 import time
@@ -41,6 +42,8 @@ __all__ = ["ResidentRunners", "RunnerLost"]
 logger = logging.getLogger(__name__)
 
 _RESTART_DELAY_S = 5.0
+_UNHEALTHY_AFTER = 3
+"""The runners' job ended this many times in a row with no runner connecting: they crash-loop."""
 _BATCH_RECORDS = 50_000
 
 
@@ -95,6 +98,8 @@ class ResidentRunners:
         """Requests sent to the runners, and the tasks in them: more tasks than requests when tasks go together."""
         self._came_back = time.monotonic()
         """When a runner last came back from a task, or connected."""
+        self._failed_starts = 0
+        self._last_error: str | None = None
         for target, name in ((self._accept, "resident-accept"), (self._keep_running, "resident-job")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -103,6 +108,13 @@ class ResidentRunners:
         """How many runners are connected and waiting for work."""
         with self._changed:
             return len(self._idle)
+
+    def health(self) -> dict[str, Any]:
+        """Healthy unless their job has ended :data:`_UNHEALTHY_AFTER` times in a row with no runner connecting."""
+        healthy = self._failed_starts < _UNHEALTHY_AFTER
+        return {"healthy": healthy, "runners": self.count, "idle": self.idle,
+                "error": None if healthy else f"their job ended {self._failed_starts} times in a row before a runner "
+                f"connected; the last time: {self._last_error}"}
 
     def run(self, payload: TaskPayload, splits: Sequence[int], stop: threading.Event | None = None
             ) -> list[WorkerResult] | None:
@@ -227,6 +239,7 @@ class ResidentRunners:
                 return
             with self._changed:
                 self._came_back = time.monotonic()
+                self._failed_starts = 0
                 self._idle.append(conn)
                 self._changed.notify_all()
 
@@ -244,9 +257,18 @@ class ResidentRunners:
             except Exception as exc:
                 if self._closed.is_set() or sc._jsc is None:
                     return
+                self._failed_starts += 1
+                self._last_error = _last_line(exc)
                 logger.warning("resident runners: their job ended (%s); starting it again in %.0f s",
-                               str(exc).splitlines()[0] if str(exc) else repr(exc), self.restart_delay_s)
+                               self._last_error, self.restart_delay_s)
             self._closed.wait(self.restart_delay_s)
+
+
+def _last_line(exc: BaseException) -> str:
+    """The line of a Spark failure that says why: a Python worker's error is the last line of its traceback."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]+(Error|Exception):", line)]
+    return (errors or lines or [repr(exc)])[-1][:500]
 
 
 def _index(tasks: tuple[tuple[TaskPayload, tuple[Split, ...]], ...]) -> list[WorkerResult | Exception]:

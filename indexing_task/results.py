@@ -37,14 +37,18 @@ class WrittenSegment(BaseModel):
     discovered_types: dict[str, str] = {}
     """Typed schema discovery's columns: name -> type in this file; queries widen each to one type by them."""
 
-    def descriptor(self, datasource: str) -> SegmentDescriptor:
-        """The segment as the publish transaction (or compaction swap) takes it."""
+    def descriptor(self, datasource: str, columns: dict[str, Any]) -> SegmentDescriptor:
+        """The segment as the publish transaction (or compaction swap) takes it.
+
+        ``columns``: what its columns mean (:func:`indexing_task.published_columns.recorded_columns`).
+        """
         return SegmentDescriptor(
             id=self.id, datasource=datasource, interval_start=self.interval_start, interval_end=self.interval_end,
             path=self.path, size_bytes=self.size_bytes, num_rows=self.num_rows,
             details={"min_time": self.min_time.isoformat(), "max_time": self.max_time.isoformat(),
                      **({"complex_columns": self.complex_columns} if self.complex_columns else {}),
-                     **({"discovered_types": self.discovered_types} if self.discovered_types else {})})
+                     **({"discovered_types": self.discovered_types} if self.discovered_types else {}),
+                     "columns": columns})
 
 
 class WorkerResult(BaseModel):

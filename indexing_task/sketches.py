@@ -57,21 +57,21 @@ def _merger(sketch: Sketch) -> Callable[[list[bytes]], bytes]:
     if family == "theta":
         def theta(parts: list[bytes]) -> bytes:
             union = ds.theta_union(sketch.lg_size)
-            for part in filter(None, parts):  # None: a row from before the metric existed
+            for part in parts:
                 union.update(ds.compact_theta_sketch.deserialize(part))
             return bytes(union.get_result().serialize())
         return theta
     if family == "hll":
         def hll(parts: list[bytes]) -> bytes:
             union = ds.hll_union(size)
-            for part in filter(None, parts):
+            for part in parts:
                 union.update(ds.hll_sketch.deserialize(part))
             return bytes(union.get_result(_HLL_TYPES[hll_type]).serialize_compact())
         return hll
 
     def kll(parts: list[bytes]) -> bytes:
         merged = ds.kll_doubles_sketch(size)
-        for part in filter(None, parts):
+        for part in parts:
             merged.merge(ds.kll_doubles_sketch.deserialize(part))
         return bytes(merged.serialize())
     return kll
@@ -92,7 +92,15 @@ def build_sketches(sketch: Sketch, inputs: pa.Array | pa.ChunkedArray) -> pa.Arr
 
 
 def merge_sketches(sketch: Sketch, parts: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """One serialized sketch per row of ``parts``, a list of serialized sketches to merge."""
-    merge = _merger(sketch)  # a row of one sketch (most rows of high-cardinality dimensions) is that sketch
-    return pa.array([row[0] if len(row) == 1 and row[0] is not None else merge(row) for row in _rows(parts)],
-                    type=pa.binary())
+    """One serialized sketch per row of ``parts``, a list of serialized sketches to merge.
+
+    NULLs (rows from before the metric existed) are left out; a row of only NULLs stays NULL, as in Druid.
+    """
+    merge = _merger(sketch)
+
+    def merged(row: list[bytes | None]) -> bytes | None:
+        found = [part for part in row if part is not None]
+        if len(found) < 2:  # one sketch (most rows of high-cardinality dimensions) is that sketch; none is NULL
+            return found[0] if found else None
+        return merge(found)
+    return pa.array([merged(row) for row in _rows(parts)], type=pa.binary())

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from indexing_task.child_processes import SAFE_PATH
+
 __all__ = ["DEEP_STORAGE_ENV", "INGEST_POOL", "QUERY_POOL", "get_spark", "use_pool"]
 
 INGEST_POOL = "ingest"
@@ -82,7 +84,7 @@ def get_spark(master: str = "local[*]", conf: Mapping[str, str] | None = None,
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.scheduler.allocation.file", _pools_file())
     )
-    for name in DEEP_STORAGE_ENV:
+    for name in (*DEEP_STORAGE_ENV, SAFE_PATH):
         if name in os.environ:
             builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
     for key, value in (conf or {}).items():

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
 from indexing_task.errors import TaskStopped, TooManyParseErrors, TopicRecreated
+from indexing_task.published_columns import recorded_columns
 from indexing_task.ranges import plan_splits, spark_tasks
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.resident import ResidentRunners
@@ -173,7 +174,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         raise TooManyParseErrors(
             f"task {request.task_id}: {unparseable} unparseable records, maxParseExceptions is {limit}; "
             f"first: {samples[:3]}")
-    segments = tuple(s.descriptor(spec.datasource) for r in results for s in r.segments)
+    columns = recorded_columns(spec)
+    segments = tuple(s.descriptor(spec.datasource, columns) for r in results for s in r.segments)
     if before_publish is not None:
         before_publish(request)
     if stop is not None and stop.is_set():

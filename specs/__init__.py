@@ -38,11 +38,13 @@ from specs.supervisor import (
     KafkaSupervisorIngestionSpec,
     KafkaTuningConfigSpec,
     SupervisorSpec,
+    check_columns,
     check_update,
 )
 
 __all__ = [
     "ALLOWED_CONSUMER_PROPERTIES",
+    "check_columns",
     "check_update",
     "consumer_property_errors",
     "ConsumerPropertiesPolicy",

@@ -17,7 +17,7 @@ from specs.consumer_properties import (
     SECRET_ENV_PREFIX,
     consumer_property_errors,
 )
-from specs.data_schema import DataSchemaSpec, SpecModel
+from specs.data_schema import DataSchemaSpec, DimensionSpec, MetricSpec, SpecModel
 from specs.durations import IsoDuration, UtcTimestamp
 from specs.errors import SpecError, join_path, key_path
 from specs.input_format import InputFormatSpec
@@ -27,6 +27,7 @@ __all__ = [
     "EXACT_READ_CONSUMER_PROPERTIES",
     "SECRET_ENV_PREFIX",
     "SEVERAL_TOPICS",
+    "check_columns",
     "check_update",
     "UNLIMITED_PARSE_EXCEPTIONS",
     "InputFormatSpec",
@@ -328,55 +329,65 @@ def ignored_field_paths(model: SpecModel, path: str = "") -> list[str]:
 
 
 def check_update(history: Sequence[SupervisorSpec], spec: SupervisorSpec) -> None:
-    """Refuse a spec that changes what a column of an earlier spec means (:class:`SpecError` naming paths).
+    """Refuse a spec that changes what a column of an earlier spec means (:func:`check_columns`).
 
-    ``history`` holds the datasource's earlier specs, newest first. Columns may be added or
-    dropped. A metric under a name any earlier spec used must keep its aggregator type and
-    input field (rows already published were aggregated with them, and compaction and queries
-    would combine old and new rows as one), even after a spec that dropped it; a dimension its type.
+    ``history`` holds the datasource's earlier specs, newest first; a column keeps the meaning
+    any of them gave it, even after a spec that dropped it.
+    """
+    earlier = [s.spec.data_schema for s in reversed(history)]  # oldest first: newer definitions win
+    check_columns({m.name: m for old in earlier for m in old.metrics_spec},
+                  {d.name: d for old in earlier for d in old.dimensions_spec.dimensions}, spec)
+
+
+def check_columns(metrics: Mapping[str, MetricSpec], dimensions: Mapping[str, DimensionSpec],
+                  spec: SupervisorSpec) -> None:
+    """Refuse a spec that changes what a published column means (:class:`SpecError` naming paths).
+
+    ``metrics`` and ``dimensions`` are the columns as rows were published with them (by earlier
+    specs, or as segments record them). Columns may be added or dropped. A metric under a
+    published name must keep its aggregator type and input field (compaction and queries
+    combine old and new rows as one); a dimension its type.
     """
     new = spec.spec.data_schema
-    earlier = [s.spec.data_schema for s in reversed(history)]  # oldest first: newer definitions win
     errors: list[tuple[str, str]] = []
-    old_metrics = {m.name: m for old in earlier for m in old.metrics_spec}
     for i, metric in enumerate(new.metrics_spec):
-        before = old_metrics.get(metric.name)
+        before = metrics.get(metric.name)
         if before is None:
             continue
         if before.type != metric.type:
-            errors.append((f"spec.dataSchema.metricsSpec[{i}].type", f"metric {metric.name!r} was {before.type}, "
-                           f"got {metric.type}: published rows were aggregated as {before.type}; use a new name"))
+            errors.append((f"spec.dataSchema.metricsSpec[{i}].type", f"metric {metric.name!r}: expected "
+                           f"{before.type}, found {metric.type}: published rows were aggregated as {before.type}; "
+                           "use a new name"))
         elif (before.input_fields, bool(before.base.by_row)) != (metric.input_fields, bool(metric.base.by_row)):
             was, got = (", ".join(map(repr, m.input_fields)) + (" by row" if m.base.by_row else "")
                         for m in (before, metric))
-            errors.append((f"spec.dataSchema.metricsSpec[{i}].fieldName", f"metric {metric.name!r} was {was}, "
-                           f"got {got}; use a new name"))
+            errors.append((f"spec.dataSchema.metricsSpec[{i}].fieldName", f"metric {metric.name!r}: expected {was}, "
+                           f"found {got}; use a new name"))
         elif before.sketch != metric.sketch:
-            errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"metric {metric.name!r} was a {before.sketch} "
-                           f"sketch, got {metric.sketch}: published sketches merge only with their own kind; "
+            errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"metric {metric.name!r}: expected a {before.sketch} "
+                           f"sketch, found {metric.sketch}: published sketches merge only with their own kind; "
                            "use a new name"))
         elif (before.filter, before.aggregator) != (metric.filter, metric.aggregator):
             errors.append((f"spec.dataSchema.metricsSpec[{i}]", f"filtered metric {metric.name!r} changed its filter "
                            "or aggregator: published rows were aggregated by the old one; use a new name"))
-    old_dimensions = {d.name: d for old in earlier for d in old.dimensions_spec.dimensions}
     if new.dimensions_spec.discovers:  # a field it does not list is discovered as a string, or typed by its values
-        typed = sorted(name for name, d in old_dimensions.items() if d.type != "string" and name not in
+        typed = sorted(name for name, d in dimensions.items() if d.type != "string" and name not in
                        new.dimensions_spec.names and name not in new.dimensions_spec.dimension_exclusions)
         made = "typed by their values" if new.dimensions_spec.use_schema_discovery else "string dimensions"
         if typed:
             errors.append(("spec.dataSchema.dimensionsSpec.dimensions", f"discovery would make {', '.join(typed)} "
                            f"{made}, but published rows hold them as numbers; list them with their type"))
     for i, metric in enumerate(new.metrics_spec):
-        if metric.name in old_dimensions:
-            errors.append((f"spec.dataSchema.metricsSpec[{i}].name", f"{metric.name!r} was a dimension: published "
-                           "rows hold it as one; use a new name"))
+        if metric.name in dimensions:
+            errors.append((f"spec.dataSchema.metricsSpec[{i}].name", f"{metric.name!r}: expected a dimension, found "
+                           "a metric: published rows hold it as a dimension; use a new name"))
     for i, dimension in enumerate(new.dimensions_spec.dimensions):
-        if dimension.name in old_metrics:
-            errors.append((f"spec.dataSchema.dimensionsSpec.dimensions[{i}].name", f"{dimension.name!r} was a "
-                           "metric: published rows hold it as one; use a new name"))
-        before_dim = old_dimensions.get(dimension.name)
+        if dimension.name in metrics:
+            errors.append((f"spec.dataSchema.dimensionsSpec.dimensions[{i}].name", f"{dimension.name!r}: expected a "
+                           "metric, found a dimension: published rows hold it as a metric; use a new name"))
+        before_dim = dimensions.get(dimension.name)
         if before_dim is not None and before_dim.type != dimension.type:
-            errors.append((f"spec.dataSchema.dimensionsSpec.dimensions[{i}].type", f"dimension {dimension.name!r} "
-                           f"was {before_dim.type}, got {dimension.type}; use a new name"))
+            errors.append((f"spec.dataSchema.dimensionsSpec.dimensions[{i}].type", f"dimension {dimension.name!r}: "
+                           f"expected {before_dim.type}, found {dimension.type}; use a new name"))
     if errors:
         raise SpecError(errors)

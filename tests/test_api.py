@@ -35,7 +35,9 @@ from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
 from overlord.metrics import package_version
 from overlord.supervisor.manager import Overlord
+from overlord.supervisor.ranges import index_once
 from segment_store import committed_offsets, pin_offsets, visible_segments
+from specs import load_supervisor_spec
 from tests.helpers import (
     assert_exact,
     committed_total,
@@ -176,7 +178,7 @@ def test_a_metric_dropped_and_added_again_keeps_its_aggregator(api: Api, make_to
     response = api.post("/supervisor", json=again)
     assert response.status_code == 400, response.text
     [error] = response.json()["errors"]
-    assert error["path"].startswith("spec.dataSchema.metricsSpec[") and "was longMax" in error["message"]
+    assert error["path"].startswith("spec.dataSchema.metricsSpec[") and "expected longMax" in error["message"]
 
 
 def test_secrets_in_consumer_properties_appear_in_no_response(api: Api, make_topic, datasource):
@@ -1018,3 +1020,26 @@ def test_reset_offsets_over_offsets_of_another_stream_is_refused_until_a_reset(a
     assert refused.status_code == 400 and "reset the supervisor" in refused.json()["errorMessage"]
     stored = committed_offsets(api.engine, datasource)
     assert stored is not None and (stored.topic, stored.offsets.to_json()) == ("old-topic", {"0": 3})
+
+
+def test_compaction_api_refuses_a_stored_spec_redefining_a_metric_of_the_segments(
+        api: Api, spark: Any, make_topic, datasource):
+    """Segments of ``overlord index`` say how they were aggregated: a spec saying otherwise gets a 400."""
+    topic = make_topic(1)
+    spec = spec_json(datasource, topic)
+    for value in (5, 7):
+        event = {"ts": "2024-05-01T10:00:00Z", "country": "NL", "device": "d", "value": value, "price": 1.0}
+        produce(api.overlord.settings.kafka_bootstrap_servers, topic, [json.dumps(event).encode()], 1)
+        assert index_once(spark, api.engine, api.overlord.settings, load_supervisor_spec(spec)).outcome.ok
+    wrong = json.loads(json.dumps(spec))
+    [value_sum] = [m for m in wrong["spec"]["dataSchema"]["metricsSpec"] if m["name"] == "value_sum"]
+    value_sum["type"] = "longMax"
+    submitted = api.post("/supervisor", json=wrong)
+    assert submitted.status_code == 400 and "expected longSum, found longMax" in submitted.text, submitted.text
+    api.overlord.store.append_spec(datasource, wrong, terminated=True)  # stored by an earlier release, unchecked
+    before = sorted((s.id, s.version) for s in visible_segments(api.engine, datasource))
+
+    compacted = api.http.post(f"/druid/indexer/v1/compact/{datasource}", json={})
+    assert compacted.status_code == 400, compacted.text
+    assert "metric 'value_sum': expected longSum, found longMax" in compacted.text, compacted.text
+    assert sorted((s.id, s.version) for s in visible_segments(api.engine, datasource)) == before

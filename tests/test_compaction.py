@@ -31,6 +31,7 @@ from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.ranges import index_once
 from segment_store import CompactionSwap, swap_compacted, visible_segments
 from segment_store.schema import segments as segment_status
+from specs import SpecError, load_supervisor_spec
 from tests.helpers import (
     ON_EVERY_DEEP_STORAGE,
     assert_exact,
@@ -377,5 +378,44 @@ def test_compact_command_line_refuses_a_spec_that_disagrees_with_the_stored_hist
     args = _parser().parse_args(["compact", datasource, "--spec", str(spec_file)])
     assert args.func(args) == 2
     err = capsys.readouterr().err
-    assert "spec.dataSchema.metricsSpec[1].type" in err and "was longSum, got longMax" in err, err
+    assert "spec.dataSchema.metricsSpec[1].type" in err and "expected longSum, found longMax" in err, err
     assert sorted((s.id, s.version) for s in visible_segments(engine, datasource)) == before  # nothing compacted
+
+
+def test_a_spec_redefining_a_metric_of_indexed_segments_is_refused_without_a_stored_spec(
+        stack, spark, engine, make_topic, datasource, deep_storage, tmp_path, monkeypatch, capsys):
+    """``overlord index`` stores no supervisor spec: the segments' record of their metrics guards compaction."""
+    topic = make_topic(1)
+    spec = events_spec(datasource, topic).to_druid_json()
+    wrong = json.loads(json.dumps(spec))
+    [value_sum] = [m for m in wrong["spec"]["dataSchema"]["metricsSpec"] if m["name"] == "value_sum"]
+    value_sum["type"] = "longMax"
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+    for key, value in {**stack.as_env(), "OVERLORD_DEEP_STORAGE": deep_storage}.items():
+        monkeypatch.setenv(key, value)
+    for value in (5, 7):  # two tasks: two segments of one row each to merge
+        event = {"ts": "2024-05-01T10:00:00Z", "country": "NL", "device": "d", "value": value, "price": 1.0}
+        produce(stack.bootstrap_servers, topic, [json.dumps(event).encode()], 1)
+        assert cli("index", str(tmp_path / "spec.json")) == 0
+    assert not MetadataStore(engine).datasource_history(datasource)
+
+    def total() -> int:
+        return int(execute_sql(spark, engine, f'SELECT SUM(value_sum) AS s FROM "{datasource}"').table[0][0].as_py())
+
+    before = sorted((s.id, s.version) for s in visible_segments(engine, datasource))
+    assert len(before) == 2 and total() == 12
+    capsys.readouterr()
+    assert cli("compact", datasource, "--spec", str(tmp_path / "wrong.json")) == 2
+    err = capsys.readouterr().err
+    assert "metric 'value_sum': expected longSum, found longMax" in err, err
+    with pytest.raises(SpecError, match="metric 'value_sum': expected longSum, found longMax"):
+        compact(spark, engine, load_supervisor_spec(wrong), deep_storage)  # the API's and the duty's path
+    assert cli("index", str(tmp_path / "wrong.json")) == 2  # nor indexes more rows beside them
+    assert sorted((s.id, s.version) for s in visible_segments(engine, datasource)) == before and total() == 12
+
+
+def cli(*argv: str) -> int:
+    """``overlord ARGV`` in-process (the session's Spark is reused); its exit code."""
+    args = _parser().parse_args(argv)
+    return int(args.func(args))

@@ -105,7 +105,7 @@ def test_a_query_that_exhausts_its_engine_leaves_ingestion_and_the_api_running(
     wait_until(lambda: committed_total(served_overlord.overlord.engine, datasource) == 5_000,
                "ingestion after the attack", 120)
     assert served_overlord.overlord.runner.spark_alive()
-    assert http.get("/health").json() == {"healthy": True}
+    assert http.get("/health").json()["healthy"] is True
     assert count(http, datasource) == 5_000
 
 

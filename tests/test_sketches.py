@@ -231,3 +231,39 @@ def test_a_sketch_column_given_to_the_wrong_function_is_refused_naming_the_right
     ]:
         with pytest.raises(QueryError, match=message):
             execute_sql(spark, engine, f'SELECT {call} FROM "{datasource}"' + (")" if "(SELECT" in call else ""))
+
+
+def test_a_merge_of_only_null_sketches_is_null_and_of_some_null_the_union_of_the_others(
+        stack, engine, spark, make_topic, datasource, deep_storage):
+    """Rows from before a spec added sketches hold NULL, and keep it through compaction (as in Druid)."""
+    topic = make_topic(1)
+    settings = settings_for(stack, deep_storage)
+    raw = sketch_spec(datasource, topic, metrics=[])
+    raw["spec"]["dataSchema"]["metricsSpec"] = [{"type": "count", "name": "count"}]
+    before_sketches = load_supervisor_spec(raw)
+    with_sketches = load_supervisor_spec(sketch_spec(datasource, topic, metrics=[
+        {"type": "HLLSketchBuild", "name": "users_hll", "fieldName": "user"},
+        {"type": "quantilesDoublesSketch", "name": "latency", "fieldName": "ms"}]))
+    sketches = ("users", "users_hll", "latency")
+    event = {"ts": "2024-05-01T10:00:00Z", "user": "u1", "ms": 5}
+    for spec, countries in ((before_sketches, ("NL", "DE")), (before_sketches, ("NL", "DE")), (with_sketches, ("DE",))):
+        produce(stack.bootstrap_servers, topic, [json.dumps({**event, "country": c}).encode() for c in countries], 1)
+        assert index_once(spark, engine, settings, spec).outcome.status == "ok"
+
+    def nulls() -> dict[str, dict[str, bool]]:
+        rows = published_table(engine, datasource).to_pylist()
+        return {c: {s: all(r.get(s) is None for r in rows if r["country"] == c) for s in sketches}
+                for c in ("NL", "DE")}
+
+    assert nulls() == {"NL": dict.fromkeys(sketches, True), "DE": dict.fromkeys(sketches, False)}
+    reports = compact(spark, engine, with_sketches, deep_storage)
+    assert reports and all(r.outcome.ok for r in reports)
+    rows = {r["country"]: r for r in published_table(engine, datasource).to_pylist()}
+    assert {c: {s: rows[c][s] is None for s in sketches} for c in rows} == {
+        "NL": dict.fromkeys(sketches, True), "DE": dict.fromkeys(sketches, False)}, "a merge of NULLs is NULL"
+    assert ds.compact_theta_sketch.deserialize(rows["DE"]["users"]).get_estimate() == 1.0  # the non-NULL one
+    assert ds.hll_sketch.deserialize(rows["DE"]["users_hll"]).get_estimate() == pytest.approx(1.0)
+    assert ds.kll_doubles_sketch.deserialize(rows["DE"]["latency"]).n == 1
+    answer = execute_sql(spark, engine, f'SELECT country, COUNT(*) AS n FROM "{datasource}" WHERE users IS NULL '
+                                        "GROUP BY country").table.to_pylist()
+    assert answer == [{"country": "NL", "n": 1}], answer

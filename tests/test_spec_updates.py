@@ -25,18 +25,19 @@ def metric(schema: dict[str, Any], name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("change", "path", "fragment"), [
     (lambda s: metric(s, "value_max").update(type="longSum"),
-     "spec.dataSchema.metricsSpec[3].type", "was longMax"),
+     "spec.dataSchema.metricsSpec[3].type", "expected longMax"),
     (lambda s: metric(s, "value_sum").update(type="doubleSum"),
-     "spec.dataSchema.metricsSpec[1].type", "was longSum"),
+     "spec.dataSchema.metricsSpec[1].type", "expected longSum"),
     (lambda s: metric(s, "value_sum").update(fieldName="price"),
-     "spec.dataSchema.metricsSpec[1].fieldName", "was 'value'"),
+     "spec.dataSchema.metricsSpec[1].fieldName", "expected 'value'"),
     (lambda s: s["dimensionsSpec"].update(dimensions=[{"type": "long", "name": "country"}, "device"]),
-     "spec.dataSchema.dimensionsSpec.dimensions[0].type", "was string"),
+     "spec.dataSchema.dimensionsSpec.dimensions[0].type", "expected string"),
     (lambda s: (s["metricsSpec"].remove(metric(s, "value_sum")), s["dimensionsSpec"].update(
-        dimensions=["country", "value_sum"])), "spec.dataSchema.dimensionsSpec.dimensions[1].name", "was a metric"),
+        dimensions=["country", "value_sum"])), "spec.dataSchema.dimensionsSpec.dimensions[1].name",
+     "expected a metric"),
     (lambda s: (s["dimensionsSpec"].update(dimensions=["country"]), s["metricsSpec"].append(
         {"type": "longSum", "name": "device", "fieldName": "value"})), "spec.dataSchema.metricsSpec[5].name",
-     "was a dimension"),
+     "expected a dimension"),
 ])
 def test_changing_an_existing_columns_meaning_is_refused(change: Any, path: str, fragment: str) -> None:
     with pytest.raises(SpecError) as refused:
@@ -60,7 +61,7 @@ def test_a_metric_dropped_by_an_earlier_update_keeps_its_meaning() -> None:
     with pytest.raises(SpecError) as refused:
         check_update([dropped, ORIGINAL], again)
     assert refused.value.errors == [("spec.dataSchema.metricsSpec[3].type", refused.value.errors[0][1])]
-    assert "was longMax" in refused.value.errors[0][1]
+    assert "expected longMax" in refused.value.errors[0][1]
 
 
 def _filtered(device: str) -> dict[str, Any]:

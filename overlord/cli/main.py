@@ -51,19 +51,20 @@ def _cmd_dev_up(args: argparse.Namespace) -> int:
 
 
 def _disagrees_with_history(engine: sa.Engine, spec: SupervisorSpec) -> bool:
-    """Whether ``spec`` redefines a column the datasource's stored specs defined (and say so).
+    """Whether ``spec`` redefines a column the datasource's stored specs or segments defined (and say so).
 
-    Published rows were aggregated as those specs say: a spec file that says otherwise would
-    index or merge them another way (the rule :func:`specs.check_update` applies to updates).
+    Published rows were aggregated as those say: a spec file that says otherwise would index
+    or merge them another way (the rule :func:`specs.check_columns`).
     """
+    from indexing_task.published_columns import check_against_segments
     from overlord.supervisor.metadata_store import MetadataStore
     from specs import SpecError, check_update
 
-    store = MetadataStore(engine)
     try:
-        check_update(store.datasource_history(spec.datasource), spec)
+        check_update(MetadataStore(engine).datasource_history(spec.datasource), spec)
+        check_against_segments(engine, spec)
     except SpecError as exc:
-        print(f"the spec disagrees with the datasource's stored specs: {exc}", file=sys.stderr)
+        print(f"the spec disagrees with the datasource's published columns: {exc}", file=sys.stderr)
         return True
     return False
 
@@ -336,7 +337,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``overlord ARGS``; returns the exit code."""
     args = _parser().parse_args(argv)
+    from indexing_task.child_processes import ignore_working_directory
     from overlord.logs import configure_logging
+
+    ignore_working_directory()  # the Spark workers and the processes this command starts: see child_processes
 
     configure_logging(logging.DEBUG if args.verbose else logging.INFO, args.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -141,7 +141,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]
-    for router in (supervisor_routes(out), task_routes(out), service_routes(out), console_routes(out),
+    for router in (supervisor_routes(out), task_routes(out), service_routes(out, queries), console_routes(out, queries),
                    coordinator_routes(out), audit_routes(out), query_routes(overlord, out.secrets, queries),
                    api_docs_routes(app.openapi)):
         app.include_router(router)

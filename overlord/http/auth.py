@@ -41,6 +41,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from indexing_task.child_processes import die_with_parent
 from overlord.errors import druid_error
 from overlord.http.replies import send_error
 
@@ -259,8 +260,11 @@ class Authenticator:
 
 
 def _yield_the_cpu() -> None:
-    """Run this hashing process at nice 19: password checks take the CPU only when nothing else wants it."""
+    """Run this hashing process at nice 19 (password checks take the CPU only when nothing else wants it), and exit
+    with the overlord.
+    """
     os.nice(19)
+    die_with_parent()
 
 
 def _password_matches(password_hash: str, password: str) -> bool:

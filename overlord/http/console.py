@@ -20,8 +20,10 @@ from fastapi.responses import FileResponse, Response
 
 from overlord.errors import NotFound
 from overlord.http.replies import Replies
+from overlord.http.service import service_health
 from overlord.http.status import status_payload
 from overlord.http.views import task_view
+from overlord.query.process import QueryProcess
 from overlord.supervisor.manager import Overlord
 from overlord.supervisor.retention import Rule
 from segment_store import visible_by_interval
@@ -37,7 +39,7 @@ TASK_PAGE = 50
 """Tasks per page of the console's task list."""
 
 
-def console_routes(out: Replies) -> APIRouter:
+def console_routes(out: Replies, queries: QueryProcess) -> APIRouter:
     """``/``, ``/console/{asset}``, ``/console/api/overview`` and ``/console/api/tasks``."""
     overlord = out.overlord
     router = APIRouter()
@@ -61,7 +63,8 @@ def console_routes(out: Replies) -> APIRouter:
         names = sorted({s["payload"]["dataSource"] for s in supervisors} | set(datasources(overlord.engine)))
         rules = overlord.rules()
         role = request.scope.get("role", "write")  # authentication off: anyone may change anything
-        return out.reply({"leader": overlord.leading, "role": role, "supervisors": supervisors,
+        return out.reply({"leader": overlord.leading, "role": role, "health": service_health(overlord, queries),
+                          "supervisors": supervisors,
                           "datasources": [_datasource(overlord, name, rules.get(name, [])) for name in names]})
 
     @router.get("/console/api/tasks", tags=["console"], summary="A page of tasks, newest first, with their reports")

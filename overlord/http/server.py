@@ -14,6 +14,7 @@ import logging
 
 import uvicorn
 
+from indexing_task.child_processes import ignore_working_directory
 from indexing_task.task import BeforePublish
 from overlord.config import Settings
 from overlord.http.app import create_app
@@ -74,6 +75,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
     from indexing_task.spark import get_spark
     from overlord.supervisor.manager import Overlord
 
+    ignore_working_directory()  # before Spark starts: its JVM and Python workers inherit it
     authenticator = authenticator_for(settings, insecure_open)
     secrets = SecretRegistry()
     install_log_filter(secrets)

@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from overlord.http.replies import Replies
 from overlord.metrics import package_version
+from overlord.query.process import QueryProcess
+from overlord.supervisor.manager import Overlord
 
-__all__ = ["service_routes"]
+__all__ = ["service_health", "service_routes"]
 
 
-def service_routes(out: Replies) -> APIRouter:
+def service_health(overlord: Overlord, queries: QueryProcess) -> dict[str, Any]:
+    """Whether the service can do its work, and each part's own answer: ingestion's Spark, the resident
+    runners (crash-looping?) and the query engine (did its last start fail?), with the error (for the console).
+    """
+    resident = overlord.runner.resident
+    parts = {"spark": {"healthy": overlord.runner.spark_alive()},
+             "residentRunners": resident.health() if resident is not None else {"healthy": True, "runners": 0},
+             "queryEngine": queries.health()}
+    return {"healthy": all(part["healthy"] for part in parts.values()), **parts}
+
+
+def service_routes(out: Replies, queries: QueryProcess) -> APIRouter:
     """``/health``, ``/health/leader``, ``/status``, ``/status/health`` and ``/metrics``."""
     overlord, reply = out.overlord, out.reply
     router = APIRouter()
 
-    @router.get("/health", tags=["service"], summary="Liveness: 200 while ingestion's Spark runs, else 503")
+    @router.get("/health", tags=["service"], summary="Liveness: 200 while ingestion's Spark, the resident runners "
+                "and the query engine can run, else 503 and which cannot")
     def health() -> Response:
-        healthy = overlord.runner.spark_alive()  # nothing more: anyone may ask this, without credentials
-        return reply({"healthy": healthy}, 200 if healthy else 503)
+        found = service_health(overlord, queries)  # anyone may ask this, without credentials: booleans only
+        answer = {name: part if isinstance(part, bool) else {"healthy": part["healthy"]} for name, part in found.items()}
+        return reply(answer, 200 if found["healthy"] else 503)
 
     @router.get("/health/leader", tags=["service"],
                 summary="Readiness: 200 on the leader, 503 on a standby (orchestrators route to the leader)")

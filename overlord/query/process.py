@@ -39,11 +39,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from multiprocessing.connection import Client
 from typing import Any, NamedTuple
 
+from indexing_task.child_processes import SAFE_PATH
 from overlord.config import Settings
 from overlord.logs import log_format
 from overlord.query.errors import QueryError
@@ -85,6 +87,8 @@ class QueryProcess:
         self._standby: _Child | None = None
         self._stopped = False
         self.throttle = KillThrottle()
+        self._start_error: str | None = None
+        """Why the last start failed; None once one succeeds."""
 
     def start(self) -> None:
         """Start the child now (in the background) rather than at the first query."""
@@ -99,6 +103,11 @@ class QueryProcess:
     def wait_started(self) -> None:
         """Return once the child runs (starting it if it does not); :class:`QueryError` if it cannot start."""
         self._current()
+
+    def health(self) -> dict[str, Any]:
+        """Healthy unless the last start of the engine failed (no start since succeeded)."""
+        error = self._start_error
+        return {"healthy": error is None, "pid": self.pid, "error": error}
 
     @property
     def in_flight(self) -> int:
@@ -202,12 +211,15 @@ class QueryProcess:
         try:  # waited for without the lock: stop() must not wait for a start
             if not child.wait_ready(until):
                 return None
-        except QueryError:
+        except QueryError as exc:
             with self._lock:
                 if self._child is child:
                     self._child = None
             child.stop()
+            if not self._stopped:
+                self._start_error = exc.message
             raise
+        self._start_error = None
         with self._lock:
             if self._settings.query_standby and not self._stopped and self._standby is None:
                 self._standby = _Child.spawn(self._settings, "standby")
@@ -249,6 +261,8 @@ class _Child:
         self.process, self.address, self._authkey, self._directory = process, address, authkey, directory
         self.ready = threading.Event()
         self.started = time.monotonic()
+        self.output: deque[str] = deque(maxlen=3)
+        """The last lines it printed other than ``ready`` (its JVM's, if that could not start)."""
 
     @classmethod
     def spawn(cls, settings: Settings, role: str = "query engine") -> _Child:
@@ -256,7 +270,7 @@ class _Child:
         directory = tempfile.mkdtemp(prefix="overlord-query-")  # mode 0700: only this user reaches the socket
         address, authkey = os.path.join(directory, "engine.sock"), secrets.token_bytes(32)
         process = subprocess.Popen([sys.executable, "-m", "overlord.query.worker"], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, start_new_session=True)
+                                   stdout=subprocess.PIPE, start_new_session=True, env={**os.environ, SAFE_PATH: "1"})
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(json.dumps({"settings": settings.model_dump(mode="json"), "address": address,
                                         "authkey": authkey.hex(), "log_format": log_format()}).encode() + b"\n")
@@ -265,9 +279,15 @@ class _Child:
         started = child.started
 
         def read_ready() -> None:
-            if process.stdout is not None and process.stdout.readline():
-                logger.info("%s started (pid %d) in %.1f s", role, process.pid, time.monotonic() - started)
-                child.ready.set()
+            """Wait for the child's ``ready``; other lines are its JVM's (an error at start: kept for the message)."""
+            for line in process.stdout or ():
+                text = line.decode("utf-8", "replace").rstrip()
+                if text == "ready" and not child.ready.is_set():
+                    logger.info("%s started (pid %d) in %.1f s", role, process.pid, time.monotonic() - started)
+                    child.ready.set()
+                elif text:
+                    child.output.append(text)
+                    logger.info("%s (pid %d): %s", role, process.pid, text)
 
         threading.Thread(target=read_ready, name="query-engine-ready", daemon=True).start()
         return child
@@ -279,8 +299,9 @@ class _Child:
         """
         while not self.ready.wait(0.5 if until is None else max(0.0, min(0.5, until - time.monotonic()))):
             if self.process.poll() is not None or time.monotonic() - self.started > START_TIMEOUT_S:
-                raise QueryError(f"the query engine did not start (exit code {self.process.returncode}); the "
-                                 "overlord's log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
+                printed = f": {' / '.join(self.output)}" if self.output else ""
+                raise QueryError(f"the query engine did not start (exit code {self.process.returncode}){printed}; "
+                                 "the overlord's log says why", "QUERY_ENGINE_UNAVAILABLE", status=503)
             if until is not None and time.monotonic() >= until:
                 return False
         return True

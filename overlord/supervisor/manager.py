@@ -28,6 +28,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
 from indexing_task.compaction import CompactionReport, Selection, compact
+from indexing_task.published_columns import check_against_segments
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from indexing_task.watermarks import close_metadata_clients
@@ -255,12 +256,12 @@ class Overlord:
         spec = load_supervisor_spec(self._keep_masked_secrets(raw))
         resolved_consumer_properties(spec.spec.io_config.consumer_properties)  # every secret it names is set
         if validate_only:
-            check_update(self.store.datasource_history(spec.datasource), spec)
+            self._check_published(spec)
             return spec
         self._require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)
-            check_update(self.store.datasource_history(spec.datasource), spec)
+            self._check_published(spec)
             suspended = bool((spec.model_extra or {}).get("suspended", False))
             self.store.append_spec(spec.id, spec.to_druid_json(), suspended=suspended, author=author)
             if existing is None:
@@ -363,6 +364,7 @@ class Overlord:
         """
         self._require_leader()
         spec = self._spec_of(datasource)
+        check_against_segments(self.engine, spec)  # refused now (400), not when the task runs
         task_id = f"compact_{datasource}_{uuid.uuid4().hex[:8]}"
         self.store.insert_task(task_id, datasource, datasource, {}, {}, task_type="compact")
         future = self.runner.submit_work(
@@ -375,6 +377,11 @@ class Overlord:
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all",
                     extra={"task_id": task_id})
         return task_id, future
+
+    def _check_published(self, spec: SupervisorSpec) -> None:
+        """Refuse ``spec`` if it redefines a column of the datasource's stored specs or segments."""
+        check_update(self.store.datasource_history(spec.datasource), spec)
+        check_against_segments(self.engine, spec)
 
     def _spec_of(self, datasource: str) -> SupervisorSpec:
         """The datasource's current supervisor spec, or its last one if terminated."""

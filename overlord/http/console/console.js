@@ -276,12 +276,18 @@ function datasourceCard(d) {
             { interval: i.interval }) }, "Drop")]), [1, 2, 3, 4]));
 }
 
+const HEALTH_NAMES = { spark: "ingestion's Spark", residentRunners: "the resident runners",
+  queryEngine: "the query engine" };
+
 function render(o) {
   lastOverview = o;
   document.getElementById("leader").textContent = (o.leader ? "leader" : "standby (read-only)") +
     (o.role === "read" ? "; your role: read" : "");
   document.body.classList.toggle("read-only", o.role === "read");
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  const broken = Object.entries(o.health).filter(([, part]) => part.healthy === false);
+  document.getElementById("health").replaceChildren(...broken.map(([name, part]) =>
+    el("p", { class: "error", "data-role": "unhealthy" }, `${HEALTH_NAMES[name] || name} cannot run: ${part.error || "down"}`)));
   document.getElementById("supervisor-list").replaceChildren(
     ...(o.supervisors.length ? o.supervisors.map(supervisorCard) : [el("p", { class: "muted" }, "no supervisors")]));
   const names = o.datasources.map((d) => d.name), choice = document.getElementById("task-datasource");
