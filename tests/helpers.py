@@ -152,6 +152,7 @@ def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: 
     for duty in ("compaction_period_s", "retention_period_s", "kill_period_s", "iceberg_period_s"):
         settings.setdefault(duty, 0)  # tests run the duties by hand: deterministic
     settings.setdefault("resident_runners", 1)  # the session's Spark has slots for four (conftest's ``spark``)
+    settings.setdefault("query_standby", False)  # a second query JVM per test costs the suite minutes
     overlord = Overlord(Settings(database_url=url, deep_storage=deep_storage,
                                  kafka_bootstrap_servers=stack.bootstrap_servers, **settings),
                         metadata_engine(url), spark, policy, before_publish)
@@ -190,7 +191,8 @@ class OverlordProcess:
         argv = [sys.executable, "-m", "tests.fault_overlord", *faults] if faults else [*command, "serve",
                                                                                       "--insecure-open"]
         with log.open("ab") as out:
-            self.process = subprocess.Popen([*argv, "--port", port], env={**os.environ, **env}, cwd=cwd,
+            self.process = subprocess.Popen([*argv, "--port", port], cwd=cwd,
+                                            env={**os.environ, "OVERLORD_QUERY_STANDBY": "false", **env},
                                             stdout=out, stderr=subprocess.STDOUT)
         wait_until(self._serving, "the overlord to answer /health", ready_s)
 

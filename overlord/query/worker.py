@@ -77,6 +77,16 @@ class _Engine:
         self.engine = metadata_engine(settings.database_url)
         self.local = LocalEngine.from_settings(settings)
         self.limits = QueryLimits.from_settings(settings)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Run a SQL and a native query before ``ready``: the first of each imports and plans for seconds."""
+        for kind, body in (("sql", {"query": "SELECT 1"}),
+                           ("native", {"queryType": "timeBoundary", "dataSource": "warm-up"})):
+            try:
+                self._run({"kind": kind, "queryId": f"warm-up-{kind}", "body": body})
+            except QueryError:
+                pass  # no such datasource: planned all the same
 
     def answer(self, conn: Connection) -> None:
         """Answer one request on ``conn``; exit the process if its Spark JVM has died meanwhile."""
