@@ -139,6 +139,18 @@ def test_a_killed_hashing_process_is_answered_busy_once_and_replaced():
     assert outcomes == [BUSY, None]  # the next check runs in a new process
 
 
+def test_two_authorization_headers_are_refused_whichever_comes_last(secured):
+    """An attacker's find: the last ``Authorization`` header counted, whatever came before it (a proxy's own)."""
+    url, _app = secured
+    reader, writer, wrong = _basic(*READER), _basic(*WRITER), _basic(WRITER[0], "wrong")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for first, last in ((wrong, reader), (reader, writer), (reader, reader)):
+            answer = client.get(f"{V1}/supervisor", headers=[("Authorization", first), ("Authorization", last)])
+            assert answer.status_code == 400, (answer.status_code, answer.text)
+            assert "2 Authorization headers" in answer.json()["errorMessage"]
+        assert client.get(f"{V1}/supervisor", headers={"Authorization": reader}).status_code == 200
+
+
 # --- (b) DNS rebinding and origins ---------------------------------------------------------------------
 
 def test_a_foreign_host_is_refused_on_every_route_but_liveness(secured):

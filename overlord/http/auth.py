@@ -290,8 +290,11 @@ class AuthMiddleware:
         if scope["type"] == "http":
             needed = required_role(scope["method"], scope["path"])
             if needed is not None:
-                header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-                granted = await self.authenticator.check(header)
+                headers = [value for name, value in scope["headers"] if name == b"authorization"]
+                if len(headers) > 1:  # which one counts would be a guess (a proxy may add its own)
+                    await send_error(send, 400, f"{len(headers)} Authorization headers; send one")
+                    return
+                granted = await self.authenticator.check(headers[0].decode("latin-1") if headers else "")
                 if granted == BUSY:
                     await _send_busy(send)
                     return
