@@ -441,6 +441,41 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
     assert deep.status_code == 400 and "nests" in deep.json()["errorMessage"], deep.text
 
 
+def test_a_post_aggregator_we_cannot_answer_is_a_400_naming_the_field(live_sql):
+    """An attacker's find: ``"fn": "reflect"`` answered the left operand. Every post-aggregator field is checked
+    before the query runs (also over no rows), as Druid refuses them; the known functions compute.
+    """
+
+    def post(post_aggregator: dict[str, Any], interval: str = INTERVAL) -> httpx.Response:
+        return httpx.post(f"{live_sql}/druid/v2", json={
+            "queryType": "timeseries", "dataSource": NAME, "intervals": [interval], "granularity": "all",
+            "aggregations": [{"type": "count", "name": "rows"}], "postAggregations": [post_aggregator]})
+
+    rows, two = {"type": "fieldAccess", "fieldName": "rows"}, {"type": "constant", "name": "two", "value": 2}
+    refused = [
+        ("$.postAggregations[0].fn", {"type": "arithmetic", "name": "x", "fn": "reflect", "fields": [rows]}),
+        ("$.postAggregations[0].fn", {"type": "arithmetic", "name": "x", "fn": "reflect", "fields": [rows, two]}),
+        ("$.postAggregations[0].ordering", {"type": "arithmetic", "name": "x", "fn": "+", "fields": [rows, two],
+                                            "ordering": "alphabetical"}),
+        ("$.postAggregations[0].fields", {"type": "arithmetic", "name": "x", "fn": "+", "fields": [rows]}),
+        ("$.postAggregations[0].fields[1].type", {"type": "arithmetic", "name": "x", "fn": "*",
+                                                  "fields": [rows, {"type": "javascript", "fieldNames": ["rows"]}]}),
+        ("$.postAggregations[0].fields[0].fieldName", {"type": "arithmetic", "name": "x", "fn": "*",
+                                                       "fields": [{"type": "fieldAccess", "fieldName": "nope"}, two]}),
+        ("$.postAggregations[0].value", {"type": "constant", "name": "x", "value": "2"}),
+        ("$.postAggregations[0].name", {"type": "constant", "value": 2}),
+        ("$.postAggregations[0].type", {"type": "expression", "name": "x", "expression": "rows * 2"}),
+    ]
+    for where, spec in refused:
+        for interval in (INTERVAL, "2000-01-01/2000-01-02"):  # rows, and none: refused either way
+            answer = post(spec, interval)
+            assert answer.status_code == 400 and answer.json()["errorMessage"].startswith(f"{where}: "), (
+                where, interval, answer.status_code, answer.text)
+    [power] = post({"type": "arithmetic", "name": "x", "fn": "pow", "fields": [two, two],
+                    "ordering": "numericFirst"}).json()
+    assert power["result"]["x"] == 4
+
+
 @pytest.mark.parametrize("store", ["local", "object store"])
 def test_a_datasource_whose_files_cannot_be_read_does_not_hide_the_others(spark, engine, datasource, tmp_path, store):
     """Found in CI: one corrupt segment file failed every INFORMATION_SCHEMA.COLUMNS query.

@@ -727,6 +727,7 @@ def test_a_re_created_topic_stops_until_reset_even_when_it_holds_more_records(
         assert runner.running() == [], "read records [5, 8) of the new topic as if they followed the old one"
         assert "was re-created" in sup.status.stopped_partitions[0]
         assert sup.status.state == "UNHEALTHY_SUPERVISOR" and sup.status.committed == {0: 5}
+        assert sup.status.lag == {0: 8}, "the old topic's committed offset is no place in the new one: all 8 wait"
     with pytest.raises(TopicChanged, match="re-created"):  # nor does `overlord index` read it
         next_task_request(engine, ctx.settings, sup.spec)
 

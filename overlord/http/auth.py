@@ -66,7 +66,12 @@ HASH_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
 """Processes that run argon2 checks: half the cores, 1 to 4 (each check holds 64 MiB while it runs)."""
 
 MAX_WAITING = 8
-"""Password checks that may wait for a hashing process; more get a 429 at once."""
+"""Password checks that may wait for a hashing process; more get a 429 (after :data:`BUSY_HOLD_S`)."""
+
+BUSY_HOLD_S = 1.0
+"""How long a password check that found the queue full waits before its 429 (as its ``Retry-After`` says):
+a flood's client asks again once a second, not as fast as the event loop can refuse it, so the loop keeps
+its time for the requests of credentials already verified. The wait is a sleeping coroutine: it costs nothing."""
 
 BUSY: Literal["busy"] = "busy"
 """What :meth:`Authenticator.check` answers when too many password checks wait."""
@@ -160,18 +165,19 @@ class Authenticator:
       credentials refused in that time (the same user and wrong password again);
     - bearer tokens and malformed headers cost a SHA-256 or nothing;
     - the rest wait for one of :data:`HASH_WORKERS` hashing processes, at most :data:`MAX_WAITING`
-      of them; past that the answer is :data:`BUSY` (a 429) at once. Those processes run at the
-      lowest CPU priority, and in processes of their own their 64 MiB maps and unmaps stay out of
-      the overlord's memory map (a logged-in request under a flood: max 116 ms, against 140-154 ms
-      with checks on threads). A flood of wrong passwords thus costs idle CPU and ~100 MiB, and
-      never delays credentials already verified.
+      of them; past that the answer is :data:`BUSY` (a 429) after :data:`BUSY_HOLD_S`, with no check.
+      Those processes run at the lowest CPU priority, and in processes of their own their 64 MiB
+      maps and unmaps stay out of the overlord's memory map (a logged-in request under a flood: max
+      116 ms, against 140-154 ms with checks on threads). A flood of wrong passwords thus costs idle
+      CPU, ~100 MiB and a refusal per client a second.
 
     An unknown user is checked against a decoy hash, through the same queue: the answer takes as long
     as for a known user, so timing does not tell which users exist.
     Remembered credentials are keyed by an HMAC with a per-process key, never by the secret itself.
     """
 
-    def __init__(self, config: AuthFile, *, hash_workers: int = HASH_WORKERS, max_waiting: int = MAX_WAITING) -> None:
+    def __init__(self, config: AuthFile, *, hash_workers: int = HASH_WORKERS, max_waiting: int = MAX_WAITING,
+                 busy_hold_s: float = BUSY_HOLD_S) -> None:
         self._users = config.users
         self._tokens = {entry.token_sha256: Grant(entry.role, name) for name, entry in config.tokens.items()}
         self._verified: OrderedDict[bytes, tuple[Grant, float]] = OrderedDict()
@@ -183,6 +189,7 @@ class Authenticator:
         self._hashing = self._hashing_processes()
         self._max_in_line = hash_workers + max_waiting
         self._in_line = 0  # checks queued or running; changed only on the event loop
+        self._busy_hold_s = busy_hold_s
 
     def _digest(self, authorization: str) -> bytes:
         return hmac.digest(self._key, authorization.encode("utf-8", "surrogateescape"), "sha256")
@@ -219,6 +226,7 @@ class Authenticator:
         if scheme.lower() != "basic" or (credentials := _basic_credentials(value.strip())) is None:
             return None
         if self._in_line >= self._max_in_line:
+            await asyncio.sleep(self._busy_hold_s)
             return BUSY
         user, password = credentials
         entry = self._users.get(user)  # an unknown user costs a hash check too: timing does not tell who exists
@@ -294,8 +302,11 @@ class AuthMiddleware:
         if scope["type"] == "http":
             needed = required_role(scope["method"], scope["path"])
             if needed is not None:
-                header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-                granted = await self.authenticator.check(header)
+                headers = [value for name, value in scope["headers"] if name == b"authorization"]
+                if len(headers) > 1:  # which one counts would be a guess (a proxy may add its own)
+                    await send_error(send, 400, f"{len(headers)} Authorization headers; send one")
+                    return
+                granted = await self.authenticator.check(headers[0].decode("latin-1") if headers else "")
                 if granted == BUSY:
                     await _send_busy(send)
                     return

@@ -36,7 +36,6 @@ _GRANULARITIES = {"second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "te
                   "fifteen_minute": "PT15M", "thirty_minute": "PT30M", "hour": "PT1H", "six_hour": "PT6H",
                   "day": "P1D", "week": "P1W", "month": "P1M", "quarter": "P3M", "year": "P1Y"}
 _AGGREGATES = {"Sum": "SUM", "Min": "MIN", "Max": "MAX"}
-_ARITHMETIC: dict[str, Callable[[float, float], float]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 _TIME = "__time"
 _T = TypeVar("_T")
 
@@ -166,31 +165,80 @@ def _druid_call(kind: str, spec: Mapping[str, Any], path: str) -> exp.Expr:
         this=function, expressions=arguments)
 
 
-def _post_aggregate(spec: Any, row: Mapping[str, Any], path: str) -> Any:
-    kind = spec.get("type") if isinstance(spec, Mapping) else None
+_PostAggregator = Callable[[Mapping[str, Any]], Any]
+"""A post-aggregator, checked: its value computed from a result row."""
+
+
+def _divide(left: float, right: float) -> float:
+    return left / right if right else 0  # Druid's division: 0 when dividing by zero
+
+
+def _quotient(left: float, right: float) -> float | None:
+    return left / right if right else None  # plain division; JSON has no Infinity
+
+
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": _divide, "quotient": _quotient, "pow": operator.pow}
+"""Druid's arithmetic post-aggregator functions; any other ``fn`` is refused."""
+
+
+def _post_aggregators(specs: Any, names: set[str]) -> list[tuple[str, _PostAggregator]]:
+    """``postAggregations`` checked before the query runs, as (output name, value of a row).
+
+    ``names`` are the aggregators' and dimensions' output names; each post-aggregator may read those and
+    the post-aggregators before it (Druid refuses a query naming any other field).
+    """
+    if not isinstance(specs, list):
+        raise _bad("$.postAggregations", f"expected a list of post-aggregators, got {specs!r}")
+    known, checked = set(names), []
+    for i, spec in enumerate(specs):
+        path = f"$.postAggregations[{i}]"
+        compute = _post_aggregator(spec, known, path)
+        name = _field(spec, "name", path)
+        known.add(name)
+        checked.append((name, compute))
+    return checked
+
+
+def _post_aggregator(spec: Any, names: set[str], path: str) -> _PostAggregator:
+    """One post-aggregator (nested ones included), every field checked; unknown types and functions refused."""
+    if not isinstance(spec, Mapping):
+        raise _bad(path, f"expected a post-aggregator object, got {spec!r}")
+    kind = spec.get("type")
     if kind in ("fieldAccess", "finalizingFieldAccess"):
-        return row.get(_field(spec, "fieldName", path))
+        name = _field(spec, "fieldName", path)
+        if name not in names:
+            raise _bad(f"{path}.fieldName", f"{name!r} is not an aggregator, dimension or earlier post-aggregator "
+                                            f"of this query ({', '.join(sorted(names)) or 'none'})")
+        return lambda row: row.get(name)
     if kind == "constant":
-        return spec.get("value")
+        value = _field(spec, "value", path, (int, float))
+        if isinstance(value, bool):
+            raise _bad(f"{path}.value", f"expected a number, got {value!r}")
+        return lambda _row: value
     if kind == "arithmetic":
         fn = _field(spec, "fn", path)
-        values = [_post_aggregate(f, row, f"{path}.fields[{i}]")
-                  for i, f in enumerate(_field(spec, "fields", path, list))]
-        if any(v is None for v in values):
-            return None
-        result = values[0]
-        for value in values[1:]:
-            if fn in _ARITHMETIC:
-                result = _ARITHMETIC[fn](result, value)
-            elif fn == "/":  # Druid's division: 0 when dividing by zero
-                result = result / value if value else 0
-            elif fn == "quotient":  # plain division; JSON has no Infinity
-                result = result / value if value else None
-            else:
-                raise _bad(f"{path}.fn", f"{fn!r} is not supported (+ - * / quotient)")
-        return result
+        if fn not in _ARITHMETIC:
+            raise _bad(f"{path}.fn", f"{fn!r} is not an arithmetic function (+ - * / quotient pow are)")
+        if spec.get("ordering") not in (None, "numericFirst"):
+            raise _bad(f"{path}.ordering", f"{spec['ordering']!r} is not an ordering (null or numericFirst)")
+        fields = _field(spec, "fields", path, list)
+        if len(fields) < 2:
+            raise _bad(f"{path}.fields", f"an arithmetic post-aggregator takes 2 or more fields, got {len(fields)}")
+        operands = [_post_aggregator(f, names, f"{path}.fields[{i}]") for i, f in enumerate(fields)]
+        return lambda row: _arithmetic(_ARITHMETIC[fn], [operand(row) for operand in operands])
     raise _bad(f"{path}.type", f"post-aggregator type {kind!r} is not supported (arithmetic, fieldAccess, "
-                               "constant)")
+                               "finalizingFieldAccess, constant are)")
+
+
+def _arithmetic(function: Callable[[Any, Any], Any], values: list[Any]) -> Any:
+    """``function`` folded over ``values`` from the left; null if any value is (or a step gives) null."""
+    result = values[0]
+    for value in values[1:]:
+        if result is None or value is None:
+            return None
+        result = function(result, value)
+    return result
 
 
 # --- queries -------------------------------------------------------------------------------------
@@ -231,6 +279,13 @@ class _Native:
                           else _parse_intervals(query.get("intervals"), "$.intervals"))
         self.aggregators = [_aggregator(a, f"$.aggregations[{i}]") for i, a in enumerate(query.get("aggregations", []))]
         self.granularity = self._granularity(query.get("granularity", "all"))
+        if self.kind == "topN":
+            self.dimensions = _dimensions(_field(query, "dimension", "$", (str, dict)), "$.dimension")
+        else:
+            self.dimensions = _dimensions(query.get("dimensions", []), "$.dimensions")
+        self.post_aggregators = _post_aggregators(
+            [] if query.get("postAggregations") is None else query["postAggregations"],
+            {name for name, _, _ in self.aggregators} | {output for _, output in self.dimensions})
 
     def _granularity(self, value: Any) -> str | None:
         """The bucket period (ISO), ``"none"``, or None for ``all``."""
@@ -303,12 +358,9 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
     def rows(select: exp.Expr) -> list[dict[str, Any]]:
         return _events(run(select))
 
-    post = query.get("postAggregations") or []
-
     def finish(row: dict[str, Any]) -> dict[str, Any]:
-        for i, spec in enumerate(post):
-            row[_field(spec, "name", f"$.postAggregations[{i}]")] = _post_aggregate(spec, row,
-                                                                                    f"$.postAggregations[{i}]")
+        for name, compute in native.post_aggregators:
+            row[name] = compute(row)
         return row
 
     if native.kind == "timeseries":
@@ -319,7 +371,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         ordered = sorted(found.items(), reverse=bool(query.get("descending")))
         return [{"timestamp": t, "result": finish(r)} for t, r in ordered]
     if native.kind == "topN":
-        [(dimension, output)] = _dimensions(_field(query, "dimension", "$", (str, dict)), "$.dimension")
+        [(dimension, output)] = native.dimensions
         threshold = _field(query, "threshold", "$", int)
         metric, descending = _topn_metric(query.get("metric"), output)
         spec = query.get("metric")
@@ -332,7 +384,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
             sorted(entries, key=lambda r: _sort_key(r.get(output))), key=lambda r: _sort_key(r.get(metric)),
             reverse=descending)[:threshold]} for t, entries in sorted(by_bucket.items())]
     if native.kind == "groupBy":
-        dims = _dimensions(query.get("dimensions", []), "$.dimensions")
+        dims = native.dimensions
         events = sorted((finish(r) for r in rows(native.select(dims))),  # in the dimensions' order, as Druid's
                         key=lambda e: [_sort_key(e.get(name)) for _, name in dims])
         events = _limit(events, query.get("limitSpec"))

@@ -183,6 +183,9 @@ class Supervisor:
         """When the earliest offsets were last asked for (monotonic); None: at the next look at the topic."""
         self.stopped_partitions: dict[Partition, str] = {}
         """Partitions whose committed offsets lie outside what the broker holds, and why: not read until reset."""
+        self.re_created: set[Partition] = set()
+        """Stopped partitions whose committed offset is a re-created topic's predecessor's: their lag counts from
+        the earliest offset (:meth:`lag_from`)."""
         self.next_due: float | None = None
         """When a group held back by ``min_task_interval_s`` may launch (monotonic); None if none is."""
         self.failed_runs = 0
@@ -282,13 +285,26 @@ class Supervisor:
                 self.watermarks[p] = (self.watermarks[p][0], high)
                 self._saw(p, high, now)
 
-    def lag_seconds(self, committed: Offsets, now: float) -> dict[Partition, float]:
-        """How long the oldest unpublished record of each partition has waited, since a refresh or a task saw it."""
+    def lag_from(self) -> Offsets:
+        """Where each partition's lag counts from: its committed offset, or its earliest if its topic was re-created.
+
+        A re-created topic's records all wait (the committed offset is the old topic's, no place in the new one):
+        8 records after 5 committed are a lag of 8, not 3.
+        """
+        committed = self.committed
+        return Offsets({p: self.watermarks[p][0] if p in self.re_created and p in self.watermarks else o
+                        for p, o in committed.items()})
+
+    def lag_seconds(self, start: Offsets, now: float) -> dict[Partition, float]:
+        """How long the oldest unpublished record of each partition has waited, since a refresh or a task saw it.
+
+        ``start``: where each partition's lag counts from (:meth:`lag_from`).
+        """
         waited = {}
         for p, seen in self.arrivals.items():
-            while seen and p in committed and seen[0][0] <= committed[p]:
+            while seen and p in start and seen[0][0] <= start[p]:
                 seen.popleft()  # everything up to that latest offset is published
-            waited[p] = round(now - seen[0][1], 3) if seen and p in committed else 0.0
+            waited[p] = round(now - seen[0][1], 3) if seen and p in start else 0.0
         return waited
 
     def update_task_status(self) -> None:
@@ -330,6 +346,7 @@ class Supervisor:
         """
         committed, lost = self.committed, {}
         stopped = self.re_created_partitions()
+        self.re_created = set(stopped)
         for p, (low, high) in self.watermarks.items():
             if p not in committed or p in stopped:
                 continue
@@ -550,14 +567,14 @@ class Supervisor:
 
     def snapshot(self) -> SupervisorStatus:
         """The current status as an immutable value (callers hold ``lock``)."""
-        latest, committed = self.latest, self.committed
-        lag = Offsets({p: max(0, o - committed.get(p, o)) for p, o in latest.items()})
+        latest, committed, start = self.latest, self.committed, self.lag_from()
+        lag = Offsets({p: max(0, o - start.get(p, o)) for p, o in latest.items()})
         now, c = self.ctx.clock(), self.counters
         state = self.state
         return SupervisorStatus(
             id=self.id, spec=self.spec, state=state, detailed_state=self.detailed_state,
             suspended=self.suspended, healthy=state not in ("UNHEALTHY_SUPERVISOR", "UNHEALTHY_TASKS"),
-            latest=latest, committed=committed, lag=lag, lag_seconds=self.lag_seconds(committed, now),
+            latest=latest, committed=committed, lag=lag, lag_seconds=self.lag_seconds(start, now),
             offsets_updated=self.offsets_updated,
             active_tasks=tuple(ActiveTaskStatus(task_id, t.request.start_offsets, t.request.end_offsets,
                                                 t.launched_at) for task_id, t in self.active.items()),
