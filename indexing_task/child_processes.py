@@ -1,5 +1,4 @@
-"""The rules every process the overlord starts follows: it dies with the overlord, and it imports
-nothing from the working directory.
+"""Every process the overlord starts dies with it and imports nothing from the working directory.
 
 A process started with ``python -m ...`` or ``python -c ...`` puts its working directory first on
 ``sys.path``: the query engine, the resident runners' and Spark's Python workers would import a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -30,7 +31,14 @@ def _working_directory_with_broken_packages(root: Path) -> Path:
 
 
 def _sql(url: str, query: str) -> httpx.Response:
-    return httpx.post(f"{url}/druid/v2/sql", json={"query": query}, timeout=200)  # the first waits for the engine to start
+    return httpx.post(f"{url}/druid/v2/sql", json={"query": query}, timeout=200)  # the first may wait for a start
+
+
+def _overlord(stack: DevStack, tmp_path: Path, env: dict[str, str] | None = None, **options: Any) -> OverlordProcess:
+    """``overlord serve`` on the session's stack, its deep storage under ``tmp_path``."""
+    return OverlordProcess(stack.as_env() | {"OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"),
+                                             "OVERLORD_SPARK_MASTER": "local[2]"} | (env or {}),
+                           tmp_path / "overlord.log", ready_s=180, **options)
 
 
 def test_the_service_imports_nothing_from_its_working_directory(stack: DevStack, engine: sa.Engine, make_topic,
@@ -44,10 +52,7 @@ def test_the_service_imports_nothing_from_its_working_directory(stack: DevStack,
     topic = make_topic(2)
     sample = make_sample_events(3_000, seed=5)
     produce(stack.bootstrap_servers, topic, sample.records, 2)
-    server = OverlordProcess(stack.as_env() | {"OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"),
-                                               "OVERLORD_SPARK_MASTER": "local[2]"},
-                             tmp_path / "overlord.log", ready_s=180, command=[str(Path(sys.executable).parent / "overlord")],
-                             cwd=workdir)
+    server = _overlord(stack, tmp_path, command=[str(Path(sys.executable).parent / "overlord")], cwd=workdir)
     try:
         answer = _sql(server.url, "SELECT 1 + 1 AS two")
         assert answer.status_code == 200, answer.text
@@ -81,8 +86,7 @@ def test_a_sigkilled_overlord_leaves_no_process_behind(stack: DevStack, engine: 
     topic = make_topic(1)
     sample = make_sample_events(2_000, seed=6)
     produce(stack.bootstrap_servers, topic, sample.records, 1)
-    server = OverlordProcess(stack.as_env() | {"OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"),
-                                               "OVERLORD_SPARK_MASTER": "local[2]"}, tmp_path / "overlord.log", ready_s=180)
+    server = _overlord(stack, tmp_path)
     try:
         posted = httpx.post(f"{server.url}/druid/indexer/v1/supervisor", json=spec_json(datasource, topic), timeout=30)
         assert posted.status_code == 200, posted.text
@@ -116,9 +120,7 @@ def test_health_says_when_the_query_engine_or_the_runners_cannot_run(stack: DevS
             f'{{"spark.executorEnv.PYTHONPATH": "{bad_path}"}}')
     key = "OVERLORD_QUERY_SPARK_CONF" if broken == "query engine" else "OVERLORD_SPARK_CONF"
     expected_error = "did not start" if broken == "query engine" else "was imported"
-    server = OverlordProcess(stack.as_env() | {"OVERLORD_DEEP_STORAGE": str(tmp_path / "deep"),
-                                               "OVERLORD_SPARK_MASTER": "local[2]", key: conf},
-                             tmp_path / "overlord.log", ready_s=180)
+    server = _overlord(stack, tmp_path, {key: conf})
     try:
         field = "queryEngine" if broken == "query engine" else "residentRunners"
 

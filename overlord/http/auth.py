@@ -268,8 +268,9 @@ class Authenticator:
 
 
 def _yield_the_cpu() -> None:
-    """Run this hashing process at nice 19 (password checks take the CPU only when nothing else wants it), and exit
-    with the overlord.
+    """Run this hashing process at nice 19 and exit with the overlord.
+
+    Password checks then take the CPU only when nothing else wants it.
     """
     os.nice(19)
     die_with_parent()

@@ -17,8 +17,10 @@ __all__ = ["service_health", "service_routes"]
 
 
 def service_health(overlord: Overlord, queries: QueryProcess) -> dict[str, Any]:
-    """Whether the service can do its work, and each part's own answer: ingestion's Spark, the resident
-    runners (crash-looping?) and the query engine (did its last start fail?), with the error (for the console).
+    """Whether the service can do its work, and each part's own answer, with its error (for the console).
+
+    The parts: ingestion's Spark, the resident runners (crash-looping?) and the query engine (did its last
+    start fail?).
     """
     resident = overlord.runner.resident
     parts = {"spark": {"healthy": overlord.runner.spark_alive()},
@@ -36,7 +38,8 @@ def service_routes(out: Replies, queries: QueryProcess) -> APIRouter:
                 "and the query engine can run, else 503 and which cannot")
     def health() -> Response:
         found = service_health(overlord, queries)  # anyone may ask this, without credentials: booleans only
-        answer = {name: part if isinstance(part, bool) else {"healthy": part["healthy"]} for name, part in found.items()}
+        answer = {name: {"healthy": part["healthy"]} if isinstance(part, dict) else part
+                  for name, part in found.items()}
         return reply(answer, 200 if found["healthy"] else 503)
 
     @router.get("/health/leader", tags=["service"],
