@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
@@ -140,6 +139,8 @@ class PlainLoopResult:
 def plain_loop(bootstrap: str, topic: str, ends: Mapping[int, int], shape: Shape, out: Path,
                pause_gc: bool = True) -> PlainLoopResult:
     """The job in one process: orjson per record, dict aggregation, one Parquet file."""
+    import orjson  # the bench extra: only the suite's plain loop needs it, the scenarios import this module too
+
     dims = shape.dimensions
     key_of = operator.itemgetter(*dims)
     loads = orjson.loads

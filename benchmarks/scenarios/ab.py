@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
-import json
 import os
 import shutil
 import statistics
@@ -30,6 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite.runs import Bench, new_topic, scratch_stack, spec_for
 from benchmarks.suite.shapes import shape_by_name
 from benchmarks.suite.topics import delete_topics
@@ -205,11 +205,10 @@ def main() -> None:
     parser.add_argument("--transforms", action="store_true",
                         help="worker mode on the working tree: the plain spec against it with a filter, two "
                              "transforms, a filtered aggregator and a theta sketch (--ref is ignored)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="default: benchmarks/results/ab.json (ab_transforms.json with --transforms)")
-    args = parser.parse_args()
-    args.output = args.output or REPO / "benchmarks" / "results" / ("ab_transforms.json" if args.transforms
-                                                                    else "ab.json")
+    parser.add_argument("--output", "--out", type=Path, default=None,
+                        help="a name under benchmarks/results, or a path (default ab.json, ab_transforms.json "
+                             "with --transforms)")
+    args = parse_args(parser, {"shapes": ["1 low"], "events": 2_000, "repeat": 1})
     try:
         if args.worker or args.transforms:
             result = run_worker(args.ref, args.shapes, args.events, args.repeat, args.transforms)
@@ -219,9 +218,7 @@ def main() -> None:
         for path in sys.path:
             if Path(path).name.startswith("bench_ab_") and (Path(path) / ALIAS).is_dir():
                 shutil.rmtree(path, ignore_errors=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {args.output}")
+    save_results(result, args.output or ("ab_transforms.json" if args.transforms else "ab.json"), args.smoke)
 
 
 if __name__ == "__main__":

@@ -35,9 +35,9 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite import machine
 
-RESULTS = Path(__file__).parents[1] / "results"
 READER, WRITER = ("grafana", "read-pw-1"), ("admin", "write-pw-2")
 PATH = "/druid/indexer/v1/supervisor"
 
@@ -203,16 +203,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=25.0)
     parser.add_argument("--baseline-s", type=float, default=5.0)
     parser.add_argument("--overlord-src", type=Path, help="run the server from this source tree (e.g. old code)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "auth_flood.json")
+    parser.add_argument("--out", type=Path, default=Path("auth_flood.json"),
+                        help="a name under benchmarks/results, or a path")
     parser.add_argument("--flood-only", metavar="URL", help=argparse.SUPPRESS)  # the child of flood_in_background
     parser.add_argument("--user", default=WRITER[0], help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, {"clients": 4, "seconds": 2.0, "baseline_s": 1.0})
     if args.flood_only:
         print(json.dumps(asyncio.run(_flood(args.flood_only, args.clients, args.seconds, args.user))))
         return 0
     result = run(args.clients, args.seconds, args.baseline_s, args.overlord_src)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    save_results(result, args.out, args.smoke)
     before, during = result["latency_logged_in_before"], result["latency_logged_in_during_flood"]
     rss = result["server_rss_mb"]
     print(f"flood: {result['flood']['requests']:,} requests from {args.clients} clients in "

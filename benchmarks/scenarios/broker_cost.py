@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from benchmarks.scenarios.freshness import save_results
+from benchmarks.results_file import parse_args, save_results
 from indexing_task.reader import consumer_config, read_ranges
 from indexing_task.watermarks import close_metadata_clients, stream_watermarks
 from overlord.dev.sample_data import create_topic
@@ -133,9 +133,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15, help="measured per mode")
     parser.add_argument("--interval-s", type=float, default=1.5, help="between two looks and reads (the "
                         "supervisor's OVERLORD_TASK_MIN_INTERVAL_S)")
-    parser.add_argument("--out", default="broker_cost.json", help="results file under benchmarks/results")
-    args = parser.parse_args()
-    save_results(run(args.batches, args.rate, args.seconds, args.interval_s), args.out)
+    parser.add_argument("--out", default="broker_cost.json", help="results file under benchmarks/results, or a path")
+    args = parse_args(parser, {"batches": 50, "seconds": 1.5, "interval_s": 0.5})
+    save_results(run(args.batches, args.rate, args.seconds, args.interval_s), args.out, args.smoke)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.results_file import parse_args, save_results
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.dev.spark_cluster import spark_cluster
 from overlord.dev.stack import dev_stack
 
-RESULTS = Path(__file__).parents[1] / "results"
 PARTITIONS = 4
 
 
@@ -99,7 +99,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scenarios.cluster")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--run", nargs="+", help=argparse.SUPPRESS)  # MASTER TOPIC...: the child's job
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=Path("cluster.json"),
+                        help="a name under benchmarks/results, or a path")
+    args = parse_args(parser, {"events": 5_000})
     if args.run:
         print(json.dumps(run_one(args.run[0], args.run[1:])))
         return 0
@@ -117,8 +119,7 @@ def main() -> int:
     result = {"events": args.events, "partitions": PARTITIONS, "cores": os.cpu_count(),
               "load_average": os.getloadavg(), "runs": runs,
               "cluster_over_local": round(runs[1]["records_per_s"] / runs[0]["records_per_s"], 2)}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "cluster.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    save_results(result, args.out, args.smoke)
     for run in runs:
         print(f"{run['master']:>32}: {run['records']:,} records in {run['seconds']} s = "
               f"{run['records_per_s']:,}/s; peak Python worker RSS {run['peak_python_worker_rss_mb']} MB")

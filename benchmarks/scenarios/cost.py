@@ -31,7 +31,7 @@ import psutil
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from benchmarks.scenarios.freshness import save_results
+from benchmarks.results_file import parse_args, save_results
 from indexing_task.spark import get_spark
 from overlord.dev.sample_data import COUNTRIES, DEVICES, create_topic
 from overlord.dev.stack import dev_stack
@@ -289,10 +289,10 @@ def main() -> None:
     parser.add_argument("--resident-runners", type=int, help="OVERLORD_RESIDENT_RUNNERS (default: its default)")
     parser.add_argument("--linger-ms", type=int, default=5, help="the load's producer linger.ms (librdkafka's "
                         "default, 5, is what the embedded broker spends most on: ~0.75 core at 20 x 500 events/s)")
-    parser.add_argument("--out", help="results file name under benchmarks/results (default cost.json)")
-    args = parser.parse_args()
+    parser.add_argument("--out", help="results file name under benchmarks/results, or a path (default cost.json)")
+    args = parse_args(parser, {"supervisors": 1, "rate": 100, "seconds": 5, "warmup_s": 2})
     save_results(run(args.supervisors, args.rate, args.seconds, args.warmup_s, args.resident_runners, args.linger_ms),
-                 args.out or "cost.json")
+                 args.out or "cost.json", args.smoke)
 
 
 if __name__ == "__main__":

@@ -22,14 +22,13 @@ from typing import Any
 
 import fastavro
 
+from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite import machine
 from benchmarks.suite.runs import spec_for
 from benchmarks.suite.shapes import generate, shape_by_name
 from indexing_task.rollup import Rollup, RollupSchema
 from indexing_task.worker import CHUNK_RECORDS
 from specs import load_supervisor_spec
-
-RESULTS = Path(__file__).parents[1] / "results"
 
 
 def as_csv(events: list[bytes], columns: list[str]) -> list[bytes]:
@@ -104,11 +103,10 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["1 low", "10 low + 1 high"])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS / "formats.json")
-    args = parser.parse_args()
-    results = run(args.shapes, args.events, args.repeat)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written to {args.out}")
+    parser.add_argument("--out", type=Path, default=Path("formats.json"),
+                        help="a name under benchmarks/results, or a path")
+    args = parse_args(parser, {"shapes": ["1 low"], "events": 2_000, "repeat": 1})
+    save_results(run(args.shapes, args.events, args.repeat), args.out, args.smoke)
 
 
 if __name__ == "__main__":

@@ -8,14 +8,7 @@ visible to queries. Reports p50/p95/max freshness and the overlord's own overhea
 
     python -m benchmarks.scenarios.freshness --rate 5000 --seconds 60
 
-With ``--duration-s`` it runs live for that long instead (``--auto-compaction``: with an
-auto-compaction config on the datasource) and every ``--sample-s`` records the visible segments
-per interval, the latency of a few queries through the SQL engine and an exactness check: the
-datasource's ``SUM("count")`` and ``SUM(value_sum)`` against what its committed offsets cover, as
-of one moment (offsets read before and after the query agree, else under the offsets row lock).
-Results go to results/freshness_autocompaction.json (freshness_live.json without compaction).
-
-    python -m benchmarks.scenarios.freshness --auto-compaction --duration-s 600 --linger-ms 50
+Results go to results/freshness.json. A long live run, sampled, is ``benchmarks.scenarios.live_freshness``.
 """
 
 from __future__ import annotations
@@ -27,29 +20,18 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
+from benchmarks.results_file import parse_args, save_results
 from indexing_task.spark import get_spark
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack
 from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
 from specs import load_example
-
-RESULTS = Path(__file__).parents[1] / "results"
-
-
-def save_results(results: dict[str, Any], name: str) -> None:
-    """Write ``results`` to ``benchmarks/results/{name}`` and print them."""
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / name
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    print(f"written to {out}")
 
 
 def produce_steadily(bootstrap: str, topic: str, partitions: int, rate: int, seconds: float,
@@ -169,9 +151,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--period", help="supervisor period, e.g. PT5S (default: the spec default)")
-    parser.add_argument("--out", help="results file name under benchmarks/results")
-    args = parser.parse_args()
-    save_results(run(args.rate, args.seconds, args.partitions, args.period), args.out or "freshness.json")
+    parser.add_argument("--out", help="results file name under benchmarks/results, or a path")
+    args = parse_args(parser, {"rate": 200, "seconds": 3, "period": "PT1S"})
+    results = run(args.rate, args.seconds, args.partitions, args.period)
+    save_results(results, args.out or "freshness.json", args.smoke)
 
 
 if __name__ == "__main__":

@@ -30,10 +30,9 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
+from benchmarks.results_file import parse_args, save_results
 from benchmarks.scenarios.auth_flood import READER, WRITER, _wait_healthy, flood_in_background, summary, write_auth_file
 from benchmarks.suite import machine
-
-RESULTS = Path(__file__).parents[1] / "results"
 
 HOSTILE_QUERIES = [
     ("SELECT max(length(format_string(concat('%0', CAST(900000000 + id AS STRING), 'd'), id))) FROM range(2)", {}),
@@ -222,7 +221,7 @@ def main() -> int:
                         help="OVERLORD_QUERY_CPUS of the overlord, e.g. 1: the query engine's own CPUs")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--hostile-only", metavar="URL", help=argparse.SUPPRESS)  # the child sending hostile SQL
-    args = parser.parse_args()
+    args = parse_args(parser, {"clients": 4, "queries": 2, "seconds": 3.0, "baseline_s": 2.0, "rate": 100})
     if args.hostile_only:
         print(json.dumps(asyncio.run(_hostile(args.hostile_only, args.queries, args.seconds))))
         return 0
@@ -232,9 +231,8 @@ def main() -> int:
         os.environ["OVERLORD_QUERY_CPUS"] = args.query_cpus  # the overlord's environment
     result = run(args.clients, args.queries, args.seconds, args.baseline_s, args.rate)
     result.update(remote_attackers=args.remote_attackers, query_cpus=args.query_cpus)
-    out = args.out or RESULTS / ("hostile_load_remote_attackers.json" if args.remote_attackers else "hostile_load.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    save_results(result, args.out or ("hostile_load_remote_attackers.json" if args.remote_attackers
+                                      else "hostile_load.json"), args.smoke)
     for phase in ("before", "during_attack", "after"):
         figures = result[phase]
         latency = figures["status_latency"]

@@ -29,7 +29,8 @@ import numpy as np
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from benchmarks.scenarios.freshness import RESULTS, watch_commits
+from benchmarks.results_file import parse_args, save_results
+from benchmarks.scenarios.freshness import watch_commits
 from indexing_task.spark import get_spark
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack
@@ -367,18 +368,16 @@ def main() -> None:
     parser.add_argument("--late-s", type=float, default=0, help="stamp events up to this many seconds late")
     parser.add_argument("--linger-ms", type=int, default=50, help="the producer's linger.ms (the dev broker, Tansu "
                       "0.6 in memory, stalls after ~80k batches per partition: 50 keeps a 10-minute run under that)")
-    parser.add_argument("--out", help="results file name under benchmarks/results")
-    args = parser.parse_args()
-    RESULTS.mkdir(exist_ok=True)
+    parser.add_argument("--out", help="results file name under benchmarks/results, or a path")
+    args = parse_args(parser, {"rate": 200, "period": "PT1S", "duration_s": 8, "sample_s": 3, "query_reps": 1,
+                               "compaction_period_s": 2, "skip_offset": "PT1S"})
     results = run_live(args.rate, args.duration_s, args.partitions, args.period, args.auto_compaction,
                        args.segment_granularity, args.skip_offset, args.compaction_period_s, args.sample_s,
                        args.query_reps, args.late_s, args.linger_ms)
-    out = RESULTS / (args.out or ("freshness_autocompaction.json" if args.auto_compaction
-                                  else "freshness_live.json"))
-    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    save_results(results, args.out or ("freshness_autocompaction.json" if args.auto_compaction
+                                       else "freshness_live.json"), args.smoke)
     summary = {k: v for k, v in results.items() if k not in ("samples", "queries")}
     print(json.dumps(summary, indent=2, default=str))
-    print(f"written to {out}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ agree), and measures again.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -32,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite import machine
 from indexing_task.compaction import compact
 from indexing_task.spark import get_spark
@@ -46,7 +46,6 @@ from segment_store import PublishRequest, SegmentDescriptor, publish, upgrade_sc
 from segment_store.deep_storage import DeepStorage
 from specs import load_supervisor_spec
 
-RESULTS = Path(__file__).parents[1] / "results"
 DATASOURCE = "bench-query"
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DIMS = {"country": 50, "device": 4, "os": 30}
@@ -254,13 +253,10 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--tasks", type=int, default=100, help="segments per hour before compaction")
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--out", type=Path, default=RESULTS / "query.json", help="results file")
-    args = parser.parse_args()
-    results = run(args.rows, args.hours, args.tasks, args.runs)
-    out: Path = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written to {out}")
+    parser.add_argument("--out", type=Path, default=Path("query.json"),
+                        help="a name under benchmarks/results, or a path")
+    args = parse_args(parser, {"rows": 2_000, "hours": 2, "tasks": 3, "runs": 1})
+    save_results(run(args.rows, args.hours, args.tasks, args.runs), args.out, args.smoke)
 
 
 if __name__ == "__main__":

@@ -49,9 +49,9 @@ from confluent_kafka import Consumer, TopicPartition
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 
+from benchmarks.results_file import parse_args, save_results
 from benchmarks.scenarios.auth_flood import _wait_healthy
 from benchmarks.scenarios.cost import PARTITIONS, _load
-from benchmarks.scenarios.freshness import save_results
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack, free_port
 from overlord.supervisor.auto_compaction import DEFAULT_SKIP
@@ -282,10 +282,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--sample-s", type=float, default=30)
     parser.add_argument("--iceberg-every", type=int, default=4, help="scan the Iceberg table every n-th sample")
-    parser.add_argument("--out", help="results file name under benchmarks/results (default storage_{rate}.json)")
-    args = parser.parse_args()
+    parser.add_argument("--out", help="results file name under benchmarks/results, or a path "
+                        "(default storage_{rate}.json)")
+    args = parse_args(parser, {"rate": 100, "minutes": 0.25, "sample_s": 5, "iceberg_every": 1})
     save_results(run(args.rate, args.minutes, args.sample_s, args.iceberg_every),
-                 args.out or f"storage_{args.rate}.json")
+                 args.out or f"storage_{args.rate}.json", args.smoke)
 
 
 if __name__ == "__main__":

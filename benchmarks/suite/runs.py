@@ -238,8 +238,13 @@ def spec_for(datasource: str, topic: str, low: int, high: int) -> SupervisorSpec
 
 
 def _warm_up(spark: Any, engine: sa.Engine, settings: Settings, bootstrap: str) -> None:
-    """Start Spark's Python workers once, so the first measured task does not pay for it."""
-    topic = f"warmup-{uuid.uuid4().hex[:8]}"
+    """Start Spark's Python workers once, so the first measured task does not pay for it.
+
+    Each warm-up has a topic and a datasource of its own: a datasource keeps the offsets of its topic,
+    so a second warm-up (the cores phase restarts Spark) reusing one would read another topic.
+    """
+    name = f"warmup_{uuid.uuid4().hex[:8]}"
+    topic = name.replace("_", "-")
     create_topic(bootstrap, topic, 2)
     produce(bootstrap, topic, generate(shape_by_name("1 low"), 1_000), 2)
-    run_index_task(spark, engine, next_task_request(engine, settings, spec_for("warmup", topic, 1, 0)))
+    run_index_task(spark, engine, next_task_request(engine, settings, spec_for(name, topic, 1, 0)))
