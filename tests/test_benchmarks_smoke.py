@@ -50,6 +50,7 @@ def _numbers(value: Any) -> list[float]:
 
 
 @pytest.mark.own_stack
+@pytest.mark.benchmark_smoke
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario_smoke_run(scenario: str, tmp_path: Path) -> None:
