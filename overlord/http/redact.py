@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from overlord.http.status import MASK, mask_secrets
 from specs import DYNAMIC_CONFIG_PROVIDER, environment_secret_values
+from specs.masked import MASK, mask_secrets
 
 __all__ = ["SecretLogFilter", "SecretRegistry", "secret_values"]
 

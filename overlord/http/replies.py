@@ -18,9 +18,9 @@ from starlette.types import Send
 
 from overlord.errors import druid_error
 from overlord.http.redact import SecretRegistry
-from overlord.http.status import mask_secrets
 from overlord.supervisor.manager import Overlord
-from overlord.supervisor.status import SupervisorStatus
+from overlord.supervisor_status import SupervisorStatus
+from specs.masked import mask_secrets
 
 __all__ = ["ApiError", "Replies", "send_error"]
 

@@ -32,6 +32,7 @@ from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
 from overlord.config import Settings
 from overlord.errors import error_summary
+from overlord.recent_errors import RecentErrors
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.ranges import (
@@ -42,15 +43,14 @@ from overlord.supervisor.ranges import (
     pin_initial_offsets,
     task_group,
 )
-from overlord.supervisor.recent_errors import RecentErrors
 from overlord.supervisor.series import Series
-from overlord.supervisor.status import (
+from overlord.supervisor.task_runner import TaskRunner
+from overlord.supervisor_status import (
     ActiveTaskStatus,
     CounterStatus,
     FinishedTaskStatus,
     SupervisorStatus,
 )
-from overlord.supervisor.task_runner import TaskRunner
 from segment_store import (
     CommittedOffsets,
     OffsetRange,
