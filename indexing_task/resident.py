@@ -31,10 +31,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from indexing_task.errors import TaskStopped
 from indexing_task.ranges import Split
 from indexing_task.results import WorkerResult
 from indexing_task.spark import INGEST_POOL, use_pool
+from indexing_task.task_errors import TaskStopped
 from indexing_task.worker import TaskPayload, freeze_survivors, index_small_tasks
 
 __all__ = ["ResidentRunners", "RunnerLost"]

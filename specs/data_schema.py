@@ -28,11 +28,11 @@ from sqlglot import exp
 
 from specs import limits
 from specs.durations import UtcTimestamp
-from specs.errors import SpecError, json_type_name, key_path
 from specs.expressions import parse_expression
 from specs.filters import check_filter_limits, filter_condition
 from specs.granularity import Granularity
 from specs.sketches import SKETCH_AGGREGATORS, Sketch, sketch_of
+from specs.spec_errors import SpecError, json_type_name, key_path
 
 __all__ = [
     "AggregatorType",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specs.consumer_properties import DYNAMIC_CONFIG_PROVIDER
-from specs.errors import SpecError, join_path, key_path
+from specs.spec_errors import SpecError, join_path, key_path
 
 __all__ = ["MASK", "keep_masked_secrets", "mask_secrets"]
 

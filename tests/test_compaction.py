@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 import indexing_task.compaction as compaction_module
 from indexing_task.compaction import CompactionError, compact
-from indexing_task.errors import TaskStopped
+from indexing_task.task_errors import TaskStopped
 from overlord.cli.main import _parser
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.query.engine import execute_sql

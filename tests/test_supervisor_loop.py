@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from indexing_task.errors import RangeNotReadableError
 from indexing_task.task import IndexTaskRequest, TaskReport
+from indexing_task.task_errors import RangeNotReadableError
 from overlord.dev.stack import DevStack
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore

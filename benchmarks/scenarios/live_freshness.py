@@ -35,7 +35,7 @@ from indexing_task.spark import get_spark
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack
 from overlord.query.engine import execute_sql
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets

@@ -136,9 +136,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
     from overlord.config import Settings
     from overlord.query.engine import QueryLimits, execute_sql
-    from overlord.query.errors import QueryError
     from overlord.query.formats import format_table
     from overlord.query.local_engine import LocalEngine
+    from overlord.query.query_errors import QueryError
     from segment_store.database import metadata_engine
 
     settings = Settings.from_env()
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     # A supervisor woken while it runs is skipped once by APScheduler and rerun right after: not news.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     _exit_on_sigterm()
-    from indexing_task.errors import IndexingError
+    from indexing_task.task_errors import IndexingError
     from specs import SpecError
 
     try:

@@ -25,7 +25,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from overlord.errors import NotFound, NotLeader
 from overlord.http.api_docs import api_docs_routes
 from overlord.http.audit import AuditLog, audit_routes
 from overlord.http.auth import Authenticator, AuthMiddleware
@@ -43,8 +42,9 @@ from overlord.http.standby import StandbyRedirect
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
 from overlord.metrics import package_version
-from overlord.query.errors import QueryError
+from overlord.overlord_errors import NotFound, NotLeader
 from overlord.query.process import QueryProcess
+from overlord.query.query_errors import QueryError
 from overlord.supervisor.manager import Overlord
 from specs import SpecError, SupervisorSpec
 from specs.loader import loc_path

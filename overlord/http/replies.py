@@ -16,8 +16,8 @@ from typing import Any
 from fastapi.responses import Response
 from starlette.types import Send
 
-from overlord.errors import druid_error
 from overlord.http.redact import SecretRegistry
+from overlord.overlord_errors import druid_error
 from overlord.supervisor.manager import Overlord
 from overlord.supervisor_status import SupervisorStatus
 from specs.masked import mask_secrets

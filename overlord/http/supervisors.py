@@ -20,7 +20,7 @@ from overlord.supervisor.ranges import TopicChanged, committed_for, reads_partit
 from overlord.supervisor.sampler import SamplerBusy, parse_request, sample
 from segment_store import Offsets, committed_offsets
 from segment_store.leadership import current_leader
-from specs.errors import SpecError, key_path
+from specs.spec_errors import SpecError, key_path
 
 __all__ = ["PREFIX", "ResetOffsetsRequest", "supervisor_routes"]
 

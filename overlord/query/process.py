@@ -48,8 +48,8 @@ from typing import Any, NamedTuple
 from indexing_task.child_processes import SAFE_PATH
 from overlord.config import Settings
 from overlord.logs import log_format
-from overlord.query.errors import QueryError
 from overlord.query.kill_throttle import KillThrottle
+from overlord.query.query_errors import QueryError
 
 __all__ = ["GRACE_S", "QueryProcess"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from overlord.config import Settings, cpu_list
 from overlord.logs import configure_logging
 from overlord.query.engine import ANSWERED_BY
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 
 logger = logging.getLogger("overlord.query.worker")
 

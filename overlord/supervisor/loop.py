@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
 from overlord.config import Settings
-from overlord.errors import error_summary
+from overlord.overlord_errors import error_summary
 from overlord.recent_errors import RecentErrors
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy

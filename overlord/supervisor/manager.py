@@ -33,8 +33,8 @@ from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from indexing_task.watermarks import close_metadata_clients
 from overlord.config import Settings
-from overlord.errors import NotFound, NotLeader, error_summary
 from overlord.metrics import Metrics, ScrapeSources
+from overlord.overlord_errors import NotFound, NotLeader, error_summary
 from overlord.supervisor.auto_compaction import CompactionConfig, default_config, merge_selection
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
