@@ -31,7 +31,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from indexing_task.ranges import Split
+from indexing_task.offset_ranges import Split
 from indexing_task.results import WorkerResult
 from indexing_task.spark import INGEST_POOL, use_pool
 from indexing_task.task_errors import TaskStopped

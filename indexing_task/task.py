@@ -20,8 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from indexing_task.offset_ranges import plan_splits, spark_tasks
 from indexing_task.published_columns import recorded_columns
-from indexing_task.ranges import plan_splits, spark_tasks
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, run_on_workers

@@ -4,7 +4,7 @@ Also committed offsets and segment rows as records, and deep storage (fsspec).
 """
 
 from segment_store.cleanup import CleanupReport, cleanup
-from segment_store.compaction import CompactionSwap, SwapOutcome, swap_compacted
+from segment_store.compaction_swap import CompactionSwap, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage, segment_file_path
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.lifecycle import mark_unused, mark_used

@@ -35,7 +35,7 @@ from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
 from overlord.metrics import package_version
 from overlord.supervisor.manager import Overlord
-from overlord.supervisor.ranges import index_once
+from overlord.supervisor.task_ranges import index_once
 from segment_store import committed_offsets, pin_offsets, visible_segments
 from specs import load_supervisor_spec
 from tests.helpers import (

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.http.status import status_payload
@@ -154,7 +154,7 @@ def test_files_that_disagree_on_a_listed_columns_type_fail_compaction_naming_it(
 
     import pyarrow as pa
 
-    from indexing_task.compaction import CompactionError, _compact_interval, _IntervalInput, _Payload
+    from indexing_task.compaction_job import CompactionError, _compact_interval, _IntervalInput, _Payload
 
     schema = RollupSchema.from_spec(load_supervisor_spec(typed_spec(dimensions=[
         {"name": "n", "type": "long"}])).spec.data_schema)

@@ -72,7 +72,7 @@ def _disagrees_with_history(engine: sa.Engine, spec: SupervisorSpec) -> bool:
 def _cmd_index(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
     from overlord.config import Settings
-    from overlord.supervisor.ranges import index_once
+    from overlord.supervisor.task_ranges import index_once
     from overlord.task_report_text import as_json, format_report
     from segment_store import upgrade_schema
     from segment_store.database import metadata_engine
@@ -173,7 +173,7 @@ def _iso_duration(text: str) -> timedelta:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from indexing_task.compaction import compact
+    from indexing_task.compaction_job import compact
     from indexing_task.spark import get_spark
     from overlord.config import Settings
     from overlord.task_report_text import as_json

@@ -15,7 +15,7 @@ from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.dev.stack import dev_stack
 from overlord.query.engine import execute_sql
 from overlord.query.formats import format_table
-from overlord.supervisor.ranges import index_once
+from overlord.supervisor.task_ranges import index_once
 from overlord.task_report_text import format_report
 from segment_store import upgrade_schema
 from segment_store.database import metadata_engine

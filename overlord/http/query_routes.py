@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexing_task.compaction import CompactionReport
+from indexing_task.compaction_job import CompactionReport
 from overlord.http.audit import author_of
 from overlord.http.redact import SecretRegistry
 from overlord.overlord_errors import NotFound

@@ -28,7 +28,7 @@ from segment_store.schema import leadership as leadership_t
 from segment_store.schema import segments as segments_t
 from segment_store.timeline import datasources, visible
 from specs.masked import mask_secrets
-from specs.sketches import Sketch
+from specs.sketch_aggregators import Sketch
 
 __all__ = ["SCHEMAS", "build_metadata_table"]
 

@@ -31,7 +31,7 @@ from indexing_task.task_errors import IndexingError, RangeNotReadableError
 from indexing_task.watermarks import stream_watermarks
 from indexing_task.worker import record_metadata
 from overlord.config import Settings
-from overlord.supervisor.ranges import consumer_properties
+from overlord.supervisor.task_ranges import consumer_properties
 from segment_store import Partition, kafka_partition
 from specs import SupervisorSpec
 from specs.loader import load_supervisor_spec, spec_error_from_validation
