@@ -42,8 +42,8 @@ from indexing_task.rollup import (
     as_multi_value,
     widened,
 )
+from indexing_task.spark_worker import freeze_survivors, write_segment_file
 from indexing_task.task_errors import IndexingError, TaskStopped
-from indexing_task.worker import freeze_survivors, write_segment_file
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
 from segment_store.timeline import Interval, visible_by_interval, visible_segments

@@ -14,7 +14,7 @@ import pytest
 from indexing_task.compaction_job import compact
 from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
-from overlord.http.status import status_payload
+from overlord.http.status_payloads import status_payload
 from overlord.query.engine import execute_sql
 from segment_store.timeline import visible_segments
 from segment_store.value_types import widest_types

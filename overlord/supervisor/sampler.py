@@ -27,9 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from indexing_task.reader import consumer_config, read_range
 from indexing_task.rollup import TIME, Rollup, RollupSchema
+from indexing_task.spark_worker import record_metadata
 from indexing_task.task_errors import IndexingError, RangeNotReadableError
 from indexing_task.watermarks import stream_watermarks
-from indexing_task.worker import record_metadata
 from overlord.config import Settings
 from overlord.supervisor.task_ranges import consumer_properties
 from segment_store import Partition, kafka_partition

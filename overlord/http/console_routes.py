@@ -20,7 +20,7 @@ from fastapi.responses import FileResponse, Response
 
 from overlord.http.replies import Replies
 from overlord.http.service import service_health
-from overlord.http.status import status_payload
+from overlord.http.status_payloads import status_payload
 from overlord.http.views import task_view
 from overlord.overlord_errors import NotFound
 from overlord.query.process import QueryProcess
