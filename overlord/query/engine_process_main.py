@@ -1,10 +1,10 @@
 """The query engine's process (``python -m overlord.query.engine_process_main``).
 
-Started by :mod:`overlord.query.process`, it reads one line of JSON on stdin (the overlord's settings, the socket address, the key),
-starts its own Spark application, prints ``ready`` and then answers each connection on its
-own thread: ``sql`` and ``native`` queries, ``cancel``. It exits when stdin closes (the
-overlord is gone) or when its Spark JVM has died (a query exhausted it): the overlord starts a
-new one.
+Started by :mod:`overlord.query.process`, it reads one line of JSON on stdin (the overlord's
+settings, the socket address, the key), starts its own Spark application, prints ``ready`` and then
+answers each connection on its own thread: ``sql`` and ``native`` queries, ``cancel``. It exits when
+stdin closes (the overlord is gone) or when its Spark JVM has died (a query exhausted it): the
+overlord starts a new one.
 """
 
 from __future__ import annotations
