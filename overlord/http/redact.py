@@ -1,6 +1,6 @@
 """Keeping consumerProperties secrets out of HTTP responses and log lines.
 
-Two layers. Structured data is masked by key (:func:`overlord.http.status_payloads.mask_secrets`: a value
+Two layers. Structured data is masked by key (:func:`specs.masked.mask_secrets`: a value
 under ``sasl.password``, ``sasl.jaas.config`` and the like becomes ``<masked>``). Free text
 (error messages, log lines, tracebacks) is scrubbed by value: :class:`SecretRegistry` learns
 the secret values of every spec the overlord runs and replaces any occurrence of them.

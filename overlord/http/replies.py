@@ -1,7 +1,7 @@
 """How every answer of the API leaves: JSON with secrets masked and scrubbed, errors in one shape.
 
 Every JSON body goes through :meth:`Replies.view`: secret-looking keys are masked
-(:func:`overlord.http.status_payloads.mask_secrets`) and known secret values scrubbed from every string.
+(:func:`specs.masked.mask_secrets`) and known secret values scrubbed from every string.
 Errors are ``{"error": message, "errorMessage": message}`` (pydruid reads Druid's ``errorMessage``);
 invalid input adds ``"errors": [{"path", "message"}]``.
 """
