@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from indexing_task.errors import RangeNotReadableError
+from indexing_task.task_errors import RangeNotReadableError
 from specs import EXACT_READ_CONSUMER_PROPERTIES, resolve_consumer_properties
 
 __all__ = ["consumer_config", "read_range", "read_ranges", "resolved_consumer_properties"]

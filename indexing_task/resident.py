@@ -5,7 +5,7 @@ of JVM scheduling and a Python worker round trip, more than the work. A resident
 Spark task of a job that runs as long as the overlord: its Python worker connects back to the
 driver (``multiprocessing.connection``, authenticated by a key that travels only inside the job's
 closure) and serves requests, each the splits of the small tasks waiting then, read together and
-then indexed each as a Spark job would (:func:`indexing_task.worker.index_small_tasks`). The
+then indexed each as a Spark job would (:func:`indexing_task.spark_worker.index_small_tasks`). The
 driver still publishes, so the publish rule is unchanged; a runner that dies fails the tasks the
 job's runners were running (the supervisor retries them: on a local master one failed Spark task
 ends the job) and the job is started again. A task waits its turn for a runner while they come
@@ -31,11 +31,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from indexing_task.errors import TaskStopped
-from indexing_task.ranges import Split
+from indexing_task.offset_ranges import Split
 from indexing_task.results import WorkerResult
 from indexing_task.spark import INGEST_POOL, use_pool
-from indexing_task.worker import TaskPayload, freeze_survivors, index_small_tasks
+from indexing_task.spark_worker import TaskPayload, freeze_survivors, index_small_tasks
+from indexing_task.task_errors import TaskStopped
 
 __all__ = ["ResidentRunners", "RunnerLost"]
 

@@ -7,7 +7,7 @@ materialised in between (bad records come out of the same pass, one row each).
 String dimensions take any JSON scalar as text (``true``, ``12``), like Druid; a JSON array makes the
 dimension multi-value (a list column, never the array's text; an object is kept as its JSON text,
 where Druid keeps Java's rendering of it). Sketch metrics come out of the pass as lists of values
-that :mod:`indexing_task.sketches` turns into sketches; first/last metrics as (time, value) pairs.
+that :mod:`indexing_task.sketch_columns` turns into sketches; first/last metrics as (time, value) pairs.
 Partial results of several batches merge with the metrics' combining functions.
 """
 
@@ -31,7 +31,7 @@ from sqlglot import exp
 
 from indexing_task.avro_values import AvroValues
 from indexing_task.buckets import bucket_end_sql, bucket_start_sql
-from indexing_task.sketches import build_sketches, merge_sketches
+from indexing_task.sketch_columns import build_sketches, merge_sketches
 from indexing_task.sql_text import quote_identifier as _q
 from indexing_task.sql_text import quote_string as _lit
 from indexing_task.transforms import compile_expression, create_macros
@@ -42,7 +42,7 @@ from specs.filters import filter_columns, filter_condition
 from specs.flatten import PathStep
 from specs.granularity import ALL_END, ALL_START, Granularity
 from specs.input_format import InputFormatSpec
-from specs.sketches import Sketch
+from specs.sketch_aggregators import Sketch
 
 __all__ = ["BadRecord", "Dimension", "Metric", "ParsedBatch", "Rollup", "RollupSchema", "bucket_end_sql",
            "bucket_start_sql", "widened"]
@@ -121,7 +121,7 @@ class Metric:
     filter_json: str | None = None
     """A filtered aggregator's Druid filter, as JSON text: only records it matches are aggregated."""
     sketch: Sketch | None = None
-    """What a sketch aggregator stores (see :mod:`specs.sketches`)."""
+    """What a sketch aggregator stores (see :mod:`specs.sketch_aggregators`)."""
     by_row: bool = False
     """A cardinality sketch of each record's combination of the fields' values."""
     max_chars: int = 1024

@@ -20,15 +20,15 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
-from indexing_task.errors import TaskStopped, TooManyParseErrors, TopicRecreated
+from indexing_task.offset_ranges import plan_splits, spark_tasks
 from indexing_task.published_columns import recorded_columns
-from indexing_task.ranges import plan_splits, spark_tasks
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup import RollupSchema
+from indexing_task.spark_worker import TaskPayload, run_splits
+from indexing_task.task_errors import TaskStopped, TooManyParseErrors, TopicRecreated
 from indexing_task.watermarks import topic_id_changes
-from indexing_task.worker import TaskPayload, run_splits
 from segment_store import (
     DeepStorage,
     Offsets,

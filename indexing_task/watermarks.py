@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from indexing_task.errors import IndexingError
+from indexing_task.task_errors import IndexingError
 from segment_store import Partition, TopicPartitionId, check_topic_ids, kafka_partition
 from specs import KafkaIOConfigSpec
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from overlord.http.origins import parse_public_url
+from overlord.origins import parse_public_url
 
 __all__ = ["Settings", "settings_table"]
 

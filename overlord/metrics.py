@@ -35,7 +35,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from indexing_task.task import TaskReport
-from overlord.supervisor.status import SupervisorStatus
+from overlord.supervisor_status import SupervisorStatus
 from segment_store.offsets import Partition, kafka_partition
 
 __all__ = ["Metrics", "ScrapeSources", "package_version"]

@@ -4,10 +4,9 @@ Also committed offsets and segment rows as records, and deep storage (fsspec).
 """
 
 from segment_store.cleanup import CleanupReport, cleanup
-from segment_store.compaction import CompactionSwap, SwapOutcome, swap_compacted
+from segment_store.compaction_swap import CompactionSwap, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage, segment_file_path
 from segment_store.descriptors import SegmentDescriptor
-from segment_store.errors import SegmentStoreError
 from segment_store.lifecycle import mark_unused, mark_used
 from segment_store.migrate import upgrade_schema
 from segment_store.offsets import OffsetRange, Offsets, Partition, TopicPartitionId, kafka_partition
@@ -21,6 +20,7 @@ from segment_store.records import (
     skip_offsets,
     used_segments,
 )
+from segment_store.store_errors import SegmentStoreError
 from segment_store.timeline import Interval, datasources, visible, visible_by_interval, visible_segments
 from segment_store.topic_ids import check_topic_ids
 

@@ -1,7 +1,7 @@
 """Reading the metadata store, resetting offsets, and the per-datasource lock every writer takes.
 
 The publish transaction (:mod:`segment_store.publish`) and the compaction swap
-(:mod:`segment_store.compaction`) are the only writers of segment rows; they and
+(:mod:`segment_store.compaction_swap`) are the only writers of segment rows; they and
 :func:`reset_offsets` serialise on :func:`lock_offsets_row`.
 """
 

@@ -24,9 +24,9 @@ from specs.data_schema import (
     TransformSpec,
 )
 from specs.durations import format_iso_duration, parse_iso_duration
-from specs.errors import SpecError
 from specs.granularity import Granularity
 from specs.loader import EXAMPLES_DIR, load_example, load_supervisor_spec
+from specs.spec_errors import SpecError
 from specs.supervisor import (
     DYNAMIC_CONFIG_PROVIDER,
     EXACT_READ_CONSUMER_PROPERTIES,

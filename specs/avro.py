@@ -13,7 +13,7 @@ from fastavro.types import Schema
 from pydantic import Field, model_validator
 
 from specs.data_schema import SpecModel
-from specs.errors import SpecError
+from specs.spec_errors import SpecError
 
 __all__ = ["AvroBytesDecoderSpec", "parse_avro_schema"]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from specs.errors import SpecError, join_path, json_type_name, key_path
+from specs.spec_errors import SpecError, join_path, json_type_name, key_path
 
 __all__ = [
     "ALLOWED_BOOTSTRAP_VARIABLE",

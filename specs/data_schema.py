@@ -28,11 +28,11 @@ from sqlglot import exp
 
 from specs import limits
 from specs.durations import UtcTimestamp
-from specs.errors import SpecError, json_type_name, key_path
 from specs.expressions import parse_expression
 from specs.filters import check_filter_limits, filter_condition
 from specs.granularity import Granularity
-from specs.sketches import SKETCH_AGGREGATORS, Sketch, sketch_of
+from specs.sketch_aggregators import SKETCH_AGGREGATORS, Sketch, sketch_of
+from specs.spec_errors import SpecError, json_type_name, key_path
 
 __all__ = [
     "AggregatorType",
@@ -241,7 +241,7 @@ class DimensionsSpec(SpecModel):
 class MetricSpec(SpecModel):
     """One aggregator of ``metricsSpec``, computed at ingestion time; ``filtered`` wraps another.
 
-    Sketch aggregators (:mod:`specs.sketches`) store a sketch of the field's values per row.
+    Sketch aggregators (:mod:`specs.sketch_aggregators`) store a sketch of the field's values per row.
     """
 
     harmless: ClassVar[frozenset[str]] = frozenset({"shouldFinalize", "round", "maxStreamLength"})

@@ -18,7 +18,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, PlainSerializer
 
-from specs.errors import SpecError, json_type_name
+from specs.spec_errors import SpecError, json_type_name
 
 __all__ = [
     "IsoDuration",

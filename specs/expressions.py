@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specs import limits
-from specs.errors import SpecError
 from specs.filters import check_regex
 from specs.granularity import Granularity
+from specs.spec_errors import SpecError
 
 __all__ = ["CAST_TYPES", "FUNCTIONS", "Call", "Expr", "Field", "Literal", "joda_to_strptime", "parse_expression",
            "referenced_fields"]

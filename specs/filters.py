@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from specs import limits
 from specs.durations import parse_utc_interval
-from specs.errors import SpecError, join_path, json_type_name
+from specs.spec_errors import SpecError, join_path, json_type_name
 
 __all__ = ["Column", "check_filter_limits", "check_regex", "filter_columns", "filter_condition", "parse_intervals",
            "time_condition"]

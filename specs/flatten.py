@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from specs import limits
 from specs.data_schema import Name, SpecModel, duplicates
-from specs.errors import SpecError
+from specs.spec_errors import SpecError
 
 __all__ = ["FlattenField", "FlattenSpec", "PathStep", "parse_path"]
 

@@ -34,7 +34,7 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from specs.durations import parse_iso_period, parse_utc_timestamp
-from specs.errors import SpecError, json_type_name
+from specs.spec_errors import SpecError, json_type_name
 
 __all__ = ["ALL_END", "ALL_START", "Granularity", "GranularityKind"]
 

@@ -19,8 +19,8 @@ from pydantic import Field, field_validator, model_validator
 from specs import limits
 from specs.avro import AvroBytesDecoderSpec
 from specs.data_schema import Name, SpecModel, duplicates, unsupported
-from specs.errors import SpecError
 from specs.flatten import FlattenSpec
+from specs.spec_errors import SpecError
 
 __all__ = ["HeaderFormatSpec", "InputFormatSpec", "KeyFormatSpec"]
 

@@ -14,7 +14,7 @@ from datetime import timedelta
 from pydantic import AfterValidator
 
 from specs.durations import format_iso_duration
-from specs.errors import SpecError
+from specs.spec_errors import SpecError
 
 __all__ = [
     "JAVA_INT_MAX",

@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from specs.errors import SpecError, join_path, json_type_name, key_path
 from specs.limits import MAX_JSON_DEPTH
+from specs.spec_errors import SpecError, join_path, json_type_name, key_path
 from specs.supervisor import SupervisorSpec
 
 __all__ = ["EXAMPLES_DIR", "load_example", "load_supervisor_spec"]

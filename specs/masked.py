@@ -7,15 +7,32 @@ secret you have", never the literal text ``<masked>`` as a password.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from specs.errors import SpecError, join_path, key_path
+from specs.consumer_properties import DYNAMIC_CONFIG_PROVIDER
+from specs.spec_errors import SpecError, join_path, key_path
 
-__all__ = ["MASK", "keep_masked_secrets"]
+__all__ = ["MASK", "keep_masked_secrets", "mask_secrets"]
 
 MASK = "<masked>"
 """What answers show in place of a secret value."""
+
+_SECRET_KEY = re.compile(r"password|secret|jaas|credential|token|ssl\.key|sasl\.oauthbearer", re.IGNORECASE)
+
+
+def mask_secrets(value: Any) -> Any:
+    """A copy of a spec (or any JSON) with secret-looking consumer properties replaced by a mask."""
+    if isinstance(value, dict):
+        return {k: (v if k == DYNAMIC_CONFIG_PROVIDER  # names environment variables, holds no secret
+                    else MASK if isinstance(k, str) and _SECRET_KEY.search(k) and not isinstance(v, dict | list)
+                    else mask_secrets(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v) for v in value]
+    return value
+
 
 def _io_config(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     """The path and value of the spec's ioConfig, in Druid's nested form or the flat one."""

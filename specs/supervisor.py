@@ -19,8 +19,8 @@ from specs.consumer_properties import (
 )
 from specs.data_schema import DataSchemaSpec, DimensionSpec, MetricSpec, SpecModel
 from specs.durations import IsoDuration, UtcTimestamp
-from specs.errors import SpecError, join_path, key_path
 from specs.input_format import InputFormatSpec
+from specs.spec_errors import SpecError, join_path, key_path
 
 __all__ = [
     "DYNAMIC_CONFIG_PROVIDER",

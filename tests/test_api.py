@@ -35,7 +35,7 @@ from overlord.http.app import create_app
 from overlord.http.redact import SecretLogFilter, SecretRegistry
 from overlord.metrics import package_version
 from overlord.supervisor.manager import Overlord
-from overlord.supervisor.ranges import index_once
+from overlord.supervisor.task_ranges import index_once
 from segment_store import committed_offsets, pin_offsets, visible_segments
 from specs import load_supervisor_spec
 from tests.helpers import (
@@ -437,7 +437,8 @@ def test_the_sampler_shares_its_rows_across_partitions_from_the_latest_or_the_ea
     earliest = sampled(api, spec_json(datasource, topic), numRows=7).json()["data"]
     assert sorted((d["partition"], d["offset"]) for d in earliest) == [(0, o) for o in range(4)] + [(1, o) for o in
                                                                                                  range(3)]
-    monkeypatch.setattr("overlord.sampler.MAX_BYTES", 1_000)  # records of ~110 bytes: the read stops past 1,000
+    # records of ~110 bytes: the read stops past 1,000
+    monkeypatch.setattr("overlord.supervisor.sampler.MAX_BYTES", 1_000)
     capped = sampled(api, spec_json(datasource, topic), numRows=40).json()
     assert 9 <= capped["numRowsRead"] <= 20, capped["numRowsRead"]
 

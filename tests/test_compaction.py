@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
-import indexing_task.compaction as compaction_module
-from indexing_task.compaction import CompactionError, compact
-from indexing_task.errors import TaskStopped
+import indexing_task.compaction_job as compaction_module
+from indexing_task.compaction_job import CompactionError, compact
+from indexing_task.task_errors import TaskStopped
 from overlord.cli.main import _parser
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.query.engine import execute_sql
 from overlord.supervisor.metadata_store import MetadataStore
-from overlord.supervisor.ranges import index_once
+from overlord.supervisor.task_ranges import index_once
 from segment_store import CompactionSwap, swap_compacted, visible_segments
 from segment_store.schema import segments as segment_status
 from specs import SpecError, load_supervisor_spec

@@ -19,7 +19,7 @@ from specs import (
     environment_secret_values,
     load_supervisor_spec,
 )
-from specs.errors import join_path, key_path
+from specs.spec_errors import join_path, key_path
 from tests.helpers import example_json, spec_json
 
 OPERATOR_VARIABLES = ("OVERLORD_CONSUMER_PROPERTIES_ALLOWED", "OVERLORD_ALLOWED_TOKEN_ENDPOINTS",

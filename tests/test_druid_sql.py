@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from overlord.http.app import create_app
 from overlord.query.druid_sql import translate
 from overlord.query.engine import SqlQuery, run_sql
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 from overlord.supervisor.metadata_store import MetadataStore
 from tests.helpers import served, spec_json, start_overlord
 from tests.test_timeline import HOUR, T0, fake_compact, publish_random

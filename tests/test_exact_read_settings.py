@@ -11,7 +11,7 @@ import pytest
 
 from indexing_task.reader import consumer_config
 from specs import SpecError, load_supervisor_spec
-from specs.errors import join_path, key_path
+from specs.spec_errors import join_path, key_path
 from tests.helpers import spec_json
 
 WEAKENING = {

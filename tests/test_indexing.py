@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from indexing_task.compaction import compact
-from indexing_task.errors import TooManyParseErrors
+from indexing_task.compaction_job import compact
 from indexing_task.task import IndexTaskRequest, run_index_task
+from indexing_task.task_errors import TooManyParseErrors
 from overlord.dev.sample_data import make_sample_events, produce
-from overlord.supervisor.ranges import index_once, next_task_request
+from overlord.supervisor.task_ranges import index_once, next_task_request
 from segment_store import DeepStorage, committed_offsets, reset_offsets, used_segments
 from specs import SupervisorSpec, load_supervisor_spec
 from tests.helpers import (
@@ -397,7 +397,7 @@ def test_a_topic_re_created_while_a_task_reads_it_publishes_nothing(stack, engin
     """The task's range was planned against the old topic; what it read may be the new one's: nothing is published."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from indexing_task.errors import TopicRecreated
+    from indexing_task.task_errors import TopicRecreated
 
     topic = make_topic(1)
     produce(stack.bootstrap_servers, topic, make_sample_events(5, bad_every=0).records, 1)

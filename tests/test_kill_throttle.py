@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from overlord.query.errors import QueryError
 from overlord.query.kill_throttle import KillThrottle
+from overlord.query.query_errors import QueryError
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from overlord.dev.sample_data import make_sample_events, produce
-from overlord.errors import NotLeader
+from overlord.overlord_errors import NotLeader
 from segment_store.leadership import LEADER_LOCK_KEY
 from tests.helpers import assert_exact, committed_total, merged, published_table, spec_json, wait_until
 

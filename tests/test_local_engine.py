@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 import pytest
 
 from overlord.query.engine import QueryLimits, execute_sql
-from overlord.query.errors import QueryError
 from overlord.query.local_engine import LocalEngine
+from overlord.query.query_errors import QueryError
 from overlord.query.running import cancel_query
 from tests.test_time_pruning import at, times, ts
 from tests.test_timeline import publish_segments, random_rows, write_segment

@@ -9,7 +9,7 @@ from functools import partial
 
 import pytest
 
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from indexing_task.low_priority import NICENESS, LowPriorityProcesses
 from tests.helpers import events_spec
 from tests.test_compaction import _queries

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from indexing_task.errors import IndexingError
+from indexing_task.task_errors import IndexingError
 from indexing_task.watermarks import _Clients, stream_watermarks
 from overlord.dev.sample_data import produce
 from overlord.dev.stack import free_port

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.query.engine import execute_sql, run_sql
-from overlord.query.errors import QueryError
 from overlord.query.native import run_native
-from overlord.supervisor.ranges import index_once
+from overlord.query.query_errors import QueryError
+from overlord.supervisor.task_ranges import index_once
 from segment_store.timeline import visible_segments
 from specs import SpecError, load_supervisor_spec
 from tests.helpers import settings_for

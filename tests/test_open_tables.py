@@ -21,7 +21,7 @@ from pyiceberg.catalog import load_catalog
 
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.supervisor.auto_compaction import CompactionConfig
-from overlord.supervisor.ranges import index_once
+from overlord.supervisor.task_ranges import index_once
 from segment_store import DeepStorage, committed_offsets, visible_segments
 from segment_store.open_tables import NAMESPACE, OFFSETS_KEY, TOPIC_KEY, OpenTables, _time_transform
 from segment_store.records import SegmentRecord

@@ -17,7 +17,7 @@ import s3fs
 
 from overlord.cli.main import _parser
 from overlord.query.engine import QueryLimits, SqlQuery, execute_sql, run_sql
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 from overlord.query.time_pruning import TimeRange
 from segment_store import visible_segments
 from segment_store.schema import segments as segment_status

@@ -188,7 +188,7 @@ def test_a_standby_engine_takes_over_at_once_when_the_engine_is_lost(served_over
 def _query_engines() -> list[int]:
     """The query engines of this process (the current one and its standby)."""
     return [child.pid for child in psutil.Process().children()
-            if "overlord.query.worker" in " ".join(child.cmdline())]
+            if "overlord.query.engine_process_main" in " ".join(child.cmdline())]
 
 
 def test_a_query_waiting_for_the_engine_to_start_ends_within_its_own_timeout(served_overlord: Served):

@@ -7,8 +7,8 @@ import json
 import pytest
 from confluent_kafka import Consumer
 
-from indexing_task.errors import RangeNotReadableError
 from indexing_task.reader import consumer_config, read_range, read_ranges
+from indexing_task.task_errors import RangeNotReadableError
 from overlord.dev.sample_data import produce
 
 

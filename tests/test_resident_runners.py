@@ -8,11 +8,11 @@ from multiprocessing.connection import AuthenticationError, Client
 
 import pytest
 
-from indexing_task.errors import TaskStopped
 from indexing_task.resident import ResidentRunners, RunnerLost
 from indexing_task.task import run_index_task
+from indexing_task.task_errors import TaskStopped
 from overlord.dev.sample_data import make_sample_events, produce
-from overlord.supervisor.ranges import next_task_request
+from overlord.supervisor.task_ranges import next_task_request
 from segment_store import committed_offsets
 from tests.helpers import assert_exact, events_spec, published_table, settings_for, wait_until
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from overlord.dev.sample_data import SampleEvents, make_sample_events, produce
 from overlord.http.app import create_app
 from overlord.supervisor.retention import RULES, dropped

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.query.engine import execute_sql
-from overlord.supervisor.ranges import index_once
+from overlord.supervisor.task_ranges import index_once
 from specs import load_supervisor_spec
 from tests.helpers import settings_for, spec_json
 

@@ -9,15 +9,15 @@ from typing import Any
 import datasketches as ds
 import pytest
 
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.query.engine import execute_sql
-from overlord.query.errors import QueryError
 from overlord.query.native import run_native
-from overlord.supervisor.ranges import index_once
+from overlord.query.query_errors import QueryError
+from overlord.supervisor.task_ranges import index_once
 from specs import SpecError, check_update, load_supervisor_spec
-from specs.sketches import Sketch
+from specs.sketch_aggregators import Sketch
 from tests.helpers import example_json, published_table, settings_for
 
 COUNTRIES = ("NL", "DE", "FR")

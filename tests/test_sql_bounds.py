@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from overlord.query.engine import execute_sql
-from overlord.query.errors import QueryError
 from overlord.query.function_bounds import ALLOWED_FUNCTIONS, MAX_VALUE_SIZE
+from overlord.query.query_errors import QueryError
 
 
 def _alive(spark, engine) -> None:

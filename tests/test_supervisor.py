@@ -11,7 +11,7 @@ from pathlib import Path
 from overlord.config import Settings
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.dev.stack import TansuBroker, free_port
-from overlord.http.status import status_payload
+from overlord.http.status_payloads import status_payload
 from overlord.supervisor.manager import Overlord
 from tests.helpers import (
     ON_EVERY_DEEP_STORAGE,

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from indexing_task.errors import RangeNotReadableError
 from indexing_task.task import IndexTaskRequest, TaskReport
+from indexing_task.task_errors import RangeNotReadableError
 from overlord.dev.stack import DevStack
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
-from overlord.supervisor.ranges import TopicChanged, next_task_request
 from overlord.supervisor.task_logs import TaskLogs
+from overlord.supervisor.task_ranges import TopicChanged, next_task_request
 from segment_store import Offsets, PublishOutcome, TopicPartitionId, committed_offsets, publish, reset_offsets
 from segment_store.publish import PublishRequest, Status
 from specs import KafkaIOConfigSpec, load_supervisor_spec

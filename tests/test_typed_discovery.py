@@ -11,10 +11,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from indexing_task.rollup import Rollup, RollupSchema
 from overlord.dev.sample_data import produce
-from overlord.http.status import status_payload
+from overlord.http.status_payloads import status_payload
 from overlord.query.engine import execute_sql
 from segment_store.timeline import visible_segments
 from segment_store.value_types import widest_types
@@ -154,7 +154,7 @@ def test_files_that_disagree_on_a_listed_columns_type_fail_compaction_naming_it(
 
     import pyarrow as pa
 
-    from indexing_task.compaction import CompactionError, _compact_interval, _IntervalInput, _Payload
+    from indexing_task.compaction_job import CompactionError, _compact_interval, _IntervalInput, _Payload
 
     schema = RollupSchema.from_spec(load_supervisor_spec(typed_spec(dimensions=[
         {"name": "n", "type": "long"}])).spec.data_schema)

@@ -28,7 +28,7 @@ from confluent_kafka import Consumer
 
 from benchmarks.suite.shapes import Shape
 from indexing_task.reader import consumer_config, read_range
-from indexing_task.worker import cyclic_gc_paused
+from indexing_task.spark_worker import cyclic_gc_paused
 
 __all__ = ["PlainLoopResult", "consume_parse_rate", "plain_loop", "raw_consume_parallel",
            "raw_consume_rate"]

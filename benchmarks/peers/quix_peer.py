@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from benchmarks.suite.shapes import HOUR_MS, Shape, generate
 from benchmarks.suite.topics import produce
-from indexing_task.worker import cyclic_gc_paused
+from indexing_task.spark_worker import cyclic_gc_paused
 
 __all__ = ["Guarantee", "QuixRun", "quix_source", "run_quix"]
 

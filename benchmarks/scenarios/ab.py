@@ -33,7 +33,7 @@ from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite.runs import Bench, new_topic, scratch_stack, spec_for
 from benchmarks.suite.shapes import shape_by_name
 from benchmarks.suite.topics import delete_topics
-from overlord.supervisor.ranges import next_task_request
+from overlord.supervisor.task_ranges import next_task_request
 from segment_store import upgrade_schema
 from specs import SupervisorSpec, load_supervisor_spec
 

@@ -50,7 +50,7 @@ def run_one(master: str, topics: list[str]) -> dict[str, Any]:
     """In this process: index each topic once on ``master``; the figures of the last one."""
     from indexing_task.spark import get_spark
     from overlord.config import Settings
-    from overlord.supervisor.ranges import index_once
+    from overlord.supervisor.task_ranges import index_once
     from segment_store import upgrade_schema
     from segment_store.database import metadata_engine
     from specs import load_example, load_supervisor_spec

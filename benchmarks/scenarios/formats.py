@@ -27,7 +27,7 @@ from benchmarks.suite import machine
 from benchmarks.suite.runs import spec_for
 from benchmarks.suite.shapes import generate, shape_by_name
 from indexing_task.rollup import Rollup, RollupSchema
-from indexing_task.worker import CHUNK_RECORDS
+from indexing_task.spark_worker import CHUNK_RECORDS
 from specs import load_supervisor_spec
 
 

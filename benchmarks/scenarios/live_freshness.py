@@ -35,7 +35,7 @@ from indexing_task.spark import get_spark
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack
 from overlord.query.engine import execute_sql
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
@@ -279,8 +279,8 @@ def run_live(rate: int, duration_s: float, partitions: int, period: str | None, 
              segment_granularity: str, skip_offset: str, compaction_period_s: int, sample_s: float,
              reps: int, late_s: float = 0.0, linger_ms: int = 5) -> dict[str, Any]:
     swaps = SwapLog()
-    logging.getLogger("segment_store.compaction").addHandler(swaps)
-    logging.getLogger("segment_store.compaction").setLevel(logging.INFO)
+    logging.getLogger("segment_store.compaction_swap").addHandler(swaps)
+    logging.getLogger("segment_store.compaction_swap").setLevel(logging.INFO)
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
         spark = get_spark("local[*]")

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 
 from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite import machine
-from indexing_task.compaction import compact
+from indexing_task.compaction_job import compact
 from indexing_task.spark import get_spark
 from overlord.config import Settings
 from overlord.dev.stack import dev_stack

@@ -18,10 +18,10 @@ from typing import Any
 from benchmarks.suite.runs import Bench, new_topic, spec_for
 from benchmarks.suite.shapes import Shape
 from benchmarks.suite.topics import delete_topics
-from indexing_task.ranges import Split
+from indexing_task.offset_ranges import Split
 from indexing_task.reader import consumer_config
 from indexing_task.rollup import RollupSchema
-from indexing_task.worker import TaskPayload, index_split
+from indexing_task.spark_worker import TaskPayload, index_split
 
 __all__ = ["profile_shapes"]
 

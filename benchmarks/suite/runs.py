@@ -32,7 +32,7 @@ from indexing_task.spark import get_spark
 from indexing_task.task import run_index_task
 from overlord.config import Settings
 from overlord.dev.stack import DevStack, dev_stack
-from overlord.supervisor.ranges import next_task_request
+from overlord.supervisor.task_ranges import next_task_request
 from specs import SupervisorSpec, load_supervisor_spec
 
 __all__ = ["Bench", "fixed_cost", "index_topic", "measure_shape", "new_topic", "scratch_stack"]

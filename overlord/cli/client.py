@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
-from overlord.errors import OverlordError
+from overlord.overlord_errors import OverlordError
 
 __all__ = ["ClientError", "Command", "OverlordClient", "Output", "add_commands", "common_options", "format_rows",
            "format_status", "run_command", "table"]

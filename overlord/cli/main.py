@@ -71,9 +71,9 @@ def _disagrees_with_history(engine: sa.Engine, spec: SupervisorSpec) -> bool:
 
 def _cmd_index(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
-    from overlord.cli.report import as_json, format_report
     from overlord.config import Settings
-    from overlord.supervisor.ranges import index_once
+    from overlord.supervisor.task_ranges import index_once
+    from overlord.task_report_text import as_json, format_report
     from segment_store import upgrade_schema
     from segment_store.database import metadata_engine
     from specs import load_supervisor_spec
@@ -92,8 +92,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_segments(args: argparse.Namespace) -> int:
-    from overlord.cli.report import as_json
     from overlord.config import Settings
+    from overlord.task_report_text import as_json
     from segment_store import committed_offsets, used_segments
     from segment_store.database import metadata_engine
 
@@ -136,9 +136,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
     from indexing_task.spark import get_spark
     from overlord.config import Settings
     from overlord.query.engine import QueryLimits, execute_sql
-    from overlord.query.errors import QueryError
     from overlord.query.formats import format_table
     from overlord.query.local_engine import LocalEngine
+    from overlord.query.query_errors import QueryError
     from segment_store.database import metadata_engine
 
     settings = Settings.from_env()
@@ -173,10 +173,10 @@ def _iso_duration(text: str) -> timedelta:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from indexing_task.compaction import compact
+    from indexing_task.compaction_job import compact
     from indexing_task.spark import get_spark
-    from overlord.cli.report import as_json
     from overlord.config import Settings
+    from overlord.task_report_text import as_json
     from segment_store import upgrade_schema
     from segment_store.database import metadata_engine
     from specs import load_supervisor_spec
@@ -210,9 +210,9 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from overlord.cli.report import as_json
     from overlord.config import Settings
     from overlord.supervisor.table_export import TableExport
+    from overlord.task_report_text import as_json
     from segment_store import DeepStorage, cleanup, upgrade_schema
     from segment_store.database import metadata_engine
 
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     # A supervisor woken while it runs is skipped once by APScheduler and rerun right after: not news.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     _exit_on_sigterm()
-    from indexing_task.errors import IndexingError
+    from indexing_task.task_errors import IndexingError
     from specs import SpecError
 
     try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 
 from indexing_task.spark import get_spark
-from overlord.cli.report import format_report
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.dev.stack import dev_stack
 from overlord.query.engine import execute_sql
 from overlord.query.formats import format_table
-from overlord.supervisor.ranges import index_once
+from overlord.supervisor.task_ranges import index_once
+from overlord.task_report_text import format_report
 from segment_store import upgrade_schema
 from segment_store.database import metadata_engine
 from specs import load_example

@@ -2,7 +2,7 @@
 
 Routes live by concern: :mod:`overlord.http.supervisors` and :mod:`overlord.http.tasks`
 (Druid's calls under ``/druid/indexer/v1``), :mod:`overlord.http.query_routes` (SQL and
-compaction), :mod:`overlord.http.service` (``/metrics``, ``/health``, ``/status``), :mod:`overlord.http.console`
+compaction), :mod:`overlord.http.service` (``/metrics``, ``/health``, ``/status``), :mod:`overlord.http.console_routes`
 (the console at ``/``). Every answer leaves through :class:`overlord.http.replies.Replies`.
 Before any route, ASGI middlewares, outermost first: request metrics
 (:mod:`overlord.http.request_metrics`), the ``Host`` allow-list
@@ -25,12 +25,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from overlord.errors import NotFound, NotLeader
 from overlord.http.api_docs import api_docs_routes
 from overlord.http.audit import AuditLog, audit_routes
 from overlord.http.auth import Authenticator, AuthMiddleware
 from overlord.http.body_limit import BodySizeLimit
-from overlord.http.console import console_routes
+from overlord.http.console_routes import console_routes
 from overlord.http.coordinator import coordinator_routes
 from overlord.http.json_bodies import JsonBodies
 from overlord.http.query_routes import query_routes
@@ -43,8 +42,9 @@ from overlord.http.standby import StandbyRedirect
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
 from overlord.metrics import package_version
-from overlord.query.errors import QueryError
+from overlord.overlord_errors import NotFound, NotLeader
 from overlord.query.process import QueryProcess
+from overlord.query.query_errors import QueryError
 from overlord.supervisor.manager import Overlord
 from specs import SpecError, SupervisorSpec
 from specs.loader import loc_path

@@ -42,8 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from indexing_task.child_processes import die_with_parent
-from overlord.errors import druid_error
 from overlord.http.replies import send_error
+from overlord.overlord_errors import druid_error
 
 __all__ = ["BUSY", "LIVENESS_PATHS", "AuthFile", "AuthMiddleware", "Authenticator", "Grant", "hash_password",
            "new_token", "required_role"]

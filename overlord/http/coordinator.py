@@ -15,8 +15,8 @@ from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from overlord.errors import NotFound
 from overlord.http.replies import Replies
+from overlord.overlord_errors import NotFound
 from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.retention import DEFAULT_RULES_KEY, Rule
 from segment_store import datasources

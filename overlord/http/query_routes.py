@@ -13,14 +13,14 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexing_task.compaction import CompactionReport
-from overlord.errors import NotFound
+from indexing_task.compaction_job import CompactionReport
 from overlord.http.audit import author_of
 from overlord.http.redact import SecretRegistry
+from overlord.overlord_errors import NotFound
 from overlord.query.engine import QueryLimits, SqlQuery
-from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES
 from overlord.query.process import QueryProcess
+from overlord.query.query_errors import QueryError
 from overlord.supervisor.manager import Overlord
 from segment_store.timeline import datasources
 from specs import load_supervisor_spec

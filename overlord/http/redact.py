@@ -1,6 +1,6 @@
 """Keeping consumerProperties secrets out of HTTP responses and log lines.
 
-Two layers. Structured data is masked by key (:func:`overlord.http.status.mask_secrets`: a value
+Two layers. Structured data is masked by key (:func:`specs.masked.mask_secrets`: a value
 under ``sasl.password``, ``sasl.jaas.config`` and the like becomes ``<masked>``). Free text
 (error messages, log lines, tracebacks) is scrubbed by value: :class:`SecretRegistry` learns
 the secret values of every spec the overlord runs and replaces any occurrence of them.
@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from overlord.http.status import MASK, mask_secrets
 from specs import DYNAMIC_CONFIG_PROVIDER, environment_secret_values
+from specs.masked import MASK, mask_secrets
 
 __all__ = ["SecretLogFilter", "SecretRegistry", "secret_values"]
 

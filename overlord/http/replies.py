@@ -1,7 +1,7 @@
 """How every answer of the API leaves: JSON with secrets masked and scrubbed, errors in one shape.
 
 Every JSON body goes through :meth:`Replies.view`: secret-looking keys are masked
-(:func:`overlord.http.status.mask_secrets`) and known secret values scrubbed from every string.
+(:func:`specs.masked.mask_secrets`) and known secret values scrubbed from every string.
 Errors are ``{"error": message, "errorMessage": message}`` (pydruid reads Druid's ``errorMessage``);
 invalid input adds ``"errors": [{"path", "message"}]``.
 """
@@ -16,11 +16,11 @@ from typing import Any
 from fastapi.responses import Response
 from starlette.types import Send
 
-from overlord.errors import druid_error
 from overlord.http.redact import SecretRegistry
-from overlord.http.status import mask_secrets
+from overlord.overlord_errors import druid_error
 from overlord.supervisor.manager import Overlord
-from overlord.supervisor.status import SupervisorStatus
+from overlord.supervisor_status import SupervisorStatus
+from specs.masked import mask_secrets
 
 __all__ = ["ApiError", "Replies", "send_error"]
 

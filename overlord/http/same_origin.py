@@ -34,8 +34,8 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from overlord.http.auth import LIVENESS_PATHS
-from overlord.http.origins import Origin, parse_public_url
 from overlord.http.replies import send_error
+from overlord.origins import Origin, parse_public_url
 
 __all__ = ["HostAllowList", "SameOriginWrites", "Site"]
 

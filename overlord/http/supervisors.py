@@ -14,13 +14,13 @@ from starlette.concurrency import run_in_threadpool
 from overlord.http.audit import author_of
 from overlord.http.redact import SecretRegistry
 from overlord.http.replies import ApiError, Replies
-from overlord.http.status import stats_payload, status_payload
+from overlord.http.status_payloads import stats_payload, status_payload
 from overlord.http.views import history_entry, list_entry, spec_view
-from overlord.sampler import SamplerBusy, parse_request, sample
-from overlord.supervisor.ranges import TopicChanged, committed_for, reads_partition
+from overlord.supervisor.sampler import SamplerBusy, parse_request, sample
+from overlord.supervisor.task_ranges import TopicChanged, committed_for, reads_partition
 from segment_store import Offsets, committed_offsets
 from segment_store.leadership import current_leader
-from specs.errors import SpecError, key_path
+from specs.spec_errors import SpecError, key_path
 
 __all__ = ["PREFIX", "ResetOffsetsRequest", "supervisor_routes"]
 

@@ -7,10 +7,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse, Response
 
-from overlord.errors import NotFound
 from overlord.http.replies import Replies
 from overlord.http.supervisors import PREFIX
 from overlord.http.views import task_view
+from overlord.overlord_errors import NotFound
 from overlord.supervisor.metadata_store import TaskRecord
 
 __all__ = ["task_routes"]

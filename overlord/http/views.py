@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from overlord.supervisor.metadata_store import SupervisorRecord, TaskRecord
-from overlord.supervisor.status import SupervisorStatus
+from overlord.supervisor_status import SupervisorStatus
 
 __all__ = ["history_entry", "list_entry", "spec_view", "task_view"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 
 __all__ = ["check_constants"]
 

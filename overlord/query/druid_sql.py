@@ -31,12 +31,12 @@ from sqlglot.parsers.druid import DruidParser
 from sqlglot.tokens import Tokenizer
 
 from overlord.query.constants import check_constants
-from overlord.query.errors import QueryError
 from overlord.query.function_bounds import ALLOWED_FUNCTIONS
 from overlord.query.metadata_tables import SCHEMAS
 from overlord.query.multi_value import MV_FUNCTIONS, has_mv_results, is_mv, rewrite_multi_value
+from overlord.query.query_errors import QueryError
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS, sketch_argument
-from specs.sketches import Sketch
+from specs.sketch_aggregators import Sketch
 
 __all__ = ["FUNCTIONS", "METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period",
            "translate"]

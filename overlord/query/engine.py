@@ -47,10 +47,10 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringT
 from overlord.config import Settings
 from overlord.query.column_types import column_kinds
 from overlord.query.druid_sql import FUNCTIONS, UTC_NAMES, Translation, metadata_view, translate
-from overlord.query.errors import QueryError
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
 from overlord.query.local_engine import LocalEngine
 from overlord.query.metadata_tables import build_metadata_table
+from overlord.query.query_errors import QueryError
 from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 
 __all__ = ["KILLS", "PENALTY_S", "WINDOW_S", "KillThrottle"]
 

@@ -20,15 +20,15 @@ import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from overlord.http.origins import parse_public_url
-from overlord.http.status import mask_secrets
+from overlord.origins import parse_public_url
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.metadata_store import tasks as tasks_t
 from segment_store.records import segment_record
 from segment_store.schema import leadership as leadership_t
 from segment_store.schema import segments as segments_t
 from segment_store.timeline import datasources, visible
-from specs.sketches import Sketch
+from specs.masked import mask_secrets
+from specs.sketch_aggregators import Sketch
 
 __all__ = ["SCHEMAS", "build_metadata_table"]
 

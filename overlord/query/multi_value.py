@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 
 __all__ = ["MV_FUNCTIONS", "has_mv_results", "is_mv", "rewrite_multi_value"]
 

@@ -23,12 +23,12 @@ from sqlglot import exp
 
 from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
-from overlord.query.errors import QueryError
 from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
+from overlord.query.query_errors import QueryError
 from segment_store.timeline import visible_segments, visible_set
-from specs.errors import SpecError, join_path
 from specs.filters import filter_condition, parse_intervals, time_condition
+from specs.spec_errors import SpecError, join_path
 
 __all__ = ["run_native"]
 

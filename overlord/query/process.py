@@ -2,7 +2,7 @@
 
 Druid keeps queries (brokers, historicals) apart from ingestion (overlord, middle managers);
 so does the overlord. SQL and native queries run in a child process
-(:mod:`overlord.query.worker`) with its own Spark application, its own JVM heap
+(:mod:`overlord.query.engine_process_main`) with its own Spark application, its own JVM heap
 (``OVERLORD_QUERY_SPARK_CONF``, ``spark.driver.memory`` 1g by default) and its own DuckDB under
 its memory cap. A query that exhausts that process takes only that process down: the overlord
 restarts it, counts the restart (``overlord_query_engine_restarts_total``) and answers the
@@ -48,8 +48,8 @@ from typing import Any, NamedTuple
 from indexing_task.child_processes import SAFE_PATH
 from overlord.config import Settings
 from overlord.logs import log_format
-from overlord.query.errors import QueryError
 from overlord.query.kill_throttle import KillThrottle
+from overlord.query.query_errors import QueryError
 
 __all__ = ["GRACE_S", "QueryProcess"]
 
@@ -269,7 +269,7 @@ class _Child:
         """Start the child process; :meth:`wait_ready` waits until it answers."""
         directory = tempfile.mkdtemp(prefix="overlord-query-")  # mode 0700: only this user reaches the socket
         address, authkey = os.path.join(directory, "engine.sock"), secrets.token_bytes(32)
-        process = subprocess.Popen([sys.executable, "-m", "overlord.query.worker"], stdin=subprocess.PIPE,
+        process = subprocess.Popen([sys.executable, "-m", "overlord.query.engine_process_main"], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, start_new_session=True, env={**os.environ, SAFE_PATH: "1"})
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(json.dumps({"settings": settings.model_dump(mode="json"), "address": address,

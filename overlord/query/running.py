@@ -16,7 +16,7 @@ from typing import Literal
 from pyspark.sql import SparkSession
 
 from indexing_task.spark import QUERY_POOL, use_pool
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 
 __all__ = ["RunningQuery", "cancel_query", "running_query"]
 

@@ -29,7 +29,6 @@ from typing import Any
 
 from py4j.java_gateway import JavaObject
 
-from overlord.query.errors import QueryError
 from overlord.query.function_bounds import (
     COLUMN_SIZE,
     FILTER_CLASSES,
@@ -44,6 +43,7 @@ from overlord.query.function_bounds import (
     size_class,
     sized,
 )
+from overlord.query.query_errors import QueryError
 
 __all__ = ["DENIED_FUNCTIONS", "MAX_BUILT_SIZE", "PlanWalker", "check_analyzed", "check_parsed", "relations"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 
 __all__ = ["SKETCH_OBJECT_FUNCTIONS", "sketch_argument"]
 

@@ -6,7 +6,7 @@ initial offsets -> create new tasks -> publish the status snapshot. Task groups 
 ``partition % taskCount``; each group has at most one task range in flight, run by
 ``replicas`` identical tasks of which the first to publish wins and the others find the range
 already published (counted, not an error). A task covers ``[committed, latest at launch)`` of
-its group's partitions (:mod:`overlord.supervisor.ranges`).
+its group's partitions (:mod:`overlord.supervisor.task_ranges`).
 
 The clock, the source of partition watermarks and the policy come from the
 :class:`SupervisorContext`, so the loop runs the same against fakes and real components.
@@ -31,10 +31,12 @@ import sqlalchemy as sa
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
 from overlord.config import Settings
-from overlord.errors import error_summary
+from overlord.overlord_errors import error_summary
+from overlord.recent_errors import RecentErrors
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
-from overlord.supervisor.ranges import (
+from overlord.supervisor.series import Series
+from overlord.supervisor.task_ranges import (
     WatermarkSource,
     committed_for,
     consumer_properties,
@@ -42,15 +44,13 @@ from overlord.supervisor.ranges import (
     pin_initial_offsets,
     task_group,
 )
-from overlord.supervisor.recent_errors import RecentErrors
-from overlord.supervisor.series import Series
-from overlord.supervisor.status import (
+from overlord.supervisor.task_runner import TaskRunner
+from overlord.supervisor_status import (
     ActiveTaskStatus,
     CounterStatus,
     FinishedTaskStatus,
     SupervisorStatus,
 )
-from overlord.supervisor.task_runner import TaskRunner
 from segment_store import (
     CommittedOffsets,
     OffsetRange,

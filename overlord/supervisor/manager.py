@@ -27,14 +27,14 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
-from indexing_task.compaction import CompactionReport, Selection, compact
+from indexing_task.compaction_job import CompactionReport, Selection, compact
 from indexing_task.published_columns import check_against_segments
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from indexing_task.watermarks import close_metadata_clients
 from overlord.config import Settings
-from overlord.errors import NotFound, NotLeader, error_summary
 from overlord.metrics import Metrics, ScrapeSources
+from overlord.overlord_errors import NotFound, NotLeader, error_summary
 from overlord.supervisor.auto_compaction import CompactionConfig, default_config, merge_selection
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
@@ -360,7 +360,7 @@ class Overlord:
         """Compact a datasource's intervals as a task: listed under /tasks, stoppable, stopped at shutdown.
 
         Uses the datasource's current (or last, if terminated) supervisor spec to merge rows;
-        ``select`` picks what to merge of each interval (see :func:`indexing_task.compaction.compact`).
+        ``select`` picks what to merge of each interval (see :func:`indexing_task.compaction_job.compact`).
         """
         self._require_leader()
         spec = self._spec_of(datasource)

@@ -18,11 +18,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from overlord.errors import NotFound
 from overlord.http.replies import Replies
 from overlord.http.service import service_health
-from overlord.http.status import status_payload
+from overlord.http.status_payloads import status_payload
 from overlord.http.views import task_view
+from overlord.overlord_errors import NotFound
 from overlord.query.process import QueryProcess
 from overlord.supervisor.manager import Overlord
 from overlord.supervisor.retention import Rule

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from specs.sketches import Sketch
+from specs.sketch_aggregators import Sketch
 
 __all__ = ["build_sketches", "merge_sketches"]
 

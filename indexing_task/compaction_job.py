@@ -32,7 +32,6 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
-from indexing_task.errors import IndexingError, TaskStopped
 from indexing_task.low_priority import LowPriorityProcesses
 from indexing_task.published_columns import check_segments, recorded_columns
 from indexing_task.results import WorkerResult, WrittenSegment, run_on_workers
@@ -43,7 +42,8 @@ from indexing_task.rollup import (
     as_multi_value,
     widened,
 )
-from indexing_task.worker import freeze_survivors, write_segment_file
+from indexing_task.spark_worker import freeze_survivors, write_segment_file
+from indexing_task.task_errors import IndexingError, TaskStopped
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted
 from segment_store.deep_storage import DeepStorage
 from segment_store.timeline import Interval, visible_by_interval, visible_segments

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from overlord.errors import OverlordError, druid_error
+from overlord.overlord_errors import OverlordError, druid_error
 
 __all__ = ["QueryError"]
 

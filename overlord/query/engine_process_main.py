@@ -1,10 +1,10 @@
-"""The query engine's process (``python -m overlord.query.worker``), started by :mod:`overlord.query.process`.
+"""The query engine's process (``python -m overlord.query.engine_process_main``).
 
-It reads one line of JSON on stdin (the overlord's settings, the socket address, the key),
-starts its own Spark application, prints ``ready`` and then answers each connection on its
-own thread: ``sql`` and ``native`` queries, ``cancel``. It exits when stdin closes (the
-overlord is gone) or when its Spark JVM has died (a query exhausted it): the overlord starts a
-new one.
+Started by :mod:`overlord.query.process`, it reads one line of JSON on stdin (the overlord's
+settings, the socket address, the key), starts its own Spark application, prints ``ready`` and then
+answers each connection on its own thread: ``sql`` and ``native`` queries, ``cancel``. It exits when
+stdin closes (the overlord is gone) or when its Spark JVM has died (a query exhausted it): the
+overlord starts a new one.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 from overlord.config import Settings, cpu_list
 from overlord.logs import configure_logging
 from overlord.query.engine import ANSWERED_BY
-from overlord.query.errors import QueryError
+from overlord.query.query_errors import QueryError
 
-logger = logging.getLogger("overlord.query.worker")
+logger = logging.getLogger("overlord.query.engine_process_main")
 
 QUERY_APP_NAME = "overlord-query"
 

@@ -25,17 +25,17 @@ from typing import Any
 from confluent_kafka import Consumer, Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from indexing_task.errors import IndexingError, RangeNotReadableError
 from indexing_task.reader import consumer_config, read_range
 from indexing_task.rollup import TIME, Rollup, RollupSchema
+from indexing_task.spark_worker import record_metadata
+from indexing_task.task_errors import IndexingError, RangeNotReadableError
 from indexing_task.watermarks import stream_watermarks
-from indexing_task.worker import record_metadata
 from overlord.config import Settings
-from overlord.supervisor.ranges import consumer_properties
+from overlord.supervisor.task_ranges import consumer_properties
 from segment_store import Partition, kafka_partition
 from specs import SupervisorSpec
-from specs.errors import SpecError
 from specs.loader import load_supervisor_spec, spec_error_from_validation
+from specs.spec_errors import SpecError
 
 __all__ = ["MAX_ROWS", "SamplerBusy", "SamplerConfig", "parse_request", "sample"]
 

@@ -26,7 +26,7 @@ from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import IndexTaskRequest, TaskReport, run_index_task
 from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
 from overlord.config import Settings
-from overlord.errors import OverlordError
+from overlord.overlord_errors import OverlordError
 from segment_store import (
     CommittedOffsets,
     OffsetRange,

@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Message
 from pydantic import BaseModel, ConfigDict
 
-from indexing_task.errors import RangeNotReadableError
-from indexing_task.ranges import Split
+from indexing_task.offset_ranges import Split
 from indexing_task.reader import read_ranges
 from indexing_task.results import WorkerResult, WrittenSegment
 from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
+from indexing_task.task_errors import RangeNotReadableError
 from segment_store import TopicPartitionId
 from segment_store.deep_storage import DeepStorage
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from specs.errors import SpecError
+from specs.spec_errors import SpecError
 
 __all__ = ["SKETCH_AGGREGATORS", "Sketch", "sketch_of"]
 

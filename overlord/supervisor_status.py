@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from overlord.supervisor.recent_errors import SeenError
+from overlord.recent_errors import SeenError
 from segment_store import Offsets, Partition
 from specs import SupervisorSpec
 

@@ -1,30 +1,13 @@
-"""Druid-shaped status and stats views of a supervisor's status snapshot, and secret masking."""
+"""Druid-shaped status and stats views of a supervisor's status snapshot."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from overlord.supervisor.recent_errors import SeenError
-from overlord.supervisor.status import SupervisorStatus
-from specs import DYNAMIC_CONFIG_PROVIDER
-from specs.masked import MASK
+from overlord.recent_errors import SeenError
+from overlord.supervisor_status import SupervisorStatus
 
-__all__ = ["MASK", "mask_secrets", "stats_payload", "status_payload"]
-
-_SECRET_KEY = re.compile(r"password|secret|jaas|credential|token|ssl\.key|sasl\.oauthbearer", re.IGNORECASE)
-
-
-def mask_secrets(value: Any) -> Any:
-    """A copy of a spec (or any JSON) with secret-looking consumer properties replaced by a mask."""
-    if isinstance(value, dict):
-        return {k: (v if k == DYNAMIC_CONFIG_PROVIDER  # names environment variables, holds no secret
-                    else MASK if isinstance(k, str) and _SECRET_KEY.search(k) and not isinstance(v, dict | list)
-                    else mask_secrets(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return value
+__all__ = ["stats_payload", "status_payload"]
 
 
 def status_payload(status: SupervisorStatus) -> dict[str, Any]:
