@@ -71,7 +71,8 @@ class Settings(BaseSettings):
     query_standby: bool = Field(
         default=True, description="keep a second query engine started ahead, which takes over at once when a "
         "query exhausts the engine or is killed at its deadline (instead of ~20 s of restart without SQL); it "
-        "costs that engine's idle memory, about 0.64 GB resident and 0.006 of a core idle with the default heap, measured (see docs/security.md)")
+        "costs that engine's idle memory and CPU: 0.64 GB resident, 0.006 of a core, measured with the default "
+        "heap (see docs/security.md)")
     query_spark_master: str | None = Field(
         default=None, description="the Spark master of the query engine's own Spark application (queries never "
         "run in ingestion's): a local Spark in the query engine's process if unset; a cluster's master runs "
