@@ -100,8 +100,13 @@ def flood_in_background(url: str, *, clients: int = 60, seconds: float = 25.0, u
         process.wait(30)
 
 
-def measure_latency(url: str, stop: threading.Event, interval_s: float = 0.05) -> list[float]:
-    """Latencies (ms) of a logged-in reader's ``GET PATH``, one every ``interval_s``, until ``stop``."""
+def measure_latency(url: str, stop: threading.Event, interval_s: float = 0.05,
+                    logged_in: threading.Event | None = None) -> list[float]:
+    """Latencies (ms) of a logged-in reader's ``GET PATH``, one every ``interval_s``, until ``stop``.
+
+    ``logged_in`` is set once the password has been verified (the first check spawns the hashing
+    process: seconds, which a short window would spend waiting).
+    """
     latencies = []
     with httpx.Client(base_url=url, timeout=60, auth=READER) as http:
         # Log in: the password is verified once, then remembered. Under the flood the server may
@@ -109,6 +114,8 @@ def measure_latency(url: str, stop: threading.Event, interval_s: float = 0.05) -
         while (login := http.get(PATH)).status_code == 429 and not stop.wait(0.2):
             pass
         login.raise_for_status()
+        if logged_in is not None:
+            logged_in.set()
         while not stop.is_set():
             started = time.perf_counter()
             http.get(PATH).raise_for_status()
@@ -129,9 +136,10 @@ def _rss_mb(pid: int) -> float:
 
 def _latency_while(url: str, seconds: float, pid: int) -> tuple[list[float], float]:
     """Latencies for ``seconds`` and the server's peak RSS (MB) meanwhile."""
-    stop, latencies, peak = threading.Event(), [], 0.0
-    measuring = threading.Thread(target=lambda: latencies.extend(measure_latency(url, stop)))
+    stop, logged_in, latencies, peak = threading.Event(), threading.Event(), [], 0.0
+    measuring = threading.Thread(target=lambda: latencies.extend(measure_latency(url, stop, logged_in=logged_in)))
     measuring.start()
+    logged_in.wait(120)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         peak = max(peak, _rss_mb(pid))
