@@ -194,7 +194,11 @@ class OverlordProcess:
             self.process = subprocess.Popen([*argv, "--port", port], cwd=cwd,
                                             env={**os.environ, "OVERLORD_QUERY_STANDBY": "false", **env},
                                             stdout=out, stderr=subprocess.STDOUT)
-        wait_until(self._serving, "the overlord to answer /health", ready_s)
+        try:
+            wait_until(self._serving, "the overlord to answer /health", ready_s)
+        except BaseException:
+            self.kill()  # the caller never gets a handle to stop it
+            raise
 
     def _serving(self) -> bool:
         """Whether the API answers and ingestion's Spark runs (a part that cannot run still makes /health 503)."""
