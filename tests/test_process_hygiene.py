@@ -41,28 +41,40 @@ def _overlord(stack: DevStack, tmp_path: Path, env: dict[str, str] | None = None
                            tmp_path / "overlord.log", ready_s=180, **options)
 
 
+def _index_twice_and_compact(server: OverlordProcess, stack: DevStack, engine: sa.Engine, topic: str,
+                             datasource: str) -> int:
+    """Two tasks' publishes (two segments per interval), then a compaction, whose merge runs in a
+    low-priority pool process; the records published.
+    """
+    first, second = make_sample_events(1_000, seed=6), make_sample_events(1_000, seed=7)
+    produce(stack.bootstrap_servers, topic, first.records, 1)
+    posted = httpx.post(f"{server.url}/druid/indexer/v1/supervisor", json=spec_json(datasource, topic), timeout=30)
+    assert posted.status_code == 200, posted.text
+    wait_until(lambda: committed_total(engine, datasource) == 1_000, "the first task's publish", 180)
+    produce(stack.bootstrap_servers, topic, second.records, 1)
+    wait_until(lambda: committed_total(engine, datasource) == 2_000, "the second task's publish", 180)
+    compacted = httpx.post(f"{server.url}/druid/indexer/v1/compact/{datasource}", json={}, timeout=120)
+    assert compacted.status_code == 200 and compacted.json()["intervals"], compacted.text
+    return 2_000
+
+
 def test_the_service_imports_nothing_from_its_working_directory(stack: DevStack, engine: sa.Engine, make_topic,
                                                                 datasource: str, tmp_path: Path):
     """Started (as users start it: the ``overlord`` command) from a directory holding ``specs/``,
     ``overlord/``, ``segment_store/`` and ``indexing_task/`` folders with broken modules, the query
-    engine answers, the resident runners and Spark's Python workers index, and nothing in the log
-    says a module of that directory was imported.
+    engine answers, the resident runners, Spark's Python workers and the compaction's merge process
+    work, and nothing in the log says a module of that directory was imported.
     """
     workdir = _working_directory_with_broken_packages(tmp_path / "work")
-    topic = make_topic(2)
-    sample = make_sample_events(3_000, seed=5)
-    produce(stack.bootstrap_servers, topic, sample.records, 2)
     server = _overlord(stack, tmp_path, command=[str(Path(sys.executable).parent / "overlord")], cwd=workdir)
     try:
         answer = _sql(server.url, "SELECT 1 + 1 AS two")
         assert answer.status_code == 200, answer.text
         assert answer.json() == [{"two": 2}]
-        posted = httpx.post(f"{server.url}/druid/indexer/v1/supervisor", json=spec_json(datasource, topic), timeout=30)
-        assert posted.status_code == 200, posted.text
-        wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "every record published", 180)
+        published = _index_twice_and_compact(server, stack, engine, make_topic(1), datasource)
         counted = _sql(server.url, f'SELECT SUM("count") AS n FROM "{datasource}"')
         assert counted.status_code == 200, counted.text
-        assert counted.json() == [{"n": len(sample.records)}]
+        assert counted.json() == [{"n": published}]
         assert httpx.get(f"{server.url}/health", timeout=5).json()["healthy"] is True
     finally:
         server.kill()
@@ -83,19 +95,12 @@ def test_a_sigkilled_overlord_leaves_no_process_behind(stack: DevStack, engine: 
     """After a compaction (its merge runs in a low-priority pool process) and a query (the query
     engine and its JVM), SIGKILL the overlord: within seconds none of its descendants is alive.
     """
-    topic = make_topic(1)
-    sample = make_sample_events(2_000, seed=6)
-    produce(stack.bootstrap_servers, topic, sample.records, 1)
     server = _overlord(stack, tmp_path)
     try:
-        posted = httpx.post(f"{server.url}/druid/indexer/v1/supervisor", json=spec_json(datasource, topic), timeout=30)
-        assert posted.status_code == 200, posted.text
-        wait_until(lambda: committed_total(engine, datasource) == len(sample.records), "every record published", 180)
-        compacted = httpx.post(f"{server.url}/druid/indexer/v1/compact/{datasource}", json={}, timeout=120)
-        assert compacted.status_code == 200, compacted.text
+        _index_twice_and_compact(server, stack, engine, make_topic(1), datasource)
         assert _sql(server.url, f'SELECT COUNT(*) AS n FROM "{datasource}"').status_code == 200
         children = psutil.Process(server.process.pid).children(recursive=True)
-        pool_processes = [p for p in children if "multiprocessing" in _command_line(p)]
+        pool_processes = [p for p in children if "spawn_main" in _command_line(p)]
         assert pool_processes, f"the compaction's low-priority process was not started: {children}"
     except BaseException:
         server.kill()
