@@ -144,6 +144,8 @@ class QueryProcess:
             self._in_flight += 1
         try:
             timeout_at = time.monotonic() + timeout_ms / 1000
+            current = self._child
+            ready = current is not None and current.ready.is_set() and current.process.poll() is None
             child = self._current(timeout_at)
             left_ms = int((timeout_at - time.monotonic()) * 1000)
             if child is None or left_ms < 1:
@@ -151,7 +153,10 @@ class QueryProcess:
                                  f"{timeout_ms:,} ms (context.timeout); retry", "QUERY_ENGINE_UNAVAILABLE",
                                  status=503, retry_after=1)
             deadline = left_ms / 1000 + GRACE_S
-            exchange = child.ask({"kind": kind, "body": body, "queryId": query_id, "timeoutMs": left_ms})
+            request: dict[str, Any] = {"kind": kind, "body": body, "queryId": query_id}
+            if not ready:  # it waited for an engine to start: only what is left of its timeout remains
+                request["timeoutMs"] = left_ms
+            exchange = child.ask(request)
             try:
                 reply = exchange.result(deadline)
             except TimeoutError:
