@@ -178,6 +178,14 @@ def example_json(name: str) -> dict[str, Any]:
     return loaded
 
 
+def _with_repo(python_path: str | None) -> str:
+    """``PYTHONPATH`` with this checkout first: ``python -m tests.fault_overlord`` must find ``tests`` even where
+    ``PYTHONSAFEPATH`` is set (an in-process ``overlord`` command sets it for the processes it starts).
+    """
+    root = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join([root, *([python_path] if python_path else [])])
+
+
 class OverlordProcess:
     """``overlord serve`` as a real child process, the environment plus ``env``; with fault options
     (``--pause-before-publish``, ...) it runs ``tests.fault_overlord`` instead.
@@ -192,7 +200,8 @@ class OverlordProcess:
                                                                                       "--insecure-open"]
         with log.open("ab") as out:
             self.process = subprocess.Popen([*argv, "--port", port], cwd=cwd,
-                                            env={**os.environ, "OVERLORD_QUERY_STANDBY": "false", **env},
+                                            env={**os.environ, "OVERLORD_QUERY_STANDBY": "false", **env,
+                                                 "PYTHONPATH": _with_repo(env.get("PYTHONPATH"))},
                                             stdout=out, stderr=subprocess.STDOUT)
         try:
             wait_until(self._serving, "the overlord to answer /health", ready_s)

@@ -246,6 +246,7 @@ def test_a_type_iceberg_cannot_widen_stops_only_that_export_and_is_logged_once(s
     overlord.submit(typed_spec(datasource, topic))
     _produce_and_wait(stack, overlord, topic, datasource, encoded([{"x": 1, "v": 1}, {"x": 2, "v": 2}]))
     [first] = overlord.export_tables()
+    segments = len(visible_segments(overlord.engine, datasource))  # 1, or 2 if a look saw one partition's record
     _produce_and_wait(stack, overlord, topic, datasource, encoded([{"x": 2.5, "v": 3}]))
 
     caplog.clear()
@@ -256,7 +257,8 @@ def test_a_type_iceberg_cannot_widen_stops_only_that_export_and_is_logged_once(s
     assert "long" in caplog.text and "double" in caplog.text
     table = reader_catalog(overlord).load_table((NAMESPACE, datasource))
     assert table.current_snapshot().snapshot_id == first.snapshot_id
-    assert committed_total(overlord.engine, datasource) == 3 and len(visible_segments(overlord.engine, datasource)) == 2
+    assert committed_total(overlord.engine, datasource) == 3
+    assert len(visible_segments(overlord.engine, datasource)) == segments + 1
 
 
 def test_a_table_dropped_by_another_engine_is_made_again_whole_and_readable(stack, make_topic, datasource,
