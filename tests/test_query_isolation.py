@@ -205,8 +205,11 @@ def test_a_query_waiting_for_the_engine_to_start_ends_within_its_own_timeout(ser
     took = time.monotonic() - started
     assert took < 2 + 0.5, (took, answer.text)
     assert answer.status_code == 503, answer.text
-    assert answer.json()["context"]["errorClass"] == "QUERY_ENGINE_UNAVAILABLE"
-    assert answer.headers["Retry-After"] == "1"
+    # Waiting for a new engine gives UNAVAILABLE; seldom, the query still reaches an engine as it dies (RESTARTED,
+    # seen once in eight runs): either way it ends within its own timeout.
+    assert answer.json()["context"]["errorClass"] in ("QUERY_ENGINE_UNAVAILABLE", "QUERY_ENGINE_RESTARTED")
+    if answer.json()["context"]["errorClass"] == "QUERY_ENGINE_UNAVAILABLE":
+        assert answer.headers["Retry-After"] == "1"
     wait_until(lambda: sql(http, "SELECT 6 AS six", timeout=5_000).status_code == 200, "the new engine", 180)
 
 
