@@ -127,6 +127,26 @@ def make_overlord(stack: DevStack, engine: sa.Engine, spark: object, deep_storag
         overlord.engine.dispose()
 
 
+@pytest.fixture
+def coordinator_of(make_overlord: Callable[..., Any]) -> Iterator[Callable[[Any], Any]]:
+    """``coordinator_of(overlord) -> Coordinator``: the duties over an overlord of ``make_overlord``, started
+    (a duty whose period is 0 is not scheduled), stopped at teardown before the overlord.
+    """
+    from overlord.coordinator.duties import Coordinator
+
+    started: list[Any] = []
+
+    def start(overlord: Any) -> Any:
+        coordinator = Coordinator(overlord)
+        coordinator.start()
+        started.append(coordinator)
+        return coordinator
+
+    yield start
+    for coordinator in started:
+        coordinator.stop()
+
+
 @pytest.fixture(scope="module")
 def token() -> tuple[str, str]:
     """A bearer token of the write role and its SHA-256 digest."""

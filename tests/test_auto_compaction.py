@@ -8,18 +8,20 @@ from collections import Counter
 
 import httpx
 
+from overlord.coordinator.auto_compaction import CompactionConfig
 from overlord.dev.sample_data import make_sample_events, produce
 from overlord.http.app import create_app
-from overlord.supervisor.auto_compaction import CompactionConfig
 from segment_store import visible_segments
 from tests.helpers import assert_exact, committed_total, merged, published_table, served, spec_json, wait_until
 
 CONFIG = "/druid/coordinator/v1/config/compaction"
 
 
-def test_the_duty_compacts_older_intervals_and_totals_stay_exact(stack, make_topic, datasource, make_overlord):
+def test_the_duty_compacts_older_intervals_and_totals_stay_exact(stack, make_topic, datasource, make_overlord,
+                                                                  coordinator_of):
     topic = make_topic(2)
     overlord = make_overlord(compaction_period_s=0)  # the duty is run by hand below: deterministic
+    coordinator = coordinator_of(overlord)
     overlord.submit(spec_json(datasource, topic))
     samples = []
     for seed in range(3):  # three publishes, so both hours hold several segments
@@ -42,7 +44,7 @@ def test_the_duty_compacts_older_intervals_and_totals_stay_exact(stack, make_top
         assert stored.status_code == 200 and stored.json()["ignoredFields"] == ["taskPriority"]
         assert httpx.get(f"{url}{CONFIG}/{datasource}").json()["skipOffsetFromLatest"] == "PT1H"
 
-        [(task_id, done)] = overlord.auto_compact()
+        [(task_id, done)] = coordinator.auto_compact()
         [report] = done.result(180)
 
         assert (report.interval_start, report.interval_end) == first and report.outcome.ok
@@ -50,7 +52,7 @@ def test_the_duty_compacts_older_intervals_and_totals_stay_exact(stack, make_top
         assert after[first] == 1 and after[last] == before[last]  # the newest hour is within the skip offset
         assert_exact(published_table(overlord.engine, datasource), merged(*samples))
         wait_until(lambda: overlord.store.task(task_id).status == "SUCCESS", "the compaction task's row")
-        assert overlord.auto_compact() == []  # nothing left to compact outside the skip offset
+        assert coordinator.auto_compact() == []  # nothing left to compact outside the skip offset
         assert httpx.delete(f"{url}{CONFIG}/{datasource}").status_code == 200
         assert httpx.get(f"{url}{CONFIG}/{datasource}").status_code == 404
         assert httpx.get(url + CONFIG).json() == {"compactionConfigs": []}
@@ -64,9 +66,10 @@ def _by_interval(engine, datasource):
 
 
 def test_by_default_fresh_segments_are_tiered_and_settled_hours_compacted_whole(
-        stack, make_topic, datasource, make_overlord):
+        stack, make_topic, datasource, make_overlord, coordinator_of):
     topic = make_topic(1)
     overlord = make_overlord(task_min_interval_s=0)  # no compaction config: the default applies
+    coordinator = coordinator_of(overlord)
     raw = spec_json(datasource, topic)
     raw["spec"]["tuningConfig"]["maxRowsPerSegment"] = 100  # segments of 50+ rows count as full
     overlord.submit(raw)
@@ -80,7 +83,7 @@ def test_by_default_fresh_segments_are_tiered_and_settled_hours_compacted_whole(
     full = {s.id for s in before[newest] if s.num_rows >= 50}
     assert full and len(before[newest]) - len(full) >= 8 and len(before[older]) >= 9
 
-    [(task_id, done)] = overlord.auto_compact()
+    [(task_id, done)] = coordinator.auto_compact()
     reports = done.result(180)
 
     assert all(r.outcome.ok for r in reports)
@@ -91,32 +94,35 @@ def test_by_default_fresh_segments_are_tiered_and_settled_hours_compacted_whole(
     assert {s.id for s in after[newest]} >= full and len(after[newest]) == len(full) + 1  # small ones: one tier merge
     assert_exact(published_table(overlord.engine, datasource), merged(*samples))
     wait_until(lambda: overlord.store.task(task_id).status == "SUCCESS", "the compaction task's row")
-    assert overlord.auto_compact() == []  # compacted whole stays put; one small segment is no full tier
+    assert coordinator.auto_compact() == []  # compacted whole stays put; one small segment is no full tier
 
-    overlord.set_compaction_config(CompactionConfig(dataSource=datasource, skipOffsetFromLatest="P1D"))
-    assert overlord.compaction_configs()[datasource].skip_offset_from_latest == "P1D"  # its own config wins
+    coordinator.set_compaction_config(CompactionConfig(dataSource=datasource, skipOffsetFromLatest="P1D"))
+    assert coordinator.compaction_configs()[datasource].skip_offset_from_latest == "P1D"  # its own config wins
 
 
-def test_a_duty_run_cut_short_by_shutdown_is_not_logged_as_an_error(make_overlord, caplog):
+def test_a_duty_run_cut_short_by_shutdown_is_not_logged_as_an_error(make_overlord, coordinator_of, caplog):
     """Quickstart's Ctrl-C logged an auto-compaction traceback: the run met the task runner already shut down."""
     overlord = make_overlord()
+    coordinator = coordinator_of(overlord)
+    coordinator.stop()
     overlord.stop(grace_s=1)
 
     def meets_the_shutdown() -> None:
         raise RuntimeError("the executor has shut down")
 
-    with caplog.at_level("INFO", logger="overlord.supervisor.manager"):
-        overlord._run_duty("auto-compaction", meets_the_shutdown)
+    with caplog.at_level("INFO", logger="overlord.coordinator.duties"):
+        coordinator._run_duty("auto-compaction", meets_the_shutdown)
     [record] = [r for r in caplog.records if "auto-compaction" in r.getMessage()]
     assert record.levelname == "INFO" and "shutdown" in record.getMessage() and record.exc_info is None
 
 
-def test_the_duties_run_at_different_phases_of_their_period(make_overlord):
+def test_the_duties_run_at_different_phases_of_their_period(make_overlord, coordinator_of):
     """Auto-compaction and the Iceberg export both ran at each minute's start: their passes over 20 datasources
     landed together, and indexing tasks meanwhile went from a 0.2-0.5 s p95 launch->publish to 2-2.4 s.
     """
     overlord = make_overlord(compaction_period_s=60, retention_period_s=60, iceberg_period_s=60, kill_period_s=600)
-    runs = {job.id: job.next_run_time.timestamp() for job in overlord.scheduler.get_jobs()
+    coordinator = coordinator_of(overlord)
+    runs = {job.id: job.next_run_time.timestamp() for job in coordinator.scheduler.get_jobs()
             if job.id in ("auto-compaction", "retention", "iceberg", "kill")}
     assert len(runs) == 4
     first, second, third = sorted(runs[name] for name in ("auto-compaction", "retention", "iceberg"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from overlord.supervisor.auto_compaction import TIER_BASE_BYTES, TIER_FAN_IN, segments_to_merge
+from overlord.coordinator.auto_compaction import TIER_BASE_BYTES, TIER_FAN_IN, segments_to_merge
 from segment_store import SegmentRecord
 
 START, END = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 1, 1, tzinfo=UTC)

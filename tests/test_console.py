@@ -18,6 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from overlord.coordinator.duties import Coordinator
 from overlord.dev.sample_data import create_topic, make_sample_events, produce
 from overlord.http.app import create_app
 from segment_store import visible_segments
@@ -58,9 +59,10 @@ def live(stack, engine, spark, tmp_path_factory) -> Iterator[dict[str, Any]]:
     try:
         overlord.submit(spec_json(datasource, topic))
         wait_until(lambda: committed_total(overlord.engine, datasource) == len(sample.records), "the first publish")
-        with served(create_app(overlord, authenticator=None)) as url:
-            yield {"url": url, "overlord": overlord, "datasource": datasource, "topic": topic, "sample": sample,
-                   "produced": [sample]}
+        coordinator = Coordinator(overlord)
+        with served(create_app(overlord, authenticator=None, coordinator=coordinator)) as url:
+            yield {"url": url, "overlord": overlord, "coordinator": coordinator, "datasource": datasource,
+                   "topic": topic, "sample": sample, "produced": [sample]}
     finally:
         overlord.stop(grace_s=10)
         overlord.engine.dispose()
@@ -130,7 +132,7 @@ def test_the_datasource_card_sets_compaction_and_retention_and_drops_and_restore
     prompt_answers.append(json.dumps([{"type": "dropBeforeByPeriod", "period": "P3650D"}]))
     card.get_by_role("button", name="Retention rules…").click()
     expect(card.locator('[data-role="rules"]')).to_contain_text("dropBeforeByPeriod P3650D")
-    assert overlord.rules()[datasource][0].type == "dropBeforeByPeriod"
+    assert live["coordinator"].rules()[datasource][0].type == "dropBeforeByPeriod"
 
     card.locator('[data-role="drop-interval"]').first.click()  # the newest hour
     expect(card.locator("tr")).to_have_count(2)

@@ -21,6 +21,7 @@ LAYERS = (
     ("indexing_task",),
     ("overlord",),
     ("overlord.supervisor",),
+    ("overlord.coordinator",),
     ("overlord.query",),
     ("overlord.http",),
     ("overlord.dev",),

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
+from overlord.coordinator.auto_compaction import CompactionConfig
 from overlord.dev.sample_data import make_sample_events, produce
-from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.task_ranges import index_once
 from segment_store import DeepStorage, committed_offsets, visible_segments
 from segment_store.open_tables import NAMESPACE, OFFSETS_KEY, TOPIC_KEY, OpenTables, _time_transform
@@ -63,9 +63,10 @@ def _produce_and_wait(stack: Any, overlord: Any, topic: str, datasource: str, re
 
 @ON_EVERY_DEEP_STORAGE
 def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, make_topic, datasource,
-                                                                         make_overlord):
+                                                                         make_overlord, coordinator_of):
     topic = make_topic(2)
     overlord = make_overlord(iceberg_snapshot_retention_s=3600, kill_replaced_after_s=0)
+    coordinator = coordinator_of(overlord)
     overlord.submit(spec_json(datasource, topic))
     first = make_sample_events(3_000, bad_every=0, seed=81)
     for half in (first.records[:1_500], first.records[1_500:]):  # at least two publishes: each hour holds several
@@ -73,7 +74,7 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     appended_segments = visible_segments(overlord.engine, datasource)
     catalog = reader_catalog(overlord)
 
-    [appended] = overlord.export_tables()
+    [appended] = coordinator.export_tables()
 
     table = catalog.load_table((NAMESPACE, datasource))
     head = table.current_snapshot()
@@ -83,11 +84,11 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     assert [str(f.transform) for f in table.spec().fields] == ["hour"]  # the spec's segmentGranularity
     assert_exact(table.scan().to_arrow(), first)
     assert rows(pl.scan_iceberg(table).collect().to_arrow()) == rows(table.scan().to_arrow())
-    assert overlord.export_tables() == []  # nothing changed: no snapshot
+    assert coordinator.export_tables() == []  # nothing changed: no snapshot
 
-    _, done = overlord.compact(datasource)
+    _, done = coordinator.compact(datasource)
     assert all(report.outcome.ok for report in done.result(180))
-    [replaced] = overlord.export_tables()
+    [replaced] = coordinator.export_tables()
 
     table = catalog.load_table((NAMESPACE, datasource))
     compacted_segments = {s.path for s in visible_segments(overlord.engine, datasource)}
@@ -96,7 +97,7 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     assert {f.file.file_path.removeprefix("file://") for f in table.scan().plan_files()} == compacted_segments
     assert_exact(table.scan().to_arrow(), first)
     assert_exact(table.scan(snapshot_id=appended.snapshot_id).to_arrow(), first)  # the old snapshot still reads
-    kept = overlord.kill_unused()
+    kept = coordinator.kill_unused()
     assert kept.unused_segments == ()  # the replaced files are the appended snapshot's: kept while it lives
     assert all(file_exists(f.file.file_path.removeprefix("file://")) for f in
                table.scan(snapshot_id=appended.snapshot_id).plan_files())
@@ -106,7 +107,7 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     overlord.submit(spec)
     second = make_sample_events(1_000, bad_every=0, seed=82)
     _produce_and_wait(stack, overlord, topic, datasource, second.records)
-    [evolved] = overlord.export_tables()
+    [evolved] = coordinator.export_tables()
 
     table = catalog.load_table((NAMESPACE, datasource))
     assert evolved.operation == "append" and "value_sum_2" in table.schema().column_names
@@ -115,8 +116,8 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     assert sum(v for v in scanned["value_sum_2"].to_pylist() if v is not None) == sum(second.value_by_country.values())
 
     first_hour = min((s.interval_start, s.interval_end) for s in visible_segments(overlord.engine, datasource))
-    assert overlord.mark(datasource, used=False, interval=first_hour)
-    [dropped] = overlord.export_tables()
+    assert coordinator.mark(datasource, used=False, interval=first_hour)
+    [dropped] = coordinator.export_tables()
 
     table = catalog.load_table((NAMESPACE, datasource))
     assert dropped.operation == "overwrite"
@@ -124,9 +125,9 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
     assert all(row["__time"] >= first_hour[1] for row in table.scan().to_arrow().select(["__time"]).to_pylist())
 
     storage = DeepStorage(overlord.settings.deep_storage)
-    expired = overlord.table_export.open_tables.expire(datasource, datetime.now(UTC) + timedelta(hours=1))
+    expired = coordinator.table_export.open_tables.expire(datasource, datetime.now(UTC) + timedelta(hours=1))
     assert expired == 3  # every snapshot but the current one (the drop)
-    deleted = overlord.kill_unused()
+    deleted = coordinator.kill_unused()
     # the compaction's inputs of the hour still visible: no snapshot references them now (the dropped hour's
     # wait for the unused retention: their replacement is unused too)
     kept_hour_inputs = {s.id for s in appended_segments if (s.interval_start, s.interval_end) != first_hour}
@@ -139,11 +140,12 @@ def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, 
 
 @pytest.mark.timeout(300)
 def test_a_reader_racing_publishes_and_compactions_sees_exactly_the_offsets_each_snapshot_names(
-        stack, make_topic, datasource, make_overlord):
+        stack, make_topic, datasource, make_overlord, coordinator_of):
     topic = make_topic(2)
     overlord = make_overlord(iceberg_period_s=1, compaction_period_s=2, iceberg_snapshot_retention_s=3600,
                              task_min_interval_s=0)
-    overlord.set_compaction_config(CompactionConfig.model_validate(
+    coordinator = coordinator_of(overlord)
+    coordinator.set_compaction_config(CompactionConfig.model_validate(
         {"dataSource": datasource, "skipOffsetFromLatest": "PT0S"}))
     overlord.submit(spec_json(datasource, topic))
     catalog = reader_catalog(overlord)
@@ -237,22 +239,23 @@ def test_a_table_is_partitioned_by_the_transform_its_intervals_are_one_period_of
 
 
 def test_a_type_iceberg_cannot_widen_stops_only_that_export_and_is_logged_once(stack, make_topic, datasource,
-                                                                              make_overlord, caplog):
+                                                                              make_overlord, coordinator_of, caplog):
     """Discovery widens a column from long to double; Iceberg cannot (only int to long, float to double):
     the table keeps its last snapshot, the error is logged once, not every run, and the timeline goes on.
     """
     topic = make_topic(2)
     overlord = make_overlord()
+    coordinator = coordinator_of(overlord)
     overlord.submit(typed_spec(datasource, topic))
     _produce_and_wait(stack, overlord, topic, datasource, encoded([{"x": 1, "v": 1}, {"x": 2, "v": 2}]))
-    [first] = overlord.export_tables()
+    [first] = coordinator.export_tables()
     segments = len(visible_segments(overlord.engine, datasource))  # 1, or 2 if a look saw one partition's record
     _produce_and_wait(stack, overlord, topic, datasource, encoded([{"x": 2.5, "v": 3}]))
 
     caplog.clear()
-    assert overlord.export_tables() == [] and overlord.export_tables() == []
+    assert coordinator.export_tables() == [] and coordinator.export_tables() == []
 
-    assert [r.getMessage() for r in caplog.records if r.name == "overlord.supervisor.table_export"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "overlord.coordinator.table_export"] == [
         f"iceberg export of {datasource} failed (logged again when the error changes)"]
     assert "long" in caplog.text and "double" in caplog.text
     table = reader_catalog(overlord).load_table((NAMESPACE, datasource))
@@ -262,22 +265,23 @@ def test_a_type_iceberg_cannot_widen_stops_only_that_export_and_is_logged_once(s
 
 
 def test_a_table_dropped_by_another_engine_is_made_again_whole_and_readable(stack, make_topic, datasource,
-                                                                            make_overlord):
+                                                                            make_overlord, coordinator_of):
     """Another engine drops the table; the next export builds it again from every visible file, with the name
     mapping readers need (the files carry no field IDs), not from the files published since.
     """
     topic = make_topic(2)
     overlord = make_overlord()
+    coordinator = coordinator_of(overlord)
     overlord.submit(spec_json(datasource, topic))
     first = make_sample_events(1_000, bad_every=0, seed=91)
     _produce_and_wait(stack, overlord, topic, datasource, first.records)
-    assert len(overlord.export_tables()) == 1
+    assert len(coordinator.export_tables()) == 1
     catalog = reader_catalog(overlord)
     catalog.drop_table((NAMESPACE, datasource))
 
     second = make_sample_events(500, bad_every=0, seed=92)
     _produce_and_wait(stack, overlord, topic, datasource, second.records)
-    [made] = overlord.export_tables()
+    [made] = coordinator.export_tables()
 
     table = catalog.load_table((NAMESPACE, datasource))
     assert table.metadata.name_mapping() is not None

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from indexing_task.compaction_job import compact
+from overlord.coordinator.retention import RULES, dropped
 from overlord.dev.sample_data import SampleEvents, make_sample_events, produce
 from overlord.http.app import create_app
-from overlord.supervisor.retention import RULES, dropped
 from segment_store import visible_segments
 from tests.helpers import (
     assert_exact,
@@ -76,9 +76,10 @@ def test_load_rules_keep_what_they_match_and_later_rules_drop_the_rest():
 
 
 def test_rules_drop_and_segments_come_back_by_interval_id_and_datasource(stack, make_topic, datasource,
-                                                                          make_overlord):
+                                                                          make_overlord, coordinator_of):
     topic = make_topic(1)
     overlord = make_overlord()
+    coordinator = coordinator_of(overlord)
     overlord.submit(spec_json(datasource, topic))
     sample = make_sample_events(2_000, bad_every=0, seed=31)
     produce(stack.bootstrap_servers, topic, sample.records, 1)
@@ -96,11 +97,11 @@ def test_rules_drop_and_segments_come_back_by_interval_id_and_datasource(stack, 
         assert [r["type"] for r in httpx.get(rules_url, params={"full": ""}).json()] == [
             "loadByInterval", "dropForever", "loadForever"]
 
-        dropped_ids = overlord.apply_retention()[datasource]
+        dropped_ids = coordinator.apply_retention()[datasource]
 
         assert dropped_ids and all(s.interval_start == HOUR_0[0] for s in visible_segments(overlord.engine, datasource))
         assert_exact(published_table(overlord.engine, datasource), _within(sample, HOUR_0))
-        assert overlord.apply_retention() == {}  # nothing left to drop
+        assert coordinator.apply_retention() == {}  # nothing left to drop
         assert httpx.post(rules_url, json=[]).status_code == 200  # no rules of its own: _default keeps all
 
         mark = f"{url}/druid/coordinator/v1/datasources/{datasource}"
@@ -121,7 +122,7 @@ def test_rules_drop_and_segments_come_back_by_interval_id_and_datasource(stack, 
 
 
 def test_a_drop_racing_a_publish_or_a_compaction_leaves_each_row_visible_once(
-        stack, make_topic, datasource, make_overlord, spark, deep_storage):
+        stack, make_topic, datasource, make_overlord, coordinator_of, spark, deep_storage):
     topic = make_topic(1)
     race = threading.Event()
     holder: dict = {}
@@ -129,9 +130,10 @@ def test_a_drop_racing_a_publish_or_a_compaction_leaves_each_row_visible_once(
     def drop_first(_request):  # runs after the task wrote its files, before its publish transaction
         if race.is_set():
             race.clear()
-            holder["dropped"] = holder["overlord"].mark(datasource, False, HOUR_1)
+            holder["dropped"] = holder["coordinator"].mark(datasource, False, HOUR_1)
 
     overlord = holder["overlord"] = make_overlord(before_publish=drop_first, kill_unused_after_s=0)
+    coordinator = holder["coordinator"] = coordinator_of(overlord)
     overlord.submit(spec_json(datasource, topic))
     first, second = (make_sample_events(800, bad_every=0, seed=s) for s in (41, 42))
     produce(stack.bootstrap_servers, topic, first.records, 1)
@@ -148,7 +150,7 @@ def test_a_drop_racing_a_publish_or_a_compaction_leaves_each_row_visible_once(
     read = visible_segments(overlord.engine, datasource, HOUR_0)
 
     def drop_while_compacting(interval, segments):  # planned: compaction has read the set, then the drop
-        overlord.mark(datasource, False, HOUR_0)
+        coordinator.mark(datasource, False, HOUR_0)
         return segments
 
     reports = compact(spark, overlord.engine, events_spec(datasource), deep_storage, HOUR_0,
@@ -158,11 +160,11 @@ def test_a_drop_racing_a_publish_or_a_compaction_leaves_each_row_visible_once(
     assert visible_segments(overlord.engine, datasource, HOUR_0) == []
     assert_exact(published_table(overlord.engine, datasource), _within(second, HOUR_1))
 
-    report = overlord.kill_unused()  # kill_unused_after_s=0: everything dropped goes now
+    report = coordinator.kill_unused()  # kill_unused_after_s=0: everything dropped goes now
     killed = set(report.unused_segments)
     assert {s.id for s in read} <= killed and not any(file_exists(s.path) for s in read)
     assert all(file_exists(s.path) for s in visible_segments(overlord.engine, datasource))
-    assert overlord.mark(datasource, True) == []  # killed: nothing left to restore
+    assert coordinator.mark(datasource, True) == []  # killed: nothing left to restore
     assert_exact(published_table(overlord.engine, datasource), _within(second, HOUR_1))
 
 
@@ -204,13 +206,14 @@ def test_the_cli_shows_compaction_sets_rules_and_drops_only_when_confirmed(stack
         assert_exact(published_table(overlord.engine, datasource), sample)
 
 
-def test_finished_tasks_past_their_retention_are_deleted_by_the_kill_duty(make_overlord, datasource):
+def test_finished_tasks_past_their_retention_are_deleted_by_the_kill_duty(make_overlord, coordinator_of, datasource):
     """A supervisor launches a task every few seconds: without a bound the task table (with each task's
     log) grows by tens of thousands of rows a day.
     """
     from overlord.supervisor.metadata_store import tasks
 
     overlord = make_overlord(task_retention_s=3600)
+    coordinator = coordinator_of(overlord)
     store = overlord.store
     for name, status in [("old_ok", "SUCCESS"), ("old_failed", "FAILED"), ("old_running", "RUNNING"),
                          ("new_ok", "SUCCESS")]:
@@ -222,7 +225,7 @@ def test_finished_tasks_past_their_retention_are_deleted_by_the_kill_duty(make_o
         conn.execute(tasks.update().where(tasks.c.id.like(f"{datasource}_old_%") | (tasks.c.type == "reset_offsets"))
                      .values(created_at=datetime.now(UTC) - timedelta(hours=2)))
 
-    overlord.kill_unused()
+    coordinator.kill_unused()
     left = [t.id.removeprefix(f"{datasource}_") for t in store.tasks(datasource=datasource)]
     assert sorted(left) == ["new_ok", "old_running", *(i for i in left if i.startswith("reset_offsets_"))]
     assert sum(i.startswith("reset_offsets_") for i in left) == 1

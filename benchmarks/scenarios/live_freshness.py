@@ -32,11 +32,12 @@ from confluent_kafka import Producer
 from benchmarks.results_file import parse_args, save_results
 from benchmarks.scenarios.freshness import watch_commits
 from indexing_task.spark import get_spark
+from overlord.coordinator.auto_compaction import CompactionConfig
+from overlord.coordinator.duties import Coordinator
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack
 from overlord.query.engine import execute_sql
 from overlord.query.query_errors import QueryError
-from overlord.supervisor.auto_compaction import CompactionConfig
 from overlord.supervisor.manager import Overlord
 from segment_store import committed_offsets
 from segment_store.records import lock_offsets_row
@@ -287,6 +288,8 @@ def run_live(rate: int, duration_s: float, partitions: int, period: str | None, 
         overlord = Overlord(stack.settings(compaction_period_s=compaction_period_s if auto_compaction else 0),
                             engine, spark)
         overlord.start()
+        coordinator = Coordinator(overlord)
+        coordinator.start()
         topic = f"fresh-{uuid.uuid4().hex[:8]}"
         create_topic(stack.bootstrap_servers, topic, partitions)
         spec = load_example("events").to_druid_json()
@@ -300,7 +303,7 @@ def run_live(rate: int, duration_s: float, partitions: int, period: str | None, 
         period_s = overlord.submit(spec).spec.io_config.period.total_seconds()
         config = CompactionConfig.model_validate({"dataSource": DS, "skipOffsetFromLatest": skip_offset})
         if auto_compaction:
-            overlord.set_compaction_config(config)
+            coordinator.set_compaction_config(config)
         time.sleep(3)
         producer = LiveProducer(stack.bootstrap_servers, topic, partitions, rate, duration_s, late_s, linger_ms)
         visible: dict[int, list[tuple[float, int]]] = {}
@@ -334,6 +337,7 @@ def run_live(rate: int, duration_s: float, partitions: int, period: str | None, 
         watcher.join()
         tasks = compaction_tasks(overlord)
         indexing = [t for t in overlord.store.tasks(datasource=DS, limit=100_000) if t.type != "compact"]
+        coordinator.stop()
         overlord.stop()
         spark.stop()
     return {

@@ -52,9 +52,9 @@ from pyiceberg.exceptions import NoSuchTableError
 from benchmarks.results_file import parse_args, save_results
 from benchmarks.scenarios.auth_flood import _wait_healthy
 from benchmarks.scenarios.cost import PARTITIONS, _load
+from overlord.coordinator.auto_compaction import DEFAULT_SKIP
 from overlord.dev.sample_data import create_topic
 from overlord.dev.stack import dev_stack, free_port
-from overlord.supervisor.auto_compaction import DEFAULT_SKIP
 from segment_store import visible_by_interval, visible_segments
 from segment_store.open_tables import NAMESPACE, OFFSETS_KEY
 from segment_store.schema import segments as segments_t

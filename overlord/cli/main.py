@@ -211,7 +211,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from overlord.config import Settings
-    from overlord.supervisor.table_export import TableExport
+    from overlord.coordinator.table_export import TableExport
     from overlord.task_report_text import as_json
     from segment_store import DeepStorage, cleanup, upgrade_schema
     from segment_store.database import metadata_engine

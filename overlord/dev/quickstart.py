@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from rich.console import Console
 
 from indexing_task.spark import get_spark
+from overlord.coordinator.duties import Coordinator
 from overlord.dev.sample_data import create_topic, produce_live
 from overlord.dev.stack import dev_stack, free_port
 from overlord.http.app import create_app
@@ -83,6 +84,8 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
             spark = get_spark("local[*]", resident_slots=settings.resident_runner_count)
             overlord = Overlord(settings, engine, spark)
             overlord.start()
+            coordinator = Coordinator(overlord)
+            coordinator.start()
         url = f"http://127.0.0.1:{_port(port)}/"
         producer = threading.Thread(target=produce_live, name="producer", daemon=True,
                                     args=(stack.bootstrap_servers, topic, PARTITIONS, rate, stop))
@@ -92,7 +95,8 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
             out.print(f"[green]✓[/] producing {rate} sample events/s to topic '{topic}'")
             overlord.submit(spec.to_druid_json())
             out.print(f"[green]✓[/] supervisor '{spec.datasource}' submitted (specs/examples/events.json)")
-            with _serving(create_app(overlord, authenticator=None), int(url.rsplit(":", 1)[1].rstrip("/"))):
+            app = create_app(overlord, authenticator=None, coordinator=coordinator)
+            with _serving(app, int(url.rsplit(":", 1)[1].rstrip("/"))):
                 out.print(f"[bold]console: {url}[/]  (open on loopback, no authentication; Ctrl-C stops everything)")
                 with out.status("waiting for the first task to publish…"):
                     while not _published(engine, spec.datasource):
@@ -112,6 +116,7 @@ def run_quickstart(rate: int = 500, port: int = 8090, status_every_s: float = 10
             stop.set()
             if producer.is_alive():  # its last flush goes to the broker before the broker stops
                 producer.join(15)
+            coordinator.stop()
             overlord.stop(grace_s=15)
             spark.stop()
             engine.dispose()

@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from overlord.coordinator.duties import Coordinator
 from overlord.http.api_docs import api_docs_routes
 from overlord.http.audit import AuditLog, audit_routes
 from overlord.http.auth import Authenticator, AuthMiddleware
@@ -68,9 +69,12 @@ def _spec_openapi() -> dict[str, Any]:
     return {**defs, "SupervisorSpec": schema}
 
 
-def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
-               authenticator: Authenticator | None) -> FastAPI:
+def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *, authenticator: Authenticator | None,
+               coordinator: Coordinator | None = None) -> FastAPI:
     """The ASGI app over ``overlord`` (already started). ``secrets`` is shared with the log filter.
+
+    ``coordinator`` answers the coordinator calls: the one whose duties run, or by default one that
+    only answers them (the duties' schedule is then off).
 
     ``authenticator`` None runs the API open to anyone who can reach it (the dev stack and tests).
     ``app.state.queries`` is the query engine's process (:mod:`overlord.query.process`), starting
@@ -83,6 +87,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
                   description="Druid-compatible supervisor and task API of the Kafka-to-segment indexing service.")
 
     out = Replies(overlord, secrets)
+    coordinator = coordinator or Coordinator(overlord)
     error_reply = out.error
 
     # --- errors ----------------------------------------------------------------------------
@@ -141,9 +146,9 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *,
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]
-    for router in (supervisor_routes(out), task_routes(out), service_routes(out, queries), console_routes(out, queries),
-                   coordinator_routes(out), audit_routes(out), query_routes(overlord, out.secrets, queries),
-                   api_docs_routes(app.openapi)):
+    for router in (supervisor_routes(out), task_routes(out), service_routes(out, queries),
+                   console_routes(out, queries, coordinator), coordinator_routes(out, coordinator), audit_routes(out),
+                   query_routes(overlord, out.secrets, queries), api_docs_routes(app.openapi)):
         app.include_router(router)
     site = Site.of(overlord.settings.public_urls or ())  # innermost first: a request meets them bottom to top
     app.add_middleware(AuditLog, store=overlord.store)  # changes the leader made, by whom

@@ -18,14 +18,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
+from overlord.coordinator.duties import Coordinator
+from overlord.coordinator.retention import Rule
 from overlord.http.replies import Replies
 from overlord.http.service import service_health
 from overlord.http.status_payloads import status_payload
 from overlord.http.views import task_view
 from overlord.overlord_errors import NotFound
 from overlord.query.process import QueryProcess
-from overlord.supervisor.manager import Overlord
-from overlord.supervisor.retention import Rule
 from segment_store import visible_by_interval
 from segment_store.timeline import datasources, read_segments
 
@@ -39,7 +39,7 @@ TASK_PAGE = 50
 """Tasks per page of the console's task list."""
 
 
-def console_routes(out: Replies, queries: QueryProcess) -> APIRouter:
+def console_routes(out: Replies, queries: QueryProcess, coordinator: Coordinator) -> APIRouter:
     """``/``, ``/console/{asset}``, ``/console/api/overview`` and ``/console/api/tasks``."""
     overlord = out.overlord
     router = APIRouter()
@@ -61,11 +61,11 @@ def console_routes(out: Replies, queries: QueryProcess) -> APIRouter:
         supervisors = [{**status_payload(sup.status), "series": sup.series.as_json(now)}
                        for sup in sorted(overlord.supervisors.values(), key=lambda sup: sup.id)]
         names = sorted({s["payload"]["dataSource"] for s in supervisors} | set(datasources(overlord.engine)))
-        rules = overlord.rules()
+        rules = coordinator.rules()
         role = request.scope.get("role", "write")  # authentication off: anyone may change anything
         return out.reply({"leader": overlord.leading, "role": role, "health": service_health(overlord, queries),
                           "supervisors": supervisors,
-                          "datasources": [_datasource(overlord, name, rules.get(name, [])) for name in names]})
+                          "datasources": [_datasource(coordinator, name, rules.get(name, [])) for name in names]})
 
     @router.get("/console/api/tasks", tags=["console"], summary="A page of tasks, newest first, with their reports")
     def task_page(datasource: str | None = None, status: Literal["RUNNING", "SUCCESS", "FAILED"] | None = None,
@@ -82,11 +82,11 @@ def console_routes(out: Replies, queries: QueryProcess) -> APIRouter:
     return router
 
 
-def _datasource(overlord: Overlord, name: str, rules: list[Rule]) -> dict[str, Any]:
+def _datasource(coordinator: Coordinator, name: str, rules: list[Rule]) -> dict[str, Any]:
     """Visible segments by interval (newest first), the compaction state and the retention rules of one datasource."""
-    with overlord.engine.connect() as conn:
+    with coordinator.engine.connect() as conn:
         by_interval = visible_by_interval(read_segments(conn, name))
-    compaction = overlord.compaction_status(name)
+    compaction = coordinator.compaction_status(name)
     state = {i["interval"]: i for i in compaction.pop("intervals")}
     intervals = [{"interval": (key := f"{start.isoformat()}/{end.isoformat()}"), "segments": len(segs),
                   "rows": sum(s.num_rows for s in segs), "bytes": sum(s.size_bytes for s in segs),

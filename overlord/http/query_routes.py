@@ -1,4 +1,4 @@
-"""HTTP routes over published segments: Druid's SQL endpoint (run, cancel) and a compaction trigger."""
+"""HTTP routes over published segments: Druid's SQL endpoint (run, cancel) and its datasource list."""
 
 from __future__ import annotations
 
@@ -6,57 +6,28 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 
-from indexing_task.compaction_job import CompactionReport
 from overlord.http.audit import author_of
 from overlord.http.redact import SecretRegistry
 from overlord.overlord_errors import NotFound
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.formats import CONTENT_TYPES
 from overlord.query.process import QueryProcess
-from overlord.query.query_errors import QueryError
 from overlord.supervisor.manager import Overlord
 from segment_store.timeline import datasources
 from specs import load_supervisor_spec
-from specs.durations import parse_utc_interval
 
 __all__ = ["query_routes"]
 
 T = TypeVar("T")
 
 
-class CompactRequest(BaseModel):
-    """Body of ``POST /druid/indexer/v1/compact/{datasource}`` (all optional)."""
-
-    model_config = ConfigDict(populate_by_name=True, extra="forbid")
-    interval: str | None = Field(default=None, description="START/END in ISO-8601 (UTC); all intervals if absent")
-    max_rows_per_segment: int | None = Field(default=None, ge=1, alias="maxRowsPerSegment")
-
-
-def _interval(text: str) -> tuple[datetime, datetime]:
-    try:
-        return parse_utc_interval(text)
-    except ValueError as exc:
-        raise QueryError(f"interval: {exc}", "INVALID_INTERVAL") from None
-
-
-def _report(r: CompactionReport) -> dict[str, Any]:
-    outcome = r.outcome
-    return {"interval": f"{r.interval_start.isoformat()}/{r.interval_end.isoformat()}",
-            "inputSegments": r.input_segments, "inputRows": r.input_rows,
-            "outputSegments": len(r.output_segments), "outputRows": r.output_rows,
-            "status": outcome.status, "message": outcome.message, "version": outcome.version,
-            "carriedOver": len(outcome.carried_over), "seconds": round(r.seconds, 3)}
-
-
 def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProcess) -> APIRouter:
-    """``POST /druid/v2/sql``, ``/druid/v2/datasources`` and ``POST /druid/indexer/v1/compact/{datasource}``.
+    """``POST /druid/v2/sql`` and ``/druid/v2/datasources``.
 
     Queries run in ``queries``, the query engine's own process. SQL results are scrubbed of known
     secret values (a task's error in ``sys.tasks`` may quote one).
@@ -122,14 +93,5 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProc
         if not queries.cancel(query_id):
             raise NotFound(f"no running query with sqlQueryId {query_id!r}")
         return Response(status_code=202)
-
-    @router.post("/druid/indexer/v1/compact/{datasource}", tags=["query"],
-              summary="Compact a datasource's intervals now, as a task (answers when it has finished)")
-    def compact_datasource(datasource: str, body: CompactRequest | None = None) -> Response:
-        body = body or CompactRequest()
-        task_id, done = overlord.compact(datasource, _interval(body.interval) if body.interval else None,
-                                         body.max_rows_per_segment)
-        reports = done.result()
-        return JSONResponse({"task": task_id, "dataSource": datasource, "intervals": [_report(r) for r in reports]})
 
     return router

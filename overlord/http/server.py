@@ -73,6 +73,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
     ``ssl``: (certificate file, key file) to serve HTTPS.
     """
     from indexing_task.spark import get_spark
+    from overlord.coordinator.duties import Coordinator
     from overlord.supervisor.manager import Overlord
 
     ignore_working_directory()  # before Spark starts: its JVM and Python workers inherit it
@@ -82,12 +83,14 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
     engine = metadata_engine(settings.database_url)
     spark = get_spark(settings.spark_master, settings.spark_conf, resident_slots=settings.resident_runner_count)
     overlord = Overlord(settings, engine, spark, before_publish=before_publish)
+    coordinator = Coordinator(overlord)
     started, app = False, None
     try:
         overlord.start()
         started = True
+        coordinator.start()
         drain_s = max(1, min(HTTP_DRAIN_S, int(shutdown_grace)))
-        app = create_app(overlord, secrets, authenticator=authenticator)
+        app = create_app(overlord, secrets, authenticator=authenticator, coordinator=coordinator)
         certfile, keyfile = ssl or (None, None)
         config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off",
                                 timeout_graceful_shutdown=drain_s, ssl_certfile=certfile, ssl_keyfile=keyfile)
@@ -107,6 +110,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8090, shutdow
             app.state.queries.stop()
         if authenticator is not None:
             authenticator.close()
+        coordinator.stop()
         if started:
             overlord.stop(shutdown_grace)
         spark.stop()

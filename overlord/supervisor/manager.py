@@ -1,4 +1,7 @@
-"""The overlord's core: persistent supervisors, their schedule, and the operations the API exposes.
+"""The supervisors' manager: persistent supervisors, their schedule, and the operations the API exposes on them.
+
+Druid's coordinator duties (compaction, retention, kill, Iceberg export) are not here but in
+:mod:`overlord.coordinator.duties`, which reaches the supervisors through this manager.
 
 Every supervisor runs :meth:`Supervisor.run_once` on an APScheduler job every ``period``,
 again as soon as one of its tasks finishes, when a task group held back by
@@ -14,9 +17,7 @@ import logging
 import os
 import socket
 import threading
-import uuid
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Mapping
 from concurrent.futures import wait as futures_wait
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -27,36 +28,24 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
-from indexing_task.compaction_job import CompactionReport, Selection, compact
 from indexing_task.published_columns import check_against_segments
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.task import BeforePublish
 from indexing_task.watermarks import close_metadata_clients
 from overlord.config import Settings
 from overlord.metrics import Metrics, ScrapeSources
-from overlord.overlord_errors import NotFound, NotLeader, error_summary
-from overlord.supervisor.auto_compaction import CompactionConfig, default_config, merge_selection
+from overlord.overlord_errors import NotFound, NotLeader
 from overlord.supervisor.leader import LeaderElector
 from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
-from overlord.supervisor.retention import DEFAULT_RULES, DEFAULT_RULES_KEY, RULES, Rule, dropped
-from overlord.supervisor.table_export import TableExport
 from overlord.supervisor.task_runner import TaskRunner
 from segment_store import (
-    CleanupReport,
-    DeepStorage,
     Partition,
-    SegmentRecord,
-    cleanup,
-    datasources,
-    mark_unused,
-    mark_used,
     reset_offsets,
     upgrade_schema,
 )
-from segment_store.open_tables import ExportOutcome
-from segment_store.timeline import Interval, visible_by_interval, visible_segments, visible_totals
+from segment_store.timeline import visible_totals
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 from specs.masked import MASK, keep_masked_secrets
 
@@ -93,7 +82,6 @@ class Overlord:
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
                                                                    min_task_interval_s=settings.task_min_interval_s),
                                          metrics=self.metrics)
-        self.table_export = TableExport(settings, engine)
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()
@@ -114,16 +102,6 @@ class Overlord:
         upgrade_schema(self.engine)
         logging.getLogger().addHandler(self.runner.logs)
         self.scheduler.start()
-        duties = (("auto-compaction", self.auto_compact, self.settings.compaction_period_s),
-                  ("retention", self.apply_retention, self.settings.retention_period_s),
-                  ("iceberg", self.export_tables, self.settings.iceberg_period_s),
-                  ("kill", self.kill_unused, self.settings.kill_period_s))
-        now = datetime.now(UTC)
-        for phase, (name, duty, period_s) in enumerate(duties):
-            if period_s:  # each at its own phase of its period: their passes over every datasource never coincide
-                first = now + timedelta(seconds=period_s * (1 + phase / len(duties)))
-                self.scheduler.add_job(self._run_duty, "interval", args=[name, duty], id=name, seconds=period_s,
-                                       start_date=first)
         self.elector.start()
         logger.info("overlord %s started (%s)", self.elector.name, "leader" if self.leading else "standby")
 
@@ -167,7 +145,8 @@ class Overlord:
             self.runner.stop_all()
             logger.warning("stepped down: supervisors and tasks stopped")
 
-    def _require_leader(self) -> None:
+    def require_leader(self) -> None:
+        """Raise :class:`NotLeader` unless this overlord leads (changes go to the leader only)."""
         if not self.leading:
             raise NotLeader(f"overlord {self.elector.name} is not the leader; send this to the leader")
 
@@ -258,7 +237,7 @@ class Overlord:
         if validate_only:
             self._check_published(spec)
             return spec
-        self._require_leader()
+        self.require_leader()
         with self._lock:
             existing = self.supervisors.get(spec.id)
             self._check_published(spec)
@@ -297,7 +276,7 @@ class Overlord:
         return sup
 
     def set_suspended(self, supervisor_id: str, suspended: bool, author: str | None = None) -> Supervisor:
-        self._require_leader()
+        self.require_leader()
         sup = self.get(supervisor_id)
         with sup.lock:
             sup.suspended = suspended
@@ -315,7 +294,7 @@ class Overlord:
         Running tasks are stopped and waited for (at most ``wait_s``); whatever they do after
         the reset, their publish is refused (the reset bumps the offsets' epoch).
         """
-        self._require_leader()
+        self.require_leader()
         sup = self.get(supervisor_id)
         with sup.lock:
             stopped = [task for task_id, task in sup.active.items() if self.runner.stop(task_id)]
@@ -330,7 +309,7 @@ class Overlord:
 
     def terminate(self, supervisor_id: str, author: str | None = None) -> None:
         """Stop the supervisor for good (a tombstone in its history); running tasks may still publish."""
-        self._require_leader()
+        self.require_leader()
         sup = self.get(supervisor_id)
         with self._lock:
             with sup.lock:
@@ -355,189 +334,12 @@ class Overlord:
             raise NotFound(f"no task {task_id!r}")
         self.runner.stop(task_id)
 
-    def compact(self, datasource: str, interval: Interval | None = None, max_rows_per_segment: int | None = None,
-                select: Selection | None = None) -> tuple[str, Future[list[CompactionReport]]]:
-        """Compact a datasource's intervals as a task: listed under /tasks, stoppable, stopped at shutdown.
-
-        Uses the datasource's current (or last, if terminated) supervisor spec to merge rows;
-        ``select`` picks what to merge of each interval (see :func:`indexing_task.compaction_job.compact`).
-        """
-        self._require_leader()
-        spec = self._spec_of(datasource)
-        check_against_segments(self.engine, spec)  # refused now (400), not when the task runs
-        task_id = f"compact_{datasource}_{uuid.uuid4().hex[:8]}"
-        self.store.insert_task(task_id, datasource, datasource, {}, {}, task_type="compact")
-        future = self.runner.submit_work(
-            task_id, f"compaction of {datasource}",
-            lambda stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
-                                 max_rows_per_segment=max_rows_per_segment, select=select,
-                                 background=self.runner.background, stop=stop),
-            owner=datasource, compaction=True)
-        future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
-        logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all",
-                    extra={"task_id": task_id})
-        return task_id, future
-
     def _check_published(self, spec: SupervisorSpec) -> None:
         """Refuse ``spec`` if it redefines a column of the datasource's stored specs or segments."""
         check_update(self.store.datasource_history(spec.datasource), spec)
         check_against_segments(self.engine, spec)
 
-    def _spec_of(self, datasource: str) -> SupervisorSpec:
+    def spec_of(self, datasource: str) -> SupervisorSpec:
         """The datasource's current supervisor spec, or its last one if terminated."""
         sup = self.supervisors.get(datasource)  # a supervisor's id is its datasource
         return sup.spec if sup is not None else load_supervisor_spec(self.history(datasource)[0].spec)
-
-    def set_compaction_config(self, config: CompactionConfig) -> None:
-        """Store ``config`` (replacing the datasource's earlier one); the duty applies it from its next run."""
-        self._require_leader()
-        self.store.set_compaction_config(config.data_source, config.to_druid_json())
-        logger.info("auto-compaction config of %s: %s%s", config.data_source, config.to_druid_json(),
-                    f" (ignored: {', '.join(config.ignored_fields)})" if config.ignored_fields else "")
-
-    def compaction_configs(self) -> dict[str, CompactionConfig]:
-        """The config the duty applies to each datasource: its own, or the default for a supervisor's."""
-        configs = {c.data_source: c for c in map(CompactionConfig.model_validate, self.store.compaction_configs())}
-        if self.settings.auto_compaction:
-            for datasource in list(self.supervisors):
-                configs.setdefault(datasource, default_config(datasource))
-        return configs
-
-    def _compaction_plan(self, datasource: str, config: CompactionConfig
-                         ) -> tuple[dict[Interval, list[SegmentRecord]], datetime | None, Selection]:
-        """The datasource's visible segments by interval, when an interval is settled, and what to merge."""
-        chunks = visible_by_interval(visible_segments(self.engine, datasource))
-        cutoff = max(end for _, end in chunks) - config.skip if chunks else None
-        spec_rows = self._spec_of(datasource).spec.tuning_config.max_rows_per_segment
-        rows = config.rows_per_segment or spec_rows
-        return chunks, cutoff, merge_selection(cutoff or datetime.min.replace(tzinfo=UTC), rows)
-
-    def auto_compact(self) -> list[tuple[str, Future[list[CompactionReport]]]]:
-        """One run of the auto-compaction duty; the compaction tasks it started.
-
-        A task for each datasource with a config (:meth:`compaction_configs`) where
-        :func:`segments_to_merge` finds something to merge (none while one of its compactions runs).
-        """
-        if not self.leading:
-            return []
-        running = {t.datasource for t in self.store.tasks(status="RUNNING", task_type="compact")}
-        started = []
-        for datasource, config in self.compaction_configs().items():
-            if datasource in running or not self.store.history(datasource):
-                continue
-            chunks, _, select = self._compaction_plan(datasource, config)
-            if any(select(iv, segs) for iv, segs in chunks.items()):
-                started.append(self.compact(datasource, None, config.rows_per_segment, select))
-        return started
-
-    def compaction_status(self, datasource: str) -> dict[str, Any]:
-        """A datasource's compaction state: its config (own or default), the duty's last and next run.
-
-        Per interval (newest first): segments, bytes, settled or not, and how many the duty would merge.
-        """
-        config = self.compaction_configs().get(datasource)
-        own = any(c["dataSource"] == datasource for c in self.store.compaction_configs())
-        job = self.scheduler.get_job("auto-compaction")
-        last = next(iter(self.store.tasks(datasource=datasource, task_type="compact", limit=1)), None)
-        chunks = visible_by_interval(visible_segments(self.engine, datasource))
-        cutoff, select = None, None
-        if config is not None and self.store.history(datasource):
-            chunks, cutoff, select = self._compaction_plan(datasource, config)
-        intervals = [{"interval": f"{start.isoformat()}/{end.isoformat()}", "segments": len(segs),
-                      "bytes": sum(s.size_bytes for s in segs),
-                      "avgBytes": sum(s.size_bytes for s in segs) // len(segs),
-                      "settled": cutoff is not None and end <= cutoff,
-                      "awaitingCompaction": len(select((start, end), segs)) if select else 0}
-                     for (start, end), segs in sorted(chunks.items(), reverse=True)]
-        return {
-            "dataSource": datasource, "config": config.to_druid_json() if config else None,
-            "defaultConfig": config is not None and not own,
-            "scheduleStatus": "RUNNING" if config is not None and job is not None and self.leading else "NOT_ENABLED",
-            "nextRun": job.next_run_time.isoformat() if job is not None and job.next_run_time else None,
-            "lastRun": None if last is None else {
-                "task": last.id, "status": last.status, "detail": last.status_detail,
-                "started": last.created_at.isoformat(),
-                "finished": last.finished_at.isoformat() if last.finished_at else None},
-            "segmentCountAwaitingCompaction": sum(i["awaitingCompaction"] for i in intervals),
-            "intervals": intervals,
-        }
-
-    def _run_duty(self, name: str, duty: Callable[[], object]) -> None:
-        try:
-            duty()
-        except Exception as exc:
-            if self._stopped:  # a run that overlapped the shutdown met what is already stopped: not a failure
-                logger.info("%s run cut short by the overlord's shutdown: %s", name, exc)
-            else:  # PostgreSQL unreachable and the like: the next run tries again
-                logger.exception("%s run failed", name)
-
-    # --- retention and lifecycle -------------------------------------------------------------
-
-    def set_rules(self, datasource: str, rules: list[Rule]) -> None:
-        """Store a datasource's retention rules (``_default``: the cluster's); applied from the next run."""
-        self._require_leader()
-        self.store.set_rules(datasource, [r.model_dump(by_alias=True, exclude_none=True) for r in rules])
-        logger.info("retention rules of %s: %s", datasource, [r.type for r in rules] or "none")
-
-    def rules(self) -> dict[str, list[Rule]]:
-        """Every datasource's own rules, and ``_default`` (``loadForever`` unless set)."""
-        stored = {name: RULES.validate_python(raw) for name, raw in self.store.rules().items()}
-        return {DEFAULT_RULES_KEY: DEFAULT_RULES, **stored}
-
-    def apply_retention(self, now: datetime | None = None) -> dict[str, list[str]]:
-        """One run of the retention duty: drop what the rules drop; the ids dropped, by datasource."""
-        if not self.leading:
-            return {}
-        now = now or datetime.now(UTC)
-        rules = self.rules()
-        out = {}
-        for datasource in datasources(self.engine):
-            ruled = [*rules.get(datasource, []), *rules[DEFAULT_RULES_KEY]]
-            doomed = [s.id for iv, segs in visible_by_interval(visible_segments(self.engine, datasource)).items()
-                      if dropped(ruled, iv, now) for s in segs]
-            if doomed and (ids := mark_unused(self.engine, datasource, segment_ids=doomed)):
-                logger.info("retention dropped %d segment(s) of %s", len(ids), datasource)
-                out[datasource] = ids
-        return out
-
-    def mark(self, datasource: str, used: bool, interval: Interval | None = None,
-             segment_ids: list[str] | None = None) -> list[str]:
-        """Mark segments used or unused (see :mod:`segment_store.lifecycle`); the ids changed."""
-        self._require_leader()
-        change = mark_used if used else mark_unused
-        return change(self.engine, datasource, interval=interval, segment_ids=segment_ids)
-
-    def kill_unused(self) -> CleanupReport | None:
-        """One run of the kill duty: delete what was dropped or replaced long enough ago, and old orphans.
-
-        Dropped: ``kill_unused_after_s`` (orphans as old); replaced: ``kill_replaced_after_s``; finished
-        tasks: ``task_retention_s``.
-        """
-        if not self.leading:
-            return None
-        kept_s = self.settings.task_retention_s
-        if kept_s and (deleted := self.store.delete_finished_tasks(datetime.now(UTC) - timedelta(seconds=kept_s))):
-            logger.info("kill: deleted %d finished tasks older than %d s (OVERLORD_TASK_RETENTION_S)", deleted, kept_s)
-        after = timedelta(seconds=self.settings.kill_unused_after_s)
-        return cleanup(self.engine, DeepStorage(self.settings.deep_storage), retention=after, orphan_grace=after,
-                       replaced_retention=timedelta(seconds=self.settings.kill_replaced_after_s),
-                       keep=self.table_export.protected())
-
-    def export_tables(self) -> list[ExportOutcome]:
-        """One run of the Iceberg duty (see :class:`TableExport`): the snapshots committed."""
-        return self.table_export.run() if self.leading else []
-
-    def _finish_compaction(self, task_id: str, datasource: str, done: Future[list[CompactionReport]]) -> None:
-        error = done.exception()
-        if error is None:
-            reports = done.result()
-            ok = all(r.outcome.ok for r in reports)
-            detail = f"{len(reports)} interval(s) compacted" if ok else "; ".join(
-                r.outcome.message for r in reports if not r.outcome.ok)
-            report = {"intervals": len(reports), "inputSegments": sum(r.input_segments for r in reports),
-                      "outputSegments": sum(len(r.output_segments) for r in reports)}
-        else:
-            ok, detail, report = False, error_summary(error), None
-        (logger.info if ok else logger.warning)("compaction task %s: %s", task_id, detail, extra={"task_id": task_id})
-        self.store.finish_task(task_id, "SUCCESS" if ok else "FAILED", detail, report, self.runner.logs.take(task_id))
-        self.metrics.compactions.labels(datasource, "ok" if ok else "failed").inc()
