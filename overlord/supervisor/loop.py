@@ -1,8 +1,9 @@
 """One supervisor: keeps a datasource ingesting from its topic, one fixed-range task at a time per group.
 
 The run loop (:meth:`Supervisor.run_once`) is a flat list of named steps, after Druid's
-``runInternal``: refresh partitions -> update task status -> read committed offsets -> pin
-initial offsets -> create new tasks -> publish the status snapshot. Task groups are
+``runInternal``: update task status -> read committed offsets -> (when a group may launch, or
+the watermarks are old) refresh partitions -> check offsets in range -> (unless suspended or
+stopping) pin initial offsets -> create new tasks -> publish the status snapshot. Task groups are
 ``partition % taskCount``; each group has at most one task range in flight, run by
 ``replicas`` identical tasks of which the first to publish wins and the others find the range
 already published (counted, not an error). A task covers ``[committed, latest at launch)`` of
