@@ -33,15 +33,11 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import SparkSession
 
 from indexing_task.low_priority import LowPriorityProcesses
+from indexing_task.partial_rows import as_multi_value, widened
 from indexing_task.published_columns import check_segments, recorded_columns
 from indexing_task.results import WorkerResult, WrittenSegment, run_on_workers
-from indexing_task.rollup import (
-    SEGMENT_START,
-    Rollup,
-    RollupSchema,
-    as_multi_value,
-    widened,
-)
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import SEGMENT_START, RollupSchema
 from indexing_task.spark_worker import freeze_survivors, write_segment_file
 from indexing_task.task_errors import IndexingError, TaskStopped
 from segment_store import CompactionSwap, SegmentDescriptor, SegmentRecord, SwapOutcome, swap_compacted

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from indexing_task.offset_ranges import Split
 from indexing_task.reader import read_ranges
 from indexing_task.results import WorkerResult, WrittenSegment
-from indexing_task.rollup import TIME, ParsedBatch, Rollup, RollupSchema
+from indexing_task.rollup import ParsedBatch, Rollup
+from indexing_task.rollup_schema import TIME, RollupSchema
 from indexing_task.task_errors import RangeNotReadableError
 from segment_store import TopicPartitionId
 from segment_store.deep_storage import DeepStorage

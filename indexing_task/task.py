@@ -25,7 +25,7 @@ from indexing_task.published_columns import recorded_columns
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, run_on_workers
-from indexing_task.rollup import RollupSchema
+from indexing_task.rollup_schema import RollupSchema
 from indexing_task.spark_worker import TaskPayload, run_splits
 from indexing_task.task_errors import TaskStopped, TooManyParseErrors, TopicRecreated
 from indexing_task.watermarks import topic_id_changes

@@ -10,7 +10,8 @@ from typing import Any
 
 import datasketches as ds
 
-from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from specs import load_example
 from specs.loader import EXAMPLES_DIR
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from specs import load_supervisor_spec
 
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from specs import SpecError, load_supervisor_spec
 
 INTERNAL_LOOKING = ["s", "f", "valid", "ok", "is_null", "raw", "batch", "src", "obj", "ext", "typed"]

@@ -14,7 +14,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from indexing_task.rollup import Rollup, RollupSchema, arrow_query, bucket_end_sql, bucket_start_sql
+from indexing_task.arrow_queries import arrow_query
+from indexing_task.buckets import bucket_end_sql, bucket_start_sql
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from specs import Granularity, load_supervisor_spec
 from specs.granularity import ALL_END, ALL_START
 

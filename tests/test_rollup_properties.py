@@ -19,7 +19,8 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from specs import load_supervisor_spec
 
 HOUR_MS = 3_600_000

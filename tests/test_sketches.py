@@ -10,7 +10,8 @@ import datasketches as ds
 import pytest
 
 from indexing_task.compaction_job import compact
-from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.query.engine import execute_sql
 from overlord.query.native import run_native

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from indexing_task.compaction_job import compact
-from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from overlord.dev.sample_data import produce
 from overlord.http.status_payloads import status_payload
 from overlord.query.engine import execute_sql

@@ -26,7 +26,8 @@ from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite import machine
 from benchmarks.suite.runs import spec_for
 from benchmarks.suite.shapes import generate, shape_by_name
-from indexing_task.rollup import Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import RollupSchema
 from indexing_task.spark_worker import CHUNK_RECORDS
 from specs import load_supervisor_spec
 

@@ -732,7 +732,7 @@ def _over_complex(node: exp.Expr, column: exp.Column, kind: str) -> exp.Expr:
 def _over_pairs(function: str, args: list[exp.Expr], column: exp.Column, kind: str) -> exp.Expr:
     """EARLIEST/LATEST (``_BY``) over first/last pairs: the value of the earliest (latest) stored time.
 
-    Pairs are ordered as ingestion and compaction order them (:func:`indexing_task.rollup._pair_order`):
+    Pairs are ordered as ingestion and compaction order them (:func:`indexing_task.metric_sql.pair_order`):
     time, offset (-1 where not stored), a null value first, the value.
     """
     def field(name: str) -> exp.Expr:

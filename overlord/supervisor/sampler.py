@@ -26,7 +26,8 @@ from confluent_kafka import Consumer, Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from indexing_task.reader import consumer_config, read_range
-from indexing_task.rollup import TIME, Rollup, RollupSchema
+from indexing_task.rollup import Rollup
+from indexing_task.rollup_schema import TIME, RollupSchema
 from indexing_task.spark_worker import record_metadata
 from indexing_task.task_errors import IndexingError, RangeNotReadableError
 from indexing_task.watermarks import stream_watermarks
