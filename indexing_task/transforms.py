@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import duckdb
 
 from indexing_task.buckets import bucket_start_sql
 from indexing_task.sql_text import quote_string
-from specs.expressions import Call, Expr, Field, Literal, joda_to_strptime
+from specs.expressions import Expr, Field, Literal, joda_to_strptime
 from specs.granularity import Granularity
 
 __all__ = ["MACROS", "compile_expression", "create_macros"]
@@ -71,94 +72,145 @@ def create_macros(database: duckdb.DuckDBPyConnection) -> None:
 
 def compile_expression(expr: Expr, field: Callable[[str], str], time_millis: str) -> str:
     """DuckDB SQL for ``expr``'s value as JSON text; ``field(name)`` is an input field's JSON text."""
-    def sql(node: Expr) -> str:
+    return _Compiler(field, time_millis).sql(expr)
+
+
+@dataclass(frozen=True)
+class _Compiler:
+    """The SQL of one expression's nodes, given its input fields' and row time's SQL."""
+
+    field: Callable[[str], str]
+    time_millis: str
+
+    def sql(self, node: Expr) -> str:
+        """A node's value as JSON text."""
         if isinstance(node, Literal):
             value = node.value
             return "NULL::VARCHAR" if value is None else quote_string(json.dumps(value) if isinstance(value, str) else
                                                              repr(value))
         if isinstance(node, Field):
-            return f"({time_millis})::VARCHAR" if node.name == "__time" else field(node.name)
-        return call(node)
+            return f"({self.time_millis})::VARCHAR" if node.name == "__time" else self.field(node.name)
+        translate = _CALLS.get(node.name)
+        if translate is None:
+            raise ValueError(f"no SQL for {node.name}")  # parse_expression accepts only the functions in _CALLS
+        return translate(self, node.args)
 
-    def string(node: Expr) -> str:
-        return f"d_str({sql(node)})"
+    def string(self, node: Expr) -> str:
+        """A node's value as a VARCHAR."""
+        return f"d_str({self.sql(node)})"
 
-    def millis(node: Expr) -> str:
+    def millis(self, node: Expr) -> str:
         """A value read as epoch milliseconds, as a TIMESTAMP (null when out of range)."""
-        return f"try(epoch_ms(try_cast(d_num({sql(node)}) AS BIGINT)))"
+        return f"try(epoch_ms(try_cast(d_num({self.sql(node)}) AS BIGINT)))"
 
-    def truth(node: Expr) -> str:
-        return f"d_truth({sql(node)})"
+    def truth(self, node: Expr) -> str:
+        """A node's value as a condition."""
+        return f"d_truth({self.sql(node)})"
 
-    def call(node: Call) -> str:
-        name, args = node.name, node.args
-        if name in _ARITHMETIC:
-            return f"{_ARITHMETIC[name]}({sql(args[0])}, {sql(args[1])})"
-        if name in _COMPARE:
-            return f"d_bool(d_cmp({sql(args[0])}, {sql(args[1])}) {_COMPARE[name]})"
-        if name in ("&&", "||"):
-            return f"d_bool({truth(args[0])} {'AND' if name == '&&' else 'OR'} {truth(args[1])})"
-        if name == "!":
-            return f"d_bool(NOT {truth(args[0])})"
-        if name == "neg":
-            return f"d_neg({sql(args[0])})"
-        if name in _STRING_FUNCTIONS:
-            return f"d_quote({_STRING_FUNCTIONS[name]}({string(args[0])}))"
-        if name == "concat":
-            return f"d_quote({' || '.join(string(a) for a in args)})"
-        if name == "strlen":
-            return f"length({string(args[0])})::VARCHAR"
-        if name == "substring":
-            start, length = (int(a.value) if isinstance(a, Literal) and a.value is not None else 0 for a in args[1:])
-            cut = f"substr({string(args[0])}, {start + 1}" + (f", {length})" if length >= 0 else ")")
-            return f"d_quote(CASE WHEN length({string(args[0])}) > {start} THEN {cut} END)"
-        if name == "replace":
-            return f"d_quote(replace({string(args[0])}, {string(args[1])}, {string(args[2])}))"
-        if name == "nvl":
-            return f"coalesce({sql(args[0])}, {sql(args[1])})"
-        if name == "isnull":
-            return f"d_bool({sql(args[0])} IS NULL)"
-        if name == "notnull":
-            return f"d_bool({sql(args[0])} IS NOT NULL)"
-        if name == "if":
-            return f"CASE WHEN {truth(args[0])} THEN {sql(args[1])} ELSE {sql(args[2])} END"
-        if name in ("case_searched", "case_simple"):
-            subject, rest = (args[0], args[1:]) if name == "case_simple" else (None, args)
-            whens = [f"WHEN {truth(p) if subject is None else f'd_cmp({sql(subject)}, {sql(p)}) = 0'} "
-                     f"THEN {sql(r)}" for p, r in zip(rest[0:-1:2], rest[1::2], strict=False)]
-            otherwise = f" ELSE {sql(rest[-1])}" if len(rest) % 2 else ""
-            return f"CASE {' '.join(whens)}{otherwise} END"
-        if name == "like":
-            return f"d_bool({string(args[0])} LIKE {string(args[1])})"
-        if name == "regexp_extract":
-            group = args[2].value if len(args) == 3 and isinstance(args[2], Literal) else 0
-            text, pattern = string(args[0]), string(args[1])
-            return (f"d_quote(CASE WHEN regexp_matches({text}, {pattern}) "
-                    f"THEN regexp_extract({text}, {pattern}, {group}) END)")
-        if name == "abs":
-            value = sql(args[0])
-            return (f"CASE WHEN d_islong({value}) THEN try(abs({value}::BIGINT))::VARCHAR "
-                    f"ELSE abs(d_num({value}))::VARCHAR END")
-        if name == "cast":
-            target = str(args[1].value if isinstance(args[1], Literal) else "").upper()
-            value = sql(args[0])
-            if target == "STRING":
-                return f"d_quote({string(args[0])})"
-            if target == "DOUBLE":
-                return f"d_num({value})::VARCHAR"
-            return f"try_cast(trunc(d_num({value})) AS BIGINT)::VARCHAR"
-        if name == "timestamp_floor":
-            period = args[1].value if isinstance(args[1], Literal) else None
-            granularity = Granularity.parse({"type": "period", "period": period})
-            return f"try(epoch_ms({bucket_start_sql(granularity, millis(args[0]))}))::VARCHAR"
-        if name == "timestamp_parse":
-            text = string(args[0])
-            parsed = (f"try_strptime({text}, {quote_string(joda_to_strptime(str(args[1].value)))})"
-                      if len(args) == 2 and isinstance(args[1], Literal) else
-                      f"try_cast({text} AS TIMESTAMPTZ)::TIMESTAMP")
-            return f"epoch_ms({parsed})::VARCHAR"
-        if name == "timestamp_format":
-            return f"d_quote(try(strftime({millis(args[0])}, '%Y-%m-%dT%H:%M:%S.%gZ')))"
-        raise ValueError(f"no SQL for {name}")  # parse_expression accepts only the functions above
 
-    return sql(expr)
+_Translation = Callable[[_Compiler, tuple[Expr, ...]], str]
+"""The SQL of one function applied to its arguments."""
+
+
+def _arithmetic(macro: str) -> _Translation:
+    """An arithmetic operator: its macro on the two operands."""
+    return lambda c, args: f"{macro}({c.sql(args[0])}, {c.sql(args[1])})"
+
+
+def _comparison(against_zero: str) -> _Translation:
+    """A comparison operator: 1 or 0 from ``d_cmp`` of the two operands."""
+    return lambda c, args: f"d_bool(d_cmp({c.sql(args[0])}, {c.sql(args[1])}) {against_zero})"
+
+
+def _logical(operator: str) -> _Translation:
+    """``&&`` or ``||``: both operands as conditions."""
+    return lambda c, args: f"d_bool({c.truth(args[0])} {operator} {c.truth(args[1])})"
+
+
+def _string_function(function: str) -> _Translation:
+    """A string function of one argument (``lower``, ``trim``, ...)."""
+    return lambda c, args: f"d_quote({function}({c.string(args[0])}))"
+
+
+def _substring(c: _Compiler, args: tuple[Expr, ...]) -> str:
+    """``substring(s, start, length)``: null when ``s`` is no longer than ``start``."""
+    start, length = (int(a.value) if isinstance(a, Literal) and a.value is not None else 0 for a in args[1:])
+    cut = f"substr({c.string(args[0])}, {start + 1}" + (f", {length})" if length >= 0 else ")")
+    return f"d_quote(CASE WHEN length({c.string(args[0])}) > {start} THEN {cut} END)"
+
+
+def _case(c: _Compiler, args: tuple[Expr, ...], subject: Expr | None) -> str:
+    """``case_searched`` (no ``subject``) or ``case_simple``: condition/result pairs, then an optional default."""
+    whens = [f"WHEN {c.truth(p) if subject is None else f'd_cmp({c.sql(subject)}, {c.sql(p)}) = 0'} "
+             f"THEN {c.sql(r)}" for p, r in zip(args[0:-1:2], args[1::2], strict=False)]
+    otherwise = f" ELSE {c.sql(args[-1])}" if len(args) % 2 else ""
+    return f"CASE {' '.join(whens)}{otherwise} END"
+
+
+def _regexp_extract(c: _Compiler, args: tuple[Expr, ...]) -> str:
+    """``regexp_extract(s, pattern[, group])``: null when ``s`` does not match."""
+    group = args[2].value if len(args) == 3 and isinstance(args[2], Literal) else 0
+    text, pattern = c.string(args[0]), c.string(args[1])
+    return f"d_quote(CASE WHEN regexp_matches({text}, {pattern}) THEN regexp_extract({text}, {pattern}, {group}) END)"
+
+
+def _abs(c: _Compiler, args: tuple[Expr, ...]) -> str:
+    """``abs(x)``: a LONG stays a LONG."""
+    value = c.sql(args[0])
+    return f"CASE WHEN d_islong({value}) THEN try(abs({value}::BIGINT))::VARCHAR ELSE abs(d_num({value}))::VARCHAR END"
+
+
+def _cast(c: _Compiler, args: tuple[Expr, ...]) -> str:
+    """``cast(x, 'STRING' | 'DOUBLE' | 'LONG')``."""
+    target = str(args[1].value if isinstance(args[1], Literal) else "").upper()
+    value = c.sql(args[0])
+    if target == "STRING":
+        return f"d_quote({c.string(args[0])})"
+    if target == "DOUBLE":
+        return f"d_num({value})::VARCHAR"
+    return f"try_cast(trunc(d_num({value})) AS BIGINT)::VARCHAR"
+
+
+def _timestamp_floor(c: _Compiler, args: tuple[Expr, ...]) -> str:
+    """``timestamp_floor(t, period)``: the start of ``t``'s period, in epoch milliseconds."""
+    period = args[1].value if isinstance(args[1], Literal) else None
+    granularity = Granularity.parse({"type": "period", "period": period})
+    return f"try(epoch_ms({bucket_start_sql(granularity, c.millis(args[0]))}))::VARCHAR"
+
+
+def _timestamp_parse(c: _Compiler, args: tuple[Expr, ...]) -> str:
+    """``timestamp_parse(s[, joda_format])``: epoch milliseconds (ISO 8601 without a format)."""
+    text = c.string(args[0])
+    parsed = (f"try_strptime({text}, {quote_string(joda_to_strptime(str(args[1].value)))})"
+              if len(args) == 2 and isinstance(args[1], Literal) else
+              f"try_cast({text} AS TIMESTAMPTZ)::TIMESTAMP")
+    return f"epoch_ms({parsed})::VARCHAR"
+
+
+_CALLS: dict[str, _Translation] = {
+    **{name: _arithmetic(macro) for name, macro in _ARITHMETIC.items()},
+    **{name: _comparison(against_zero) for name, against_zero in _COMPARE.items()},
+    "&&": _logical("AND"),
+    "||": _logical("OR"),
+    "!": lambda c, args: f"d_bool(NOT {c.truth(args[0])})",
+    "neg": lambda c, args: f"d_neg({c.sql(args[0])})",
+    **{name: _string_function(function) for name, function in _STRING_FUNCTIONS.items()},
+    "concat": lambda c, args: f"d_quote({' || '.join(c.string(a) for a in args)})",
+    "strlen": lambda c, args: f"length({c.string(args[0])})::VARCHAR",
+    "substring": _substring,
+    "replace": lambda c, args: f"d_quote(replace({c.string(args[0])}, {c.string(args[1])}, {c.string(args[2])}))",
+    "nvl": lambda c, args: f"coalesce({c.sql(args[0])}, {c.sql(args[1])})",
+    "isnull": lambda c, args: f"d_bool({c.sql(args[0])} IS NULL)",
+    "notnull": lambda c, args: f"d_bool({c.sql(args[0])} IS NOT NULL)",
+    "if": lambda c, args: f"CASE WHEN {c.truth(args[0])} THEN {c.sql(args[1])} ELSE {c.sql(args[2])} END",
+    "case_searched": lambda c, args: _case(c, args, None),
+    "case_simple": lambda c, args: _case(c, args[1:], args[0]),
+    "like": lambda c, args: f"d_bool({c.string(args[0])} LIKE {c.string(args[1])})",
+    "regexp_extract": _regexp_extract,
+    "abs": _abs,
+    "cast": _cast,
+    "timestamp_floor": _timestamp_floor,
+    "timestamp_parse": _timestamp_parse,
+    "timestamp_format": lambda c, args: f"d_quote(try(strftime({c.millis(args[0])}, '%Y-%m-%dT%H:%M:%S.%gZ')))",
+}
+"""Each function's SQL, by name (the functions :func:`specs.expressions.parse_expression` accepts)."""
