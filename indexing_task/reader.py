@@ -87,72 +87,108 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
     each range read to its end gets its partition's high watermark there, as the last fetch
     reported it (no round trip: how far the partition has grown meanwhile).
     """
-    index = {(topic, partition): i for i, (topic, partition, start, end) in enumerate(ranges) if start < end}
-    if len({(topic, partition) for topic, partition, _, _ in ranges}) != len(ranges):
-        raise ValueError("read_ranges reads one range per partition")
+    index = _index_ranges(ranges)
     position = {key: ranges[i][2] for key, i in index.items()}
     if not position:
         return
     consumer.assign([TopicPartition(topic, partition, at) for (topic, partition), at in position.items()])
-    progress = dict.fromkeys(position, time.monotonic())
-    paused: list[TopicPartition] = []
-
-    def finish(key: tuple[str, int], error: RangeNotReadableError | None = None) -> None:
-        if error is not None:
-            if failed is None:
-                raise error
-            failed[index[key]] = error
-        elif highs is not None:
-            _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-            if high >= 0:
-                highs[index[key]] = high
-        del position[key]
-        if position:
-            paused.append(TopicPartition(*key))
-            consumer.pause(paused[-1:])
-
+    reads = _RangeReads(consumer, ranges, index, position, stall_timeout_s, failed, highs)
     try:
         while position:
-            # Ask for no more than the ranges can still hold: consume() waits for the full count or
-            # the timeout, so a bigger count would idle for the whole timeout at the end of every
-            # range that ends where the partition does (gaps only make the call return sooner,
-            # with the partition-EOF event).
-            wanted = sum(ranges[index[key]][3] - at for key, at in position.items())
-            messages = consumer.consume(min(_POLL_BATCH, wanted), _POLL_TIMEOUT_S)
+            messages = consumer.consume(reads.batch_size(), _POLL_TIMEOUT_S)
             now = time.monotonic()
             for key, group in _by_partition(messages, next(iter(position)) if len(index) == 1 else None):
-                if key not in position:
-                    if key not in index:  # an error for no partition of ours (a fatal one raises)
-                        _check_events(group, str(key[0]), -1, -1)
-                    continue  # a range already read: what its prefetch brought is past its end
-                topic, partition = key
-                at, end = position[key], ranges[index[key]][3]
-                data = [m for m in group if m.error() is None]
-                if len(data) != len(group):
-                    try:
-                        at = max(at, _check_events(group, topic, partition, at))
-                    except RangeNotReadableError as exc:
-                        finish(key, exc)
-                        continue
-                if data:
-                    cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
-                    at = end if cut < len(data) else max(at, _offset(data[-1]) + 1)
-                    if cut:
-                        yield index[key], data[:cut] if cut < len(data) else data
-                if at > position[key]:
-                    progress[key] = now
-                position[key] = at
-                if at >= end:
-                    finish(key)
-            for (topic, partition), at in list(position.items()):
-                if now - progress[topic, partition] > stall_timeout_s:
-                    finish((topic, partition), RangeNotReadableError(
-                        f"{topic}[{partition}]: expected records up to offset {ranges[index[topic, partition]][3]}, "
-                        f"found none past {at} after {stall_timeout_s:.0f}s"))
+                yield from reads.take(key, group, now)
+            reads.finish_stalled(now)
     finally:
-        if paused:  # a partition stays paused past unassign: assigned again, it would read nothing
-            consumer.resume(paused)
-        consumer.unassign()
+        reads.release()
+
+
+def _index_ranges(ranges: Sequence[tuple[str, int, int, int]]) -> dict[tuple[str, int], int]:
+    """Each partition's index in ``ranges``, for the ranges not empty; ValueError if a partition has two."""
+    index = {(topic, partition): i for i, (topic, partition, start, end) in enumerate(ranges) if start < end}
+    if len({(topic, partition) for topic, partition, _, _ in ranges}) != len(ranges):
+        raise ValueError("read_ranges reads one range per partition")
+    return index
+
+
+class _RangeReads:
+    """The state of one :func:`read_ranges`: each unfinished range's position and when it last moved on."""
+
+    __slots__ = ("consumer", "failed", "highs", "index", "paused", "position", "progress", "ranges", "stall_timeout_s")
+
+    def __init__(self, consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
+                 index: dict[tuple[str, int], int], position: dict[tuple[str, int], int], stall_timeout_s: float,
+                 failed: dict[int, RangeNotReadableError] | None, highs: dict[int, int] | None) -> None:
+        self.consumer, self.ranges, self.index, self.position = consumer, ranges, index, position
+        self.stall_timeout_s, self.failed, self.highs = stall_timeout_s, failed, highs
+        self.progress = dict.fromkeys(position, time.monotonic())
+        self.paused: list[TopicPartition] = []
+
+    def batch_size(self) -> int:
+        """How many messages to ask for: no more than the unfinished ranges can still hold."""
+        # consume() waits for the full count or the timeout, so a bigger count would idle for the whole
+        # timeout at the end of every range that ends where the partition does (gaps only make the call
+        # return sooner, with the partition-EOF event).
+        return min(_POLL_BATCH, sum(self.ranges[self.index[key]][3] - at for key, at in self.position.items()))
+
+    def take(self, key: tuple[str | None, int | None], group: list[Message], now: float,
+             ) -> Iterator[tuple[int, list[Message]]]:
+        """Yield what one partition's messages of a fetch hold of its range, then move the range's position on."""
+        position = self.position
+        if key not in position:
+            if key not in self.index:  # an error for no partition of ours (a fatal one raises)
+                _check_events(group, str(key[0]), -1, -1)
+            return  # a range already read: what its prefetch brought is past its end
+        topic, partition = key
+        at, end = position[key], self.ranges[self.index[key]][3]
+        data = [m for m in group if m.error() is None]
+        if len(data) != len(group):
+            try:
+                at = max(at, _check_events(group, topic, partition, at))
+            except RangeNotReadableError as exc:
+                self.finish(key, exc)
+                return
+        if data:
+            cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
+            at = end if cut < len(data) else max(at, _offset(data[-1]) + 1)
+            if cut:
+                yield self.index[key], data[:cut] if cut < len(data) else data
+        if at > position[key]:
+            self.progress[key] = now
+        position[key] = at
+        if at >= end:
+            self.finish(key)
+
+    def finish_stalled(self, now: float) -> None:
+        """Finish, as not readable, each range that made no progress for ``stall_timeout_s``."""
+        for (topic, partition), at in list(self.position.items()):
+            if now - self.progress[topic, partition] > self.stall_timeout_s:
+                end = self.ranges[self.index[topic, partition]][3]
+                self.finish((topic, partition), RangeNotReadableError(
+                    f"{topic}[{partition}]: expected records up to offset {end}, "
+                    f"found none past {at} after {self.stall_timeout_s:.0f}s"))
+
+    def finish(self, key: tuple[str, int], error: RangeNotReadableError | None = None) -> None:
+        """Done with a range: raise its error (or put it in ``failed``) or note its high watermark; pause it."""
+        if error is not None:
+            if self.failed is None:
+                raise error
+            self.failed[self.index[key]] = error
+        elif self.highs is not None:
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+            if high >= 0:
+                self.highs[self.index[key]] = high
+        del self.position[key]
+        if self.position:
+            self.paused.append(TopicPartition(*key))
+            self.consumer.pause(self.paused[-1:])
+
+    def release(self) -> None:
+        """Resume the paused partitions and unassign them all."""
+        if self.paused:  # a partition stays paused past unassign: assigned again, it would read nothing
+            self.consumer.resume(self.paused)
+        self.consumer.unassign()
 
 
 def _by_partition(messages: list[Message], only: tuple[str, int] | None
