@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
-from indexing_task.offset_ranges import plan_splits, spark_tasks
+from indexing_task.offset_ranges import Split, plan_splits, spark_tasks
 from indexing_task.published_columns import recorded_columns
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.resident import ResidentRunners
@@ -135,60 +135,28 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     publishing. ``before_publish`` runs between writing the files and publishing. A task small
     enough for one Spark task runs on an idle ``resident`` runner if there is one.
     """
-    spec = request.spec
-    data_schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
-    properties = resolved_consumer_properties(io.consumer_properties)
-    if request.bootstrap_servers and "bootstrap.servers" not in properties:
-        properties["bootstrap.servers"] = request.bootstrap_servers
+    spec, io, tuning = request.spec, request.spec.spec.io_config, request.spec.spec.tuning_config
+    properties = _consumer_properties(request)
     splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism,
                          request.min_split_records)
-    payload = TaskPayload(
-        task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
-        consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),
-        rollup_schema=RollupSchema.from_spec(data_schema, io.input_format),
-        deep_storage=request.deep_storage,
-        generation=request.generation,
-        storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,
-        max_rows_per_segment=tuning.max_rows_per_segment, splits=tuple(splits),
-        min_time=request.min_time, max_time=request.max_time,
-    )
+    payload = _task_payload(request, properties, splits)
     logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
                 io.topic or io.topic_pattern, request.start_offsets.to_json(), request.end_offsets.to_json(),
                 len(splits))
     started = time.monotonic()
-    results: list[WorkerResult] | None = None
-    tasks = spark_tasks(splits, request.min_split_records)
-    if splits and resident is not None and tasks == 1:
-        results = resident.run(payload, range(len(splits)), stop)  # None: no runner came back in time
-    if results is None and splits:
-        spark.sparkContext.setJobDescription(f"index {spec.datasource} task {request.task_id}")
-        results = run_on_workers(spark, len(splits), partial(run_splits, payload), tasks)
-    results = results or []
+    results = _index_splits(spark, request, payload, splits, stop, resident)
     index_seconds = time.monotonic() - started
 
     records = sum(r.records for r in results)
     unparseable = sum(r.unparseable for r in results)
     samples = tuple(s for r in results for s in r.bad_samples)
-    limit = tuning.max_parse_exceptions
-    if limit is not None and unparseable > limit:
-        raise TooManyParseErrors(
-            f"task {request.task_id}: {unparseable} unparseable records, maxParseExceptions is {limit}; "
-            f"first: {samples[:3]}")
+    _require_parse_budget(request, unparseable, samples)
     columns = recorded_columns(spec)
     segments = tuple(s.descriptor(spec.datasource, columns) for r in results for s in r.segments)
-    if before_publish is not None:
-        before_publish(request)
-    if stop is not None and stop.is_set():
-        raise TaskStopped(f"task {request.task_id} was stopped before publishing; nothing was published")
-    _require_same_topics(engine, request, properties)
+    _check_before_publishing(engine, request, properties, stop, before_publish)
 
     started = time.monotonic()
-    outcome = publish(engine, PublishRequest(
-        datasource=spec.datasource, topic=io.stream, task_id=request.task_id,
-        start_offsets=request.start_offsets, end_offsets=request.end_offsets,
-        initial_offsets=request.initial_offsets, segments=segments, epoch=request.epoch,
-        leader_epoch=request.leader_epoch),
-        DeepStorage(request.deep_storage, dict(request.storage_options)))
+    outcome = _publish(engine, request, segments)
     report = TaskReport(
         task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,
         end_offsets=request.end_offsets, records=records, rows_out=sum(r.rows_out for r in results),
@@ -201,3 +169,68 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
                 outcome.status, outcome.message)
     return report
 
+
+def _consumer_properties(request: IndexTaskRequest) -> dict[str, Any]:
+    """The spec's consumer properties, resolved, with the request's bootstrap servers unless they give some."""
+    properties = resolved_consumer_properties(request.spec.spec.io_config.consumer_properties)
+    if request.bootstrap_servers and "bootstrap.servers" not in properties:
+        properties["bootstrap.servers"] = request.bootstrap_servers
+    return properties
+
+
+def _task_payload(request: IndexTaskRequest, properties: Mapping[str, Any], splits: list[Split]) -> TaskPayload:
+    """What the workers need to index ``splits``."""
+    spec = request.spec
+    data_schema, io, tuning = spec.spec.data_schema, spec.spec.io_config, spec.spec.tuning_config
+    return TaskPayload(
+        task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
+        consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),
+        rollup_schema=RollupSchema.from_spec(data_schema, io.input_format),
+        deep_storage=request.deep_storage,
+        generation=request.generation,
+        storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,
+        max_rows_per_segment=tuning.max_rows_per_segment, splits=tuple(splits),
+        min_time=request.min_time, max_time=request.max_time,
+    )
+
+
+def _index_splits(spark: SparkSession, request: IndexTaskRequest, payload: TaskPayload, splits: list[Split],
+                stop: threading.Event | None, resident: ResidentRunners | None) -> list[WorkerResult]:
+    """Index ``splits``: on an idle ``resident`` runner if one Spark task would do and one comes, else as a job."""
+    results: list[WorkerResult] | None = None
+    tasks = spark_tasks(splits, request.min_split_records)
+    if splits and resident is not None and tasks == 1:
+        results = resident.run(payload, range(len(splits)), stop)  # None: no runner came back in time
+    if results is None and splits:
+        spark.sparkContext.setJobDescription(f"index {request.spec.datasource} task {request.task_id}")
+        results = run_on_workers(spark, len(splits), partial(run_splits, payload), tasks)
+    return results or []
+
+
+def _require_parse_budget(request: IndexTaskRequest, unparseable: int, samples: tuple[Mapping[str, Any], ...]) -> None:
+    """:class:`TooManyParseErrors` if the task met more unparseable records than ``maxParseExceptions``."""
+    limit = request.spec.spec.tuning_config.max_parse_exceptions
+    if limit is not None and unparseable > limit:
+        raise TooManyParseErrors(
+            f"task {request.task_id}: {unparseable} unparseable records, maxParseExceptions is {limit}; "
+            f"first: {samples[:3]}")
+
+
+def _check_before_publishing(engine: sa.Engine, request: IndexTaskRequest, properties: Mapping[str, Any],
+                             stop: threading.Event | None, before_publish: BeforePublish | None) -> None:
+    """Run ``before_publish``, then raise instead of publishing once ``stop`` is set or a topic was re-created."""
+    if before_publish is not None:
+        before_publish(request)
+    if stop is not None and stop.is_set():
+        raise TaskStopped(f"task {request.task_id} was stopped before publishing; nothing was published")
+    _require_same_topics(engine, request, properties)
+
+
+def _publish(engine: sa.Engine, request: IndexTaskRequest, segments: tuple[SegmentDescriptor, ...]) -> PublishOutcome:
+    """Publish ``segments`` and the request's end offsets in one transaction."""
+    return publish(engine, PublishRequest(
+        datasource=request.spec.datasource, topic=request.spec.spec.io_config.stream, task_id=request.task_id,
+        start_offsets=request.start_offsets, end_offsets=request.end_offsets,
+        initial_offsets=request.initial_offsets, segments=segments, epoch=request.epoch,
+        leader_epoch=request.leader_epoch),
+        DeepStorage(request.deep_storage, dict(request.storage_options)))
