@@ -244,51 +244,74 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
     """
     datasource = spec.datasource
     check_segments(visible_segments(engine, datasource), spec)  # merged another way, queries would answer otherwise
-    columns = recorded_columns(spec)
-    schema = RollupSchema.from_spec(spec.spec.data_schema)
-    max_rows = max_rows_per_segment or spec.spec.tuning_config.max_rows_per_segment
+    job = _Compaction(engine, spec, deep_storage, storage_options, max_rows_per_segment, stop)
     reports: list[CompactionReport] = []
-    swapped = 0
-
-    def check_stop() -> None:
-        """Raise :class:`TaskStopped` once ``stop`` is set, saying how many intervals were swapped before it."""
-        if stop is not None and stop.is_set():
-            done = f"{swapped} interval{'s were' if swapped > 1 else ' was'} swapped before the stop" if swapped \
-                else "nothing was swapped"
-            raise TaskStopped(f"compaction {job_id} of {datasource!r} was stopped; {done}")
-
     select = select or _at_least(min_segments)
     pending = _plan(engine, datasource, interval, select)
     for attempt in range(1, max_attempts + 1):
         if not pending:
             break
         started = time.monotonic()
-        job_id = uuid.uuid4().hex[:12]
-        payload = _Payload(job_id=job_id, datasource=datasource, rollup_schema=schema, deep_storage=deep_storage,
-                           storage_options=storage_options or {}, max_rows_per_segment=max_rows,
-                           discovered_types=widest_types(s.descriptor.get("discovered_types", {})
-                                                         for s in visible_segments(engine, datasource)),
-                           intervals=tuple(_IntervalInput(start=s, end=e, paths=tuple(r.path for r in segs))
-                                           for (s, e), segs in pending.items()))
-        logger.info("compaction %s: datasource=%s intervals=%d segments=%d (attempt %d)", job_id, datasource,
+        payload = job.new_payload(pending)
+        logger.info("compaction %s: datasource=%s intervals=%d segments=%d (attempt %d)", payload.job_id, datasource,
                     len(pending), sum(len(v) for v in pending.values()), attempt)
         retry: list[Interval] = []
         small = sum(r.size_bytes for read in pending.values() for r in read) <= BACKGROUND_MAX_BYTES
-        rows = _run_job(spark, payload, background if small else None, check_stop)
+        rows = _run_job(spark, payload, background if small else None, job.check_stop)
         for row, ((start, end), read) in zip(rows, pending.items(), strict=True):
-            check_stop()
-            read_ids = frozenset(r.id for r in read)
-            segments = tuple(s.descriptor(datasource, columns) for s in row.segments)
-            outcome = (SwapOutcome("retryable", row.error or "") if row.retryable else
-                       swap_compacted(engine, CompactionSwap(datasource, start, end, read[0].version, read_ids,
-                                                             segments, job_id),
-                                      DeepStorage(deep_storage, storage_options)))
+            segments, outcome = job.swap(row, start, end, read)
             if outcome.status == "retryable" and attempt < max_attempts:
                 retry.append((start, end))
                 continue
             reports.append(CompactionReport(datasource, start, end, len(read), row.records, segments,
                                             outcome, attempt, time.monotonic() - started))
-            swapped += outcome.ok
+            job.swapped += outcome.ok
         replanned = _plan(engine, datasource, interval, select) if retry else {}
         pending = {iv: replanned[iv] for iv in retry if iv in replanned}  # again, from their current visible sets
     return sorted(reports, key=lambda r: r.interval_start)
+
+
+class _Compaction:
+    """One :func:`compact` call's settings, its current job, and how many intervals it has swapped so far."""
+
+    def __init__(self, engine: sa.Engine, spec: SupervisorSpec, deep_storage: str,
+                 storage_options: dict[str, Any] | None, max_rows_per_segment: int | None,
+                 stop: threading.Event | None) -> None:
+        self.engine, self.datasource, self.stop = engine, spec.datasource, stop
+        self.deep_storage, self.storage_options = deep_storage, storage_options
+        self.columns = recorded_columns(spec)
+        self.schema = RollupSchema.from_spec(spec.spec.data_schema)
+        self.max_rows = max_rows_per_segment or spec.spec.tuning_config.max_rows_per_segment
+        self.job_id = ""
+        self.swapped = 0
+
+    def new_payload(self, pending: dict[Interval, list[SegmentRecord]]) -> _Payload:
+        """A new job (a new id) compacting ``pending``'s intervals from the segments picked of each."""
+        self.job_id = uuid.uuid4().hex[:12]
+        return _Payload(job_id=self.job_id, datasource=self.datasource, rollup_schema=self.schema,
+                        deep_storage=self.deep_storage, storage_options=self.storage_options or {},
+                        max_rows_per_segment=self.max_rows,
+                        discovered_types=widest_types(s.descriptor.get("discovered_types", {})
+                                                      for s in visible_segments(self.engine, self.datasource)),
+                        intervals=tuple(_IntervalInput(start=s, end=e, paths=tuple(r.path for r in segs))
+                                        for (s, e), segs in pending.items()))
+
+    def check_stop(self) -> None:
+        """Raise :class:`TaskStopped` once ``stop`` is set, saying how many intervals were swapped before it."""
+        if self.stop is not None and self.stop.is_set():
+            swapped = self.swapped
+            done = f"{swapped} interval{'s were' if swapped > 1 else ' was'} swapped before the stop" if swapped \
+                else "nothing was swapped"
+            raise TaskStopped(f"compaction {self.job_id} of {self.datasource!r} was stopped; {done}")
+
+    def swap(self, row: WorkerResult, start: datetime, end: datetime, read: list[SegmentRecord],
+             ) -> tuple[tuple[SegmentDescriptor, ...], SwapOutcome]:
+        """Swap one interval's written segments in for the ones ``read`` (unless its worker said to plan it again)."""
+        self.check_stop()
+        read_ids = frozenset(r.id for r in read)
+        segments = tuple(s.descriptor(self.datasource, self.columns) for s in row.segments)
+        outcome = (SwapOutcome("retryable", row.error or "") if row.retryable else
+                   swap_compacted(self.engine, CompactionSwap(self.datasource, start, end, read[0].version, read_ids,
+                                                              segments, self.job_id),
+                                  DeepStorage(self.deep_storage, self.storage_options)))
+        return segments, outcome
