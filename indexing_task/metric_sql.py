@@ -40,7 +40,7 @@ def pair_order(pair: str) -> str:
 
     The time, then the offset (on equal times the later record is the last, as in Druid), then a
     null value before any other, then the value (equal times and offsets in two partitions).
-    Queries order pairs the same way (:mod:`overlord.query.druid_sql`); pairs written before
+    Queries order pairs the same way (:mod:`overlord.query.druid_functions`); pairs written before
     offsets were stored have offset -1.
     """
     return (f"CASE WHEN {pair} IS NOT NULL THEN {{'t': struct_extract({pair}, 'lhs'), "

@@ -140,7 +140,7 @@ _FIRST_LAST = {f"{kind}{end}" for kind in ("long", "double", "float", "string") 
 def _druid_call(kind: str, spec: Mapping[str, Any], path: str) -> exp.Expr:
     """The Druid SQL function a distinct-count or first/last aggregator is, such as ``EARLIEST(x)``.
 
-    Over stored sketches or first/last pairs, the function reads those (:mod:`overlord.query.druid_sql`).
+    Over stored sketches or first/last pairs, the function reads those (:mod:`overlord.query.druid_functions`).
     """
     if kind == "cardinality":
         fields = spec.get("fields")
