@@ -73,6 +73,9 @@ class Settings(BaseSettings):
         "query exhausts the engine or is killed at its deadline (instead of ~20 s of restart without SQL); it "
         "costs that engine's idle memory and CPU: 0.64 GB resident, 0.006 of a core, measured with the default "
         "heap (see docs/security.md)")
+    query_engine_eager: bool = Field(
+        default=True, description="start the query engine with the overlord, so that the first query does not wait "
+        "~20 s for it; off, it starts at the first query (an overlord that only ingests never pays its memory)")
     query_spark_master: str | None = Field(
         default=None, description="the Spark master of the query engine's own Spark application (queries never "
         "run in ingestion's): a local Spark in the query engine's process if unset; a cluster's master runs "

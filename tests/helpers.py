@@ -153,6 +153,7 @@ def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: 
         settings.setdefault(duty, 0)  # tests run the duties by hand: deterministic
     settings.setdefault("resident_runners", 1)  # the session's Spark has slots for four (conftest's ``spark``)
     settings.setdefault("query_standby", False)  # a second query JVM per test costs the suite minutes
+    settings.setdefault("query_engine_eager", False)  # so does a query JVM for each test that runs no query
     overlord = Overlord(Settings(database_url=url, deep_storage=deep_storage,
                                  kafka_bootstrap_servers=stack.bootstrap_servers, **settings),
                         metadata_engine(url), spark, policy, before_publish)
@@ -200,7 +201,8 @@ class OverlordProcess:
                                                                                       "--insecure-open"]
         with log.open("ab") as out:
             self.process = subprocess.Popen([*argv, "--port", port], cwd=cwd,
-                                            env={**os.environ, "OVERLORD_QUERY_STANDBY": "false", **env,
+                                            env={**os.environ, "OVERLORD_QUERY_STANDBY": "false",
+                                                 "OVERLORD_QUERY_ENGINE_EAGER": "false", **env,
                                                  "PYTHONPATH": _with_repo(env.get("PYTHONPATH"))},
                                             stdout=out, stderr=subprocess.STDOUT)
         try:

@@ -125,7 +125,8 @@ def test_health_says_when_the_query_engine_or_the_runners_cannot_run(stack: DevS
             f'{{"spark.executorEnv.PYTHONPATH": "{bad_path}"}}')
     key = "OVERLORD_QUERY_SPARK_CONF" if broken == "query engine" else "OVERLORD_SPARK_CONF"
     expected_error = "did not start" if broken == "query engine" else "was imported"
-    server = _overlord(stack, tmp_path, {key: conf})
+    eager = {"OVERLORD_QUERY_ENGINE_EAGER": "true"}  # the engine starts (and fails) without a query
+    server = _overlord(stack, tmp_path, {key: conf, **eager})
     try:
         field = "queryEngine" if broken == "query engine" else "residentRunners"
 

@@ -78,7 +78,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *, aut
 
     ``authenticator`` None runs the API open to anyone who can reach it (the dev stack and tests).
     ``app.state.queries`` is the query engine's process (:mod:`overlord.query.process`), starting
-    in the background; whoever serves the app stops it.
+    in the background (at the first query unless ``OVERLORD_QUERY_ENGINE_EAGER``); whoever serves the app stops it.
     """
     secrets = secrets or SecretRegistry()
     overlord.runner.logs.addFilter(SecretLogFilter(secrets))  # task logs are served: scrubbed like the log
@@ -135,7 +135,8 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *, aut
 
     queries = app.state.queries = QueryProcess(
         overlord.settings, lambda reason: overlord.metrics.query_engine_restarts.labels(reason).inc())
-    queries.start()  # its own Spark application, starting now so that it is ready for the first query
+    if overlord.settings.query_engine_eager:
+        queries.start()  # its own Spark application, starting now so that it is ready for the first query
 
     base_openapi = app.openapi
 
