@@ -88,7 +88,7 @@ def run(rate: int, seconds: float, partitions: int, period: str | None) -> dict[
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
         settings = stack.settings()
-        spark = get_spark("local[*]")
+        spark = get_spark("local[*]", resident_slots=settings.resident_runner_count)  # else they hold every slot
         overlord = Overlord(settings, engine, spark)
         overlord.start()
         topic = f"fresh-{uuid.uuid4().hex[:8]}"

@@ -284,9 +284,9 @@ def run_live(rate: int, duration_s: float, partitions: int, period: str | None, 
     logging.getLogger("segment_store.compaction_swap").setLevel(logging.INFO)
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
-        spark = get_spark("local[*]")
-        overlord = Overlord(stack.settings(compaction_period_s=compaction_period_s if auto_compaction else 0),
-                            engine, spark)
+        settings = stack.settings(compaction_period_s=compaction_period_s if auto_compaction else 0)
+        spark = get_spark("local[*]", resident_slots=settings.resident_runner_count)  # else they hold every slot
+        overlord = Overlord(settings, engine, spark)
         overlord.start()
         coordinator = Coordinator(overlord)
         coordinator.start()
