@@ -15,6 +15,8 @@ from overlord.dev.stack import DevStack
 from segment_store import used_segments
 from tests.helpers import OverlordProcess, assert_exact, committed_total, merged, published_table, spec_json, wait_until
 
+pytestmark = pytest.mark.long  # SIGKILLs the overlord at three moments, restarting each time
+
 
 @pytest.fixture()
 def servers(stack: DevStack, tmp_path: Path) -> Iterator[Callable[..., OverlordProcess]]:

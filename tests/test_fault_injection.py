@@ -54,6 +54,8 @@ from segment_store import DeepStorage, cleanup, committed_offsets
 from tests.exactness import Expected, compare, published_rows, read_back
 from tests.helpers import OverlordProcess, spec_json, wait_until
 
+pytestmark = pytest.mark.long  # randomized faults against real overlord processes
+
 ROUNDS = int(os.environ.get("FAULT_ROUNDS", "10"))
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "faults.json"
 PARTITIONS = 3

@@ -18,6 +18,8 @@ from overlord.dev.sample_data import make_sample_events, produce
 from overlord.dev.stack import DevStack
 from tests.helpers import OverlordProcess, committed_total, spec_json, wait_until
 
+pytestmark = pytest.mark.long  # overlord processes SIGKILLed, started from hostile directories
+
 SHADOWED = ("specs", "overlord", "segment_store", "indexing_task")
 
 

@@ -33,6 +33,8 @@ from overlord.query.process import GRACE_S, QueryProcess
 from overlord.supervisor.manager import Overlord
 from tests.helpers import READER, WRITER, committed_total, fresh_database, served, spec_json, start_overlord, wait_until
 
+pytestmark = pytest.mark.long  # query engines exhausted, killed and replaced
+
 HEAP_ATTACK = ("SELECT max(length(format_string(concat('%0', CAST(900000000 + id AS STRING), 'd'), id))) "
                "FROM range(2)")
 """The issue's query that ran the shared JVM out of heap (and so killed ingestion)."""

@@ -18,6 +18,8 @@ import pytest
 from overlord.dev.stack import free_port
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.long  # the quickstart command end to end
+
 FIRST_RESULT = re.compile(r"\(\d+ rows?\)$")  # the first task may hold fewer than all 8 countries
 
 

@@ -37,6 +37,8 @@ from tests.helpers import (
 )
 from tests.test_leadership import kill_lock_session
 
+pytestmark = pytest.mark.long  # a standalone Spark cluster and overlords killed on it
+
 API = "/druid/indexer/v1"
 
 

@@ -149,6 +149,7 @@ ALL_FUNCTIONS = os.environ.get("SQL_BOUNDS_ALL_FUNCTIONS") == "1"
 ``SQL_BOUNDS_ALL_FUNCTIONS=1`` calls the bounded ones too (about 7 minutes here)."""
 
 
+@pytest.mark.long  # every allowed function with hostile arguments: two minutes
 def test_every_allowed_function_with_hostile_arguments_is_a_400_or_small(spark, engine):
     """Each allowed function, applied to itself through CTE levels on a 10,000-character string and a huge
     integer: refused with a clean 400 by the sandbox, or run (many calls per query) to a value within the limit.
