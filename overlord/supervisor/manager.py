@@ -40,11 +40,7 @@ from overlord.supervisor.loop import Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore, SupervisorRecord
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_runner import TaskRunner
-from segment_store import (
-    Partition,
-    reset_offsets,
-    upgrade_schema,
-)
+from segment_store import Partition, reset_offsets, upgrade_schema
 from segment_store.timeline import visible_totals
 from specs import SpecError, SupervisorSpec, check_update, load_supervisor_spec
 from specs.masked import MASK, keep_masked_secrets
