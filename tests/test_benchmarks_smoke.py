@@ -24,10 +24,13 @@ from overlord.dev.stack import DevStack
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(p.stem for p in (REPO / "benchmarks" / "scenarios").glob("*.py") if p.stem != "__init__")
+MODES = {"ab --worker": ("ab", "--worker")}
+"""Modes of a scenario that take another code path, each run too (the name is the check's key in SANE)."""
 
 Check = Callable[[dict[str, Any]], bool]
 SANE: dict[str, Check] = {
     "ab": lambda r: r["shapes"]["1 low"]["median_ratio"] > 0,
+    "ab --worker": lambda r: r["mode"] == "worker" and r["shapes"]["1 low"]["cpu_ratio"] > 0,
     "auth_flood": lambda r: r["flood"]["requests"] > 0 and r["latency_logged_in_during_flood"]["requests"] > 0,
     "broker_cost": lambda r: set(r["broker_cores"]) == {"producer_only", "tailing_consumer", "indexer_cycle"},
     "cluster": lambda r: [run["records"] for run in r["runs"]] == [r["events"]] * 2 and r["cluster_over_local"] > 0,
@@ -52,17 +55,19 @@ def _numbers(value: Any) -> list[float]:
 @pytest.mark.own_stack
 @pytest.mark.benchmark_smoke
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [*SCENARIOS, *MODES])
 def test_scenario_smoke_run(scenario: str, tmp_path: Path) -> None:
-    out = tmp_path / f"{scenario}.json"
+    module, *options = MODES.get(scenario, (scenario,))
+    out = tmp_path / f"{module}.json"
+    arguments = [*options, "--smoke", "--out", str(out)]
     started = time.monotonic()
-    child = subprocess.run([sys.executable, "-m", f"benchmarks.scenarios.{scenario}", "--smoke", "--out", str(out)],
+    child = subprocess.run([sys.executable, "-m", f"benchmarks.scenarios.{module}", *arguments],
                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
                            timeout=230)
     print(f"{scenario} --smoke: {time.monotonic() - started:.1f} s")
     assert child.returncode == 0, f"{scenario} --smoke failed:\n{child.stdout[-3000:]}\n{child.stderr[-3000:]}"
     results = json.loads(out.read_text())
-    assert results["command"] == f"python -m benchmarks.scenarios.{scenario} --smoke --out {out}"
+    assert results["command"] == f"python -m benchmarks.scenarios.{module} {' '.join(arguments)}"
     assert all(math.isfinite(n) for n in _numbers(results)), f"{scenario}: a figure is not finite"
     assert scenario in SANE, f"{scenario}: add the check of its smoke figures to SANE"
     assert SANE[scenario](results), f"{scenario}: insane figures: {json.dumps(results)[:3000]}"

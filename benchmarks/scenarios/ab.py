@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import io
 import os
 import shutil
@@ -98,6 +99,14 @@ def with_transforms(spec: SupervisorSpec) -> SupervisorSpec:
     return load_supervisor_spec(raw)
 
 
+def _module(package: str, *names: str) -> Any:
+    """The first module of ``names`` that ``package`` has: one renamed since ``--ref`` is found by either name."""
+    for name in names:
+        if importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")
+    raise ModuleNotFoundError(f"{package} has none of the modules {', '.join(names)}")
+
+
 def _worker_cost(bench: Bench, package: str, shape_name: str, topic: str, ends: dict[int, int],
                  events: int, transformed: bool = False) -> tuple[float, float]:
     """``index_split`` of every partition in this process, no Spark: (events/s, CPU µs per event).
@@ -105,17 +114,17 @@ def _worker_cost(bench: Bench, package: str, shape_name: str, topic: str, ends: 
     CPU time counts every thread of the process (librdkafka's included), so it is far less
     sensitive to other load on the machine than wall time.
     """
-    worker = importlib.import_module(f"{package}.worker")
-    ranges = importlib.import_module(f"{package}.ranges")
-    reader = importlib.import_module(f"{package}.reader")
-    rollup = importlib.import_module(f"{package}.rollup")
+    worker = _module(package, "spark_worker", "worker")
+    ranges = _module(package, "offset_ranges", "ranges")
+    reader = _module(package, "reader")
+    schema = _module(package, "rollup_schema", "rollup")
     shape = shape_by_name(shape_name)
     spec = spec_for(f"ab_{uuid.uuid4().hex[:8]}", topic, shape.low, shape.high)
     spec = with_transforms(spec) if transformed else spec
     payload = worker.TaskPayload(
         task_id=f"ab-{uuid.uuid4().hex[:8]}", datasource=spec.datasource, topic=topic,
         consumer_config=reader.consumer_config({"bootstrap.servers": bench.bootstrap}, "bench-ab"),
-        rollup_schema=rollup.RollupSchema.from_spec(spec.spec.data_schema),
+        rollup_schema=schema.RollupSchema.from_spec(spec.spec.data_schema),
         deep_storage=str(bench.workdir / "ab"), max_rows_in_memory=1_000_000,
         splits=tuple(ranges.Split(i, p, 0, end) for i, (p, end) in enumerate(sorted(ends.items()))))
     cpu, started = time.process_time(), time.monotonic()
