@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import re
 import secrets
@@ -68,6 +69,18 @@ class _Request:
         self.taken = False
 
 
+def _check_free_slots(master: str, count: int) -> None:
+    """Refuse ``count`` runners that would hold every task slot of a local master: no indexing job could run."""
+    local = re.fullmatch(r"local(?:\[(\*|\d+)\])?", master)
+    if local is None:
+        return  # a cluster's slots are its workers', not known here
+    slots = (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1) or 1)
+    if count >= slots:
+        raise ValueError(f"{master} has {slots} task slots and {count} resident runners would hold them all, so no "
+                         "indexing job could ever run: start Spark with slots for them (get_spark(..., "
+                         "resident_slots=...), as 'overlord serve' does) or set fewer OVERLORD_RESIDENT_RUNNERS")
+
+
 class ResidentRunners:
     """``count`` resident runners on ``spark``; :meth:`run` hands one a small task's splits.
 
@@ -78,6 +91,7 @@ class ResidentRunners:
     """
 
     def __init__(self, spark: SparkSession, count: int) -> None:
+        _check_free_slots(spark.sparkContext.master or "", count)
         self.spark = spark
         self.count = count
         self._key = secrets.token_bytes(32)

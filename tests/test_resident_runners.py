@@ -228,3 +228,13 @@ def test_tasks_that_wait_for_the_runner_go_together_and_each_succeeds_or_fails_a
         assert_exact(published_table(engine, request.spec.datasource), sample)
     assert isinstance(outcomes[queued[2].task_id], NotADirectoryError)
     assert committed_offsets(engine, queued[2].spec.datasource).offsets == {0: 0, 1: 0}  # where it started
+
+
+def test_runners_that_would_hold_every_local_slot_are_refused_at_once(spark):
+    """Two benchmarks gave the overlord a ``local[*]`` Spark without slots for its runners: the runners held
+    both cores, no indexing job ever got a slot, and the supervisor lagged forever without a word.
+    """
+    slots = int(spark.sparkContext.master.removeprefix("local[").removesuffix("]"))  # conftest's: local[2] + 4
+
+    with pytest.raises(ValueError, match=rf"local\[{slots}\] has {slots} task slots.*resident_slots"):
+        ResidentRunners(spark, slots)
