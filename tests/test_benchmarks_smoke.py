@@ -38,7 +38,7 @@ SANE: dict[str, Check] = {
     "formats": lambda r: r["shapes"]["1 low"]["csv_over_json"] > 0 and r["shapes"]["1 low"]["avro_over_json"] > 0,
     "freshness": lambda r: r["records"] > 0 and r["tasks"] > 0 and 0 < r["freshness_p50_s"] <= r["freshness_max_s"],
     "hostile_load": lambda r: r["hostile_queries"]["answers_by_status"] != {} and r["health_after"][0] == 200,
-    "live_freshness": lambda r: r["exactness"]["checks"] > 0 and r["exactness"]["failed"] == 0,
+    "live_freshness": lambda r: r["summary"]["exactness"]["checks"] > 0 and r["summary"]["exactness"]["failed"] == 0,
     "query": lambda r: r["results_identical"] and r["duckdb_results_identical"],
     "storage": lambda r: r["events_sent"] > 0 and r["exact_before_retention"] and r["retention"]["exact"],
 }
