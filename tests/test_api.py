@@ -507,6 +507,8 @@ def test_the_consoles_task_list_pages_newest_first_and_filters_on_the_server(api
     assert [t["id"] for t in kafka] == [i for i in ids[::-1] if int(i[-3:]) % 3 == 0]
     assert page(0, sinceSeconds=3600)["tasks"] == pages[0]["tasks"]  # all created just now
     assert api.http.get("/console/api/tasks", params={"status": "LOST"}).status_code == 400
+    too_far = api.http.get("/console/api/tasks", params={"sinceSeconds": 2**46})  # before year 1: was a 500
+    assert too_far.status_code == 400 and "sinceSeconds" in too_far.text
 
 
 def test_a_tasks_log_and_report_are_one_call_away_as_druid_serves_them(api: Api, stack: DevStack, make_topic,

@@ -37,6 +37,8 @@ MAX_INTERVALS = 48
 """Newest intervals shown per datasource."""
 TASK_PAGE = 50
 """Tasks per page of the console's task list."""
+MAX_SINCE_S = 100 * 366 * 86_400
+"""The task list's ``sinceSeconds`` at most: a century back holds every task; far more is before year 1."""
 
 
 def console_routes(out: Replies, queries: QueryProcess, coordinator: Coordinator) -> APIRouter:
@@ -70,7 +72,7 @@ def console_routes(out: Replies, queries: QueryProcess, coordinator: Coordinator
     @router.get("/console/api/tasks", tags=["console"], summary="A page of tasks, newest first, with their reports")
     def task_page(datasource: str | None = None, status: Literal["RUNNING", "SUCCESS", "FAILED"] | None = None,
                   task_type: Annotated[Literal["index_kafka", "compact"] | None, Query(alias="type")] = None,
-                  since_s: Annotated[int | None, Query(alias="sinceSeconds", ge=1)] = None,
+                  since_s: Annotated[int | None, Query(alias="sinceSeconds", ge=1, le=MAX_SINCE_S)] = None,
                   page: Annotated[int, Query(ge=0, le=10_000)] = 0) -> Response:
         since = None if since_s is None else datetime.now(UTC) - timedelta(seconds=since_s)
         found = overlord.store.tasks(status=status, datasource=datasource or None, task_type=task_type, since=since,
