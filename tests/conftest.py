@@ -147,7 +147,7 @@ def coordinator_of(make_overlord: Callable[..., Any]) -> Iterator[Callable[[Any]
         coordinator.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def token() -> tuple[str, str]:
     """A bearer token of the write role and its SHA-256 digest."""
     from overlord.http.auth import new_token
@@ -155,7 +155,7 @@ def token() -> tuple[str, str]:
     return new_token()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def auth_file(tmp_path_factory: pytest.TempPathFactory, token: tuple[str, str]) -> Path:
     """An auth file with a reader (READER), a writer (WRITER) and ``token``."""
     from overlord.http.auth import hash_password
@@ -169,10 +169,14 @@ def auth_file(tmp_path_factory: pytest.TempPathFactory, token: tuple[str, str]) 
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def secured(stack: DevStack, engine: sa.Engine, spark: object, tmp_path_factory: pytest.TempPathFactory,
             auth_file: Path) -> Iterator[tuple[str, Any]]:
-    """An overlord's HTTP API with authentication on, over real HTTP: (base URL, app)."""
+    """An overlord's HTTP API with authentication on, over real HTTP: (base URL, app).
+
+    One for the session: test_auth, test_fuzz and test_http_hardening share it (its query engine takes about 15 s
+    to start).
+    """
     from overlord.http.app import create_app
     from overlord.http.auth import Authenticator, AuthFile
     from overlord.http.redact import SecretRegistry

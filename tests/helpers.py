@@ -231,15 +231,19 @@ class OverlordProcess:
 
 
 @contextmanager
-def served(app: Any, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on loopback (``port``, or a free one) in a thread; yields its base URL."""
+def served(app: Any, port: int | None = None, *, queries: bool = True) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on loopback (``port``, or a free one) in a thread; yields its base URL.
+
+    ``queries``: wait for the query engine first (a cold one takes longer than a test client waits); a test
+    that sends no query says False and spares the engine's start, about 15 s.
+    """
     port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
     thread.start()
     wait_until(lambda: server.started, "the API server to start", 10)
-    if hasattr(app.state, "queries"):
-        app.state.queries.wait_started()  # a cold query engine takes longer than a test client waits
+    if queries and hasattr(app.state, "queries"):
+        app.state.queries.wait_started()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -165,8 +165,8 @@ def test_the_command_line_client_pointed_at_a_standby_reaches_the_leader_with_it
     standby = make_overlord(database_url=leader.settings.database_url)
     monkeypatch.setenv("OVERLORD_TOKEN", token)
     try:
-        with served(create_app(leader, authenticator=auth), port), \
-                served(create_app(standby, authenticator=auth)) as standby_url:
+        with served(create_app(leader, authenticator=auth), port, queries=False), \
+                served(create_app(standby, authenticator=auth), queries=False) as standby_url:
             client = OverlordClient(standby_url)
             assert client.request("POST", "/supervisor", json=spec_json(datasource, make_topic(1)))["id"] == datasource
             assert datasource in leader.supervisors and standby.supervisors == {}

@@ -84,7 +84,7 @@ def test_rules_drop_and_segments_come_back_by_interval_id_and_datasource(stack, 
     sample = make_sample_events(2_000, bad_every=0, seed=31)
     produce(stack.bootstrap_servers, topic, sample.records, 1)
     wait_until(lambda: committed_total(overlord.engine, datasource) == len(sample.records), "a publish")
-    with served(create_app(overlord, authenticator=None)) as url:
+    with served(create_app(overlord, authenticator=None), queries=False) as url:
         rules_url = f"{url}/druid/coordinator/v1/rules/{datasource}"
         bad = httpx.post(rules_url, json=[{"type": "dropByPeriod", "period": "soon"}])
         assert bad.status_code == 400 and "period" in bad.json()["errors"][0]["path"]
@@ -176,7 +176,7 @@ def test_the_cli_shows_compaction_sets_rules_and_drops_only_when_confirmed(stack
     sample = make_sample_events(300, bad_every=0, seed=51)
     produce(stack.bootstrap_servers, topic, sample.records, 1)
     wait_until(lambda: committed_total(overlord.engine, datasource) == len(sample.records), "a publish")
-    with served(create_app(overlord, authenticator=None)) as url:
+    with served(create_app(overlord, authenticator=None), queries=False) as url:
         status = overlord_cli("compaction", "status", datasource, "--url", url)
         assert status.returncode == 0, status.stderr
         assert f"{datasource}: default config, skipOffsetFromLatest PT1H" in status.stdout
