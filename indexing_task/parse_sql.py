@@ -225,7 +225,7 @@ class ParseSql:
         matched = [f"coalesce({filter_sql(f, self.text)}, false) AS __mf{i}" for i, f in self.metric_filters.items()]
         ts_text, extract = self._timestamp_text(), ", ".join(self._extract_columns())
         return f"""
-            WITH {values_sql(carried, s.delimited, s.avro is not None)},
+            WITH {values_sql(carried, s.delimited, s.decoder is not None)},
             obj AS (SELECT {carried}, __is_null, __problem, __s, coalesce(json_valid(__s), false) AS __valid,
                            coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
             ext AS (SELECT {carried}, __is_null, __problem, __s, __valid, __ok, {extract} FROM obj),

@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 
 from indexing_task.aggregate_sql import aggregate_sql
 from indexing_task.arrow_queries import arrow_query, thread_database
-from indexing_task.avro_values import AvroValues
 from indexing_task.buckets import bucket_end_sql
 from indexing_task.field_discovery import discovered_schema
 from indexing_task.field_sql import metadata_column
@@ -37,6 +36,7 @@ from indexing_task.partial_rows import sketched, with_every_dimension
 from indexing_task.rollup_schema import SEGMENT_START, TIME, RollupSchema
 from indexing_task.sketch_columns import build_sketches, merge_sketches
 from indexing_task.sql_text import quote_identifier as _q
+from indexing_task.value_decoders import value_decoder, without_json_framing
 
 __all__ = ["BadRecord", "ParsedBatch", "Rollup"]
 
@@ -88,7 +88,7 @@ class Rollup:
         self._con = thread_database().cursor()
         self._con.execute("SET TimeZone = 'UTC'")
         self._bounds = bounds_sql(min_time, max_time)
-        self._avro = None if schema.avro is None else AvroValues(*schema.avro)
+        self._decode = None if schema.decoder is None else value_decoder(schema.decoder)
         self._use(schema)
 
     def _use(self, schema: RollupSchema) -> None:
@@ -158,13 +158,17 @@ class Rollup:
     def _classified(self, values: list[bytes | None], metadata: Mapping[str, pa.Array] | None) -> pa.Table:
         """The parse query's answer for one batch: its rows, each with the status of its records."""
         problems: dict[str, pa.Array] = {}
-        raw_values = values
-        if self._avro is not None:  # decoded to JSON text here; the reason for each that cannot be
-            raw_values, reasons = self._avro.to_json(values)
+        if self._decode is not None:  # decoded to JSON text here; the reason for each that cannot be
+            decoded, reasons = self._decode(values)
+            raw = pa.array(decoded, type=pa.binary())
             problems["__problem"] = pa.array(reasons, type=pa.string())
+        else:
+            raw = pa.array(values, type=pa.binary())
+            if self.schema.delimited is None:
+                raw = without_json_framing(raw)
         positions = pa.array(np.arange(len(values), dtype=np.int64))
         offsets = {"offset": positions} if self.schema.has_pairs else {}
-        batch = pa.table({"__i": positions, "__raw": pa.array(raw_values, type=pa.binary()), **problems,
+        batch = pa.table({"__i": positions, "__raw": raw, **problems,
                           **{metadata_column(need): array for need, array in {**offsets, **(metadata or {})}.items()}})
         self._con.register("batch", batch)
         try:

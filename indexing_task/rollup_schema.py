@@ -118,8 +118,9 @@ class RollupSchema:
     """Discovered fields whose names differ only in case from a column's: a record holding one is unparseable."""
     delimited: DelimitedValues | None = None
     """CSV or TSV values (None: JSON)."""
-    avro: tuple[str, bool] | None = None
-    """Avro values: the inline schema (JSON text) and ``binaryAsString`` (None: not Avro)."""
+    decoder: str | None = None
+    """Avro or Protobuf values: how they are decoded to JSON text (JSON, see :mod:`indexing_task.value_decoders`;
+    None: JSON, CSV or TSV values)."""
 
     @classmethod
     def from_spec(cls, data_schema: DataSchemaSpec, input_format: InputFormatSpec | None = None) -> RollupSchema:
@@ -179,8 +180,7 @@ class RollupSchema:
             discover_types=dims.use_schema_discovery,
             discovery_exclusions=tuple(dict.fromkeys(excluded)),
             delimited=delimited,
-            avro=None if value.avro_bytes_decoder is None else (
-                json.dumps(value.avro_bytes_decoder.avro_schema, sort_keys=True), value.binary_as_string),
+            decoder=_decoder_json(value, names),
         )
 
     @property
@@ -281,3 +281,13 @@ def _metric_type(druid_type: str, sketch: Sketch | None) -> Literal["string", "l
     if druid_type.startswith("float"):
         return "float"
     return "long"
+
+
+def _decoder_json(value: InputFormatSpec, names: Iterable[str]) -> str | None:
+    """How ``value``'s Avro or Protobuf values are decoded (a ``file`` descriptor is read here), or None."""
+    decoder = value.avro_bytes_decoder or value.proto_bytes_decoder
+    if decoder is None:
+        return None
+    return json.dumps({"format": "avro" if value.type == "avro_stream" else "protobuf",
+                       "binaryAsString": value.binary_as_string, "decoder": decoder.task_json(),
+                       "names": sorted(set(names))}, sort_keys=True)

@@ -1,6 +1,7 @@
 """Errors of the indexing task."""
 
-__all__ = ["IndexingError", "RangeNotReadableError", "TaskStopped", "TooManyParseErrors", "TopicRecreated"]
+__all__ = ["IndexingError", "RangeNotReadableError", "SchemaRegistryUnavailable", "TaskStopped", "TooManyParseErrors",
+           "TopicRecreated"]
 
 
 class IndexingError(Exception):
@@ -21,3 +22,7 @@ class TaskStopped(IndexingError):
 
 class TopicRecreated(IndexingError):
     """A partition's topic has another ID than when its offsets were committed: the task does not publish."""
+
+
+class SchemaRegistryUnavailable(IndexingError):
+    """The schema registry could not answer (down, 5xx, refused credentials): the task does not publish."""

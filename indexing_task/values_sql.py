@@ -17,7 +17,7 @@ def values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool = 
     A CSV or TSV line becomes a JSON object of its columns' texts (empty ones null, as in Druid;
     one holding the ``listDelimiter``, a JSON array of its parts: a multi-value dimension), so the
     rest of the parse reads every format alike. ``decoded``: the batch holds values already
-    decoded to JSON (Avro) and their ``__problem``.
+    decoded to JSON (Avro, Protobuf) and their ``__problem``.
     """
     if delimited is None:
         problem = "__problem" if decoded else "NULL::VARCHAR AS __problem"

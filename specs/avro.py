@@ -1,4 +1,4 @@
-"""Druid's ``avro_stream`` input format with an inline schema: the schema, checked when a spec is submitted.
+"""Druid's ``avro_stream`` decoders: an inline schema (checked when a spec is submitted) or a schema registry.
 
 Druid reads Avro without logical-type conversions (a ``timestamp-millis`` field is its long), so
 the schema is used with its ``logicalType`` annotations removed.
@@ -6,16 +6,17 @@ the schema is used with its ``logicalType`` annotations removed.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import fastavro
 from fastavro.types import Schema
 from pydantic import Field, model_validator
 
 from specs.data_schema import SpecModel
+from specs.schema_registry import SchemaRegistrySpec
 from specs.spec_errors import SpecError
 
-__all__ = ["AvroBytesDecoderSpec", "parse_avro_schema"]
+__all__ = ["AvroBytesDecoderSpec", "InlineAvroSpec", "parse_avro_schema"]
 
 
 def parse_avro_schema(schema: Any) -> Schema:
@@ -34,15 +35,23 @@ def _without_logical_types(schema: Any) -> Any:
     return schema
 
 
-class AvroBytesDecoderSpec(SpecModel):
-    """How an Avro value is decoded: with a schema given in the spec (``schema_inline``)."""
+class InlineAvroSpec(SpecModel):
+    """Druid's ``schema_inline`` decoder: every value is a datum of the schema given in the spec (no header)."""
 
     type: Literal["schema_inline"]
-    """Only an inline schema; a schema registry or repository is not supported."""
+    """Decoder type."""
     avro_schema: dict[str, Any] = Field(alias="schema")
     """The writer's schema of every record value."""
 
     @model_validator(mode="after")
-    def _valid_schema(self) -> AvroBytesDecoderSpec:
+    def _valid_schema(self) -> InlineAvroSpec:
         parse_avro_schema(self.avro_schema)
         return self
+
+    def task_json(self) -> dict[str, Any]:
+        """What a task needs: the schema."""
+        return {"type": "schema_inline", "schema": self.avro_schema}
+
+
+AvroBytesDecoderSpec = Annotated[InlineAvroSpec | SchemaRegistrySpec, Field(discriminator="type")]
+"""How an Avro value is decoded: with the spec's schema, or the registry's schema its header names."""

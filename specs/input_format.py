@@ -1,4 +1,8 @@
-"""The ``inputFormat`` of a Kafka supervisor spec: JSON, CSV, TSV or Avro values, or the ``kafka`` format around them.
+"""The ``inputFormat`` of a Kafka supervisor spec: JSON, CSV, TSV, Avro or Protobuf values, or ``kafka`` around them.
+
+A ``json`` value in Confluent's wire format (a zero byte and a 4-byte schema id before the
+document, as its JSON Schema serializer writes) is read as the document: JSON text never starts
+with a zero byte. The registry's JSON Schema is not checked (the producer's serializer did).
 
 A ``csv`` or ``tsv`` value is one line of ``columns`` (Druid reads a value of several lines as
 several rows: such a value is refused per record here); empty fields are null, as in Druid. The
@@ -12,7 +16,7 @@ formats are given, as in Druid.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -20,6 +24,7 @@ from specs import limits
 from specs.avro import AvroBytesDecoderSpec
 from specs.data_schema import Name, SpecModel, duplicates, unsupported
 from specs.flatten import FlattenSpec
+from specs.protobuf import ProtoBytesDecoderSpec
 from specs.spec_errors import SpecError
 
 __all__ = ["HeaderFormatSpec", "InputFormatSpec", "KeyFormatSpec"]
@@ -72,6 +77,13 @@ class HeaderFormatSpec(SpecModel):
         return value
 
 
+_UNSUPPORTED_DECODERS = {
+    "schema_repo": "Druid's AVRO-1124 schema repository, which this service does not read",
+    "multiple_version": "Druid's AVRO-1124 schema repository, which this service does not read",
+    "multiple_schemas_inline": "Druid's decoder of inline schemas by version byte, which this service does not read",
+}
+
+
 class InputFormatSpec(SpecModel):
     """How Kafka records are parsed: JSON, CSV or TSV values, or the ``kafka`` format around a ``valueFormat``."""
 
@@ -81,12 +93,14 @@ class InputFormatSpec(SpecModel):
         "tryParseNumbers": "reading CSV and TSV numbers as numbers",
         "extractUnionsByType": "Avro union members as fields named by their type"}
 
-    type: Literal["json", "kafka", "csv", "tsv", "avro_stream"] = "json"
+    type: Literal["json", "kafka", "csv", "tsv", "avro_stream", "protobuf"] = "json"
     """Input format type."""
     avro_bytes_decoder: AvroBytesDecoderSpec | None = None
-    """avro_stream: the schema of the values (inline)."""
+    """avro_stream: the schema of the values (``schema_inline``) or where it is (``schema_registry``)."""
+    proto_bytes_decoder: ProtoBytesDecoderSpec | None = None
+    """protobuf: the message type of the values (``file``, ``inline``) or where it is (``schema_registry``)."""
     binary_as_string: bool = False
-    """avro_stream: read ``bytes`` and ``fixed`` values as UTF-8 text (else a record holding one is unparseable)."""
+    """avro_stream, protobuf: read bytes values as UTF-8 text (else a record holding one is unparseable)."""
     columns: _Columns = Field(default=(), strict=False)
     """csv, tsv: the names of the values of a line, in order (extra values are dropped, missing ones null)."""
     delimiter: _ShortText = "\t"
@@ -122,18 +136,32 @@ class InputFormatSpec(SpecModel):
                 "topic": self.topic_column_name or "kafka.topic",
                 "header": self.header_column_prefix or "kafka.header."}
 
+    @field_validator("avro_bytes_decoder", "proto_bytes_decoder", mode="before")
+    @classmethod
+    def _known_decoder(cls, value: Any) -> Any:
+        kinds = {"schema_inline", "schema_registry", "file", "inline"}
+        kind = value.get("type") if isinstance(value, dict) else None
+        if isinstance(value, dict) and kind not in kinds:
+            what = _UNSUPPORTED_DECODERS.get(str(kind), "an unknown decoder type")
+            raise SpecError.at("type", f"{kind!r} is {what}; supported: schema_inline or schema_registry (Avro), "
+                                       "file, inline or schema_registry (Protobuf)")
+        return value
+
     @model_validator(mode="after")
     def _fields_of_its_type(self) -> InputFormatSpec:
         kafka_only = {"valueFormat", "keyFormat", "headerFormat", "keyColumnName", "timestampColumnName",
                       "topicColumnName", "headerColumnPrefix"}
         delimited_only = {"columns", "delimiter", "listDelimiter", "findColumnsFromHeader", "skipHeaderRows"}
         avro_only = {"avroBytesDecoder", "binaryAsString"}
+        protobuf_only = {"protoBytesDecoder", "binaryAsString"}
         fields = type(self).model_fields  # a default written out (as a spec read back is) counts as not given
         given = {fields[name].alias or name for name in self.model_fields_set
                  if name in fields and getattr(self, name) != fields[name].default}
         takers = {"json": {"flattenSpec"}, "kafka": kafka_only, "csv": delimited_only - {"delimiter"},
-                  "tsv": delimited_only, "avro_stream": avro_only | {"flattenSpec"}}
-        wrong = sorted(given & (kafka_only | delimited_only | avro_only | {"flattenSpec"}) - takers[self.type])
+                  "tsv": delimited_only, "avro_stream": avro_only | {"flattenSpec"},
+                  "protobuf": protobuf_only | {"flattenSpec"}}
+        wrong = sorted(given & (kafka_only | delimited_only | avro_only | protobuf_only | {"flattenSpec"})
+                       - takers[self.type])
         if wrong:
             raise SpecError([(key, f"a {self.type} input format does not take it") for key in wrong])
         if self.type in ("csv", "tsv"):
@@ -141,14 +169,20 @@ class InputFormatSpec(SpecModel):
         if self.type == "avro_stream":
             if self.avro_bytes_decoder is None:
                 raise SpecError.at("avroBytesDecoder", "required for avro_stream: {\"type\": \"schema_inline\", "
-                                                       "\"schema\": {...}}")
+                                                       "\"schema\": {...}} or {\"type\": \"schema_registry\", ...}")
+            return self
+        if self.type == "protobuf":
+            if self.proto_bytes_decoder is None:
+                raise SpecError.at("protoBytesDecoder", "required for protobuf: {\"type\": \"file\", \"descriptor\": "
+                                                        "..., \"protoMessageType\": ...} or {\"type\": "
+                                                        "\"schema_registry\", ...}")
             return self
         if self.type == "json":
             return self
         if self.value_format is None:
             raise SpecError.at("valueFormat", "required for the kafka input format")
         if self.value_format.type == "kafka":
-            raise SpecError.at("valueFormat.type", "json, csv, tsv or avro_stream")
+            raise SpecError.at("valueFormat.type", "json, csv, tsv, avro_stream or protobuf")
         columns = self.metadata_columns
         names = {"keyColumnName": columns["key"], "timestampColumnName": columns["timestamp"],
                  "topicColumnName": columns["topic"]}

@@ -98,10 +98,16 @@ def spec_error_from_validation(exc: ValidationError, strip_prefix: str = "") -> 
     return SpecError(errors)
 
 
+_UNION_TAGS = frozenset({"schema_inline", "schema_registry", "file", "inline"})
+"""The ``type`` values of the decoders (tagged unions), which pydantic puts in an error's location."""
+
+
 def loc_path(loc: Sequence[int | str]) -> str:
     """Render a pydantic error location as a JSON path (``spec.ioConfig.topic``, ``metricsSpec[2]``)."""
     path = ""
     for part in loc:
+        if part in _UNION_TAGS:
+            continue
         path = join_path(path, f"[{part}]" if isinstance(part, int) else key_path(str(part)))
     return path
 

@@ -19,7 +19,8 @@ __all__ = ["MASK", "keep_masked_secrets", "mask_secrets"]
 MASK = "<masked>"
 """What answers show in place of a secret value."""
 
-_SECRET_KEY = re.compile(r"password|secret|jaas|credential|token|ssl\.key|sasl\.oauthbearer", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"password|secret|jaas|credential|token|ssl\.key|sasl\.oauthbearer|user\.info|authorization"
+                         r"|api.?key|cookie", re.IGNORECASE)
 
 
 def mask_secrets(value: Any) -> Any:

@@ -255,6 +255,53 @@ def test_the_console_asks_for_credentials_and_a_reader_cannot_act(browser, secur
     context.close()
 
 
+def test_an_avro_registry_topic_is_loaded_without_writing_json(page, live, stack, monkeypatch):
+    """Avro values in Confluent's wire format: the loader decodes them through the registry, shows their fields,
+    and the supervisor it submits indexes them exactly (the credentials typed in never shown again).
+    """
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.schema_registry import running_registry
+
+    datasource, topic, overlord = f"ds_{uuid.uuid4().hex[:10]}", f"t-{uuid.uuid4().hex[:10]}", live["overlord"]
+    create_topic(stack.bootstrap_servers, topic, 1)
+    schema = {"type": "record", "name": "Sale", "fields": [{"name": "ts", "type": "long"},
+                                                            {"name": "shop", "type": "string"},
+                                                            {"name": "amount", "type": "long"}]}
+    sales = [{"ts": 1_704_103_200_000 + i * 1_000, "shop": f"s{i % 3}", "amount": i} for i in range(30)]
+    with running_registry("loader", "l0ader-pass") as registry:
+        monkeypatch.setenv("OVERLORD_ALLOWED_SCHEMA_REGISTRIES", registry.url)
+        serialize = AvroSerializer(SchemaRegistryClient({"url": registry.url,
+                                                         "basic.auth.user.info": "loader:l0ader-pass"}),
+                                   json.dumps(schema))
+        produce(stack.bootstrap_servers, topic,
+                [serialize(sale, SerializationContext(topic, MessageField.VALUE)) for sale in sales], 1)
+
+        page.fill("#load-topic", topic)
+        page.select_option("#load-format", "avro")
+        page.fill("#load-registry", registry.url)
+        page.fill("#load-registry-auth", "loader:l0ader-pass")
+        page.click("#load-sample")
+        expect(page.locator("#load-raw")).to_contain_text(f"30 records sampled from {topic}")
+        roles = {field: page.locator(f'#load-fields select[data-field="{field}"]').input_value()
+                 for field in ("shop", "amount")}
+        assert roles == {"shop": "dimension", "amount": "longSum"}
+        page.select_option("#load-ts-format", "millis")
+        page.fill("#load-datasource", datasource)
+        page.click("#load-submit")
+        expect(page.locator(f'.supervisor[data-id="{datasource}"] [data-role="state"]')).to_have_text("RUNNING")
+        wait_until(lambda: committed_total(overlord.engine, datasource) == len(sales), "the loader's publish")
+    totals: dict[str, int] = {}
+    for row in published_table(overlord.engine, datasource).to_pylist():
+        totals[row["shop"]] = totals.get(row["shop"], 0) + row["sum_amount"]
+    assert totals == {f"s{k}": sum(i for i in range(30) if i % 3 == k) for k in range(3)}
+    answer = httpx.get(urljoin(live["url"], f"/druid/indexer/v1/supervisor/{datasource}"))
+    assert "l0ader-pass" not in answer.text and "<masked>" in answer.text
+    overlord.terminate(datasource)
+
+
 def test_a_topic_becomes_a_running_supervisor_through_the_loader_without_writing_json(page, live, stack):
     datasource, topic, overlord = f"ds_{uuid.uuid4().hex[:10]}", f"t-{uuid.uuid4().hex[:10]}", live["overlord"]
     create_topic(stack.bootstrap_servers, topic, 2)

@@ -161,7 +161,7 @@ REJECTIONS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("tuning-type", _patched(*TU, "type", value="index_parallel"), "spec.tuningConfig.type", "'kafka'"),
     (
         "input-format",
-        _patched(*IO, "inputFormat", value={"type": "protobuf"}),
+        _patched(*IO, "inputFormat", value={"type": "thrift"}),
         "spec.ioConfig.inputFormat.type",
         "'json'",
     ),

@@ -1,9 +1,12 @@
-"""Parse cost by input format: the same events as JSON, CSV and Avro values, through the worker's parse pass.
+"""Parse cost by input format: the same events as JSON, CSV, Avro and Protobuf values, through the worker's parse.
 
 The benchmark shapes' events (see :mod:`benchmarks.suite.shapes`) are written as JSON, as CSV
-lines of the same columns and as Avro datums of a schema of those columns;
-:class:`indexing_task.rollup.Rollup` parses and rolls up each in the worker's batch size, in
-turn, and the CPU time per event is reported (no broker: the parse pass alone).
+lines of the same columns, as Avro datums of a schema of those columns (inline, and in
+Confluent's wire format through a schema registry) and as Protobuf messages of a message of
+those fields (through the registry); the registry is the tests' in-process one, written to by
+confluent-kafka's own serializers, as production producers write. :class:`indexing_task.rollup.Rollup`
+parses and rolls up each in the worker's batch size, in turn, and the CPU time per event is
+reported (no broker: the parse pass alone; a schema is fetched once, before the clock starts).
 
     python -m benchmarks.scenarios.formats --events 1000000 --repeat 3
 """
@@ -14,6 +17,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import statistics
 import time
 from datetime import UTC, datetime
@@ -21,6 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from benchmarks.results_file import parse_args, save_results
 from benchmarks.suite import machine
@@ -30,6 +39,10 @@ from indexing_task.rollup import Rollup
 from indexing_task.rollup_schema import RollupSchema
 from indexing_task.spark_worker import CHUNK_RECORDS
 from specs import load_supervisor_spec
+from specs.schema_registry import ALLOWED_REGISTRIES_VARIABLE
+from tests.schema_registry import running_registry
+
+_CONTEXT = SerializationContext("formats", MessageField.VALUE)
 
 
 def as_csv(events: list[bytes], columns: list[str]) -> list[bytes]:
@@ -56,6 +69,30 @@ def as_avro(events: list[bytes], columns: list[str]) -> tuple[dict[str, Any], li
     return schema, out
 
 
+def as_registry_avro(events: list[bytes], schema: dict[str, Any], registry_url: str) -> list[bytes]:
+    """Each event as confluent-kafka's AvroSerializer writes it (Confluent's wire format)."""
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(schema))
+    return [serialize(json.loads(event), _CONTEXT) for event in events]
+
+
+def as_registry_protobuf(events: list[bytes], columns: list[str], registry_url: str) -> list[bytes]:
+    """Each event as a Protobuf message of ``columns`` (``ts``/``value`` int64, the rest strings), as
+    confluent-kafka's ProtobufSerializer writes it.
+    """
+    file = descriptor_pb2.FileDescriptorProto(name="event.proto", package="bench", syntax="proto3")
+    message = file.message_type.add(name="Event")
+    for number, column in enumerate(columns, start=1):
+        message.field.add(name=column, number=number, label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+                          type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64 if column in ("ts", "value")
+                          else descriptor_pb2.FieldDescriptorProto.TYPE_STRING)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    event_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.Event"))
+    serialize = ProtobufSerializer(event_class, SchemaRegistryClient({"url": registry_url}),
+                                   {"use.deprecated.format": False})
+    return [serialize(event_class(**json.loads(event)), _CONTEXT) for event in events]
+
+
 def parse_cost(schema: RollupSchema, values: list[bytes]) -> float:
     """CPU µs per event to parse and roll up ``values`` in the worker's batches."""
     rollup = Rollup(schema)
@@ -68,8 +105,15 @@ def parse_cost(schema: RollupSchema, values: list[bytes]) -> float:
 
 
 def run(shapes: list[str], events: int, repeat: int) -> dict[str, Any]:
+    with running_registry() as registry:
+        os.environ[ALLOWED_REGISTRIES_VARIABLE] = registry.url
+        return _run(shapes, events, repeat, registry.url)
+
+
+def _run(shapes: list[str], events: int, repeat: int, registry_url: str) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmark": "formats", "started": datetime.now(UTC).isoformat(), "events": events,
                            "repeat": repeat, "load_avg_at_start": machine.load_average(), "shapes": {}}
+    registry_decoder = {"type": "schema_registry", "url": registry_url}
     for name in shapes:
         shape = shape_by_name(name)
         columns = ["ts", *shape.dimensions, "value"]
@@ -78,7 +122,11 @@ def run(shapes: list[str], events: int, repeat: int) -> dict[str, Any]:
         raw = spec_for("formats", "formats", shape.low, shape.high).to_druid_json()
         inputs = {"json": ({"type": "json"}, json_values), "csv": ({"type": "csv", "columns": columns}, as_csv(
             json_values, columns)), "avro": ({"type": "avro_stream", "avroBytesDecoder": {
-                "type": "schema_inline", "schema": avro_schema}}, avro_values)}
+                "type": "schema_inline", "schema": avro_schema}}, avro_values),
+            "avro_registry": ({"type": "avro_stream", "avroBytesDecoder": registry_decoder},
+                              as_registry_avro(json_values, avro_schema, registry_url)),
+            "protobuf_registry": ({"type": "protobuf", "protoBytesDecoder": registry_decoder},
+                                  as_registry_protobuf(json_values, columns, registry_url))}
         schemas = {}
         for fmt, (input_format, _) in inputs.items():
             raw["spec"]["ioConfig"]["inputFormat"] = input_format
@@ -91,10 +139,10 @@ def run(shapes: list[str], events: int, repeat: int) -> dict[str, Any]:
                 if i:
                     costs[fmt].append(round(cost, 3))
         med = {fmt: statistics.median(c) for fmt, c in costs.items()}
-        out["shapes"][name] = {"cpu_us_per_event": costs, "csv_over_json": round(med["csv"] / med["json"], 3),
-                               "avro_over_json": round(med["avro"] / med["json"], 3)}
-        print(f"[formats] {name}: JSON {med['json']:.2f}, CSV {med['csv']:.2f} ({med['csv'] / med['json']:.2f}x), "
-              f"Avro {med['avro']:.2f} ({med['avro'] / med['json']:.2f}x) µs/event", flush=True)
+        out["shapes"][name] = {"cpu_us_per_event": costs, **{f"{fmt}_over_json": round(med[fmt] / med["json"], 3)
+                                                             for fmt in inputs if fmt != "json"}}
+        print(f"[formats] {name}: JSON {med['json']:.2f} µs/event; " + ", ".join(
+            f"{fmt} {med[fmt]:.2f} ({med[fmt] / med['json']:.2f}x)" for fmt in inputs if fmt != "json"), flush=True)
     out["load_avg_at_end"] = machine.load_average()
     return out
 

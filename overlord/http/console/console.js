@@ -587,9 +587,19 @@ function loaderSpec() {
       granularitySpec: { type: "uniform", segmentGranularity: loaderValue("load-segment-gran").toUpperCase(),
         queryGranularity: loaderValue("load-query-gran").toUpperCase(),
         rollup: document.getElementById("load-rollup").checked } },
-    ioConfig: { type: "kafka", topic: loaderValue("load-topic"), inputFormat: { type: "json" },
+    ioConfig: { type: "kafka", topic: loaderValue("load-topic"), inputFormat: loaderInputFormat(),
       useEarliestOffset: loaderValue("load-start") === "earliest" },
     tuningConfig: { type: "kafka" } } };
+}
+
+function loaderInputFormat() {
+  // JSON, or Avro or Protobuf values in Confluent's wire format with their schemas in a registry.
+  const format = loaderValue("load-format"), auth = loaderValue("load-registry-auth");
+  if (format === "json") return { type: "json" };
+  const decoder = { type: "schema_registry", url: loaderValue("load-registry"),
+    ...(auth ? { config: { "basic.auth.credentials.source": "USER_INFO", "basic.auth.user.info": auth } } : {}) };
+  return format === "avro" ? { type: "avro_stream", avroBytesDecoder: decoder }
+    : { type: "protobuf", protoBytesDecoder: decoder };
 }
 
 async function sampler(spec) {
@@ -681,6 +691,9 @@ function editLoaded() {
 }
 
 document.getElementById("load-sample").addEventListener("click", sampleTopic);
+document.getElementById("load-format").addEventListener("change", (event) => {
+  for (const label of document.querySelectorAll("[data-registry]")) label.hidden = event.target.value === "json";
+});
 document.getElementById("load-preview").addEventListener("click", previewSpec);
 document.getElementById("load-submit").addEventListener("click", submitLoaded);
 document.getElementById("load-edit").addEventListener("click", editLoaded);
