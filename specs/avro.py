@@ -16,22 +16,23 @@ from specs.data_schema import SpecModel
 from specs.schema_registry import SchemaRegistrySpec
 from specs.spec_errors import SpecError
 
-__all__ = ["AvroBytesDecoderSpec", "InlineAvroSpec", "parse_avro_schema"]
+__all__ = ["AvroBytesDecoderSpec", "InlineAvroSpec", "parse_avro_schema", "without_logical_types"]
 
 
 def parse_avro_schema(schema: Any) -> Schema:
     """``schema`` parsed by fastavro, its logical types removed; :class:`SpecError` if it is not valid Avro."""
     try:
-        return fastavro.parse_schema(_without_logical_types(schema))
+        return fastavro.parse_schema(without_logical_types(schema))
     except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as exc:
         raise SpecError.at("schema", f"not a valid Avro schema: {exc}") from None
 
 
-def _without_logical_types(schema: Any) -> Any:
+def without_logical_types(schema: Any) -> Any:
+    """``schema`` without its ``logicalType`` annotations: Druid reads the underlying types."""
     if isinstance(schema, dict):
-        return {key: _without_logical_types(value) for key, value in schema.items() if key != "logicalType"}
+        return {key: without_logical_types(value) for key, value in schema.items() if key != "logicalType"}
     if isinstance(schema, list):
-        return [_without_logical_types(item) for item in schema]
+        return [without_logical_types(item) for item in schema]
     return schema
 
 

@@ -1,0 +1,69 @@
+"""A Confluent schema registry as a task reads it: confluent-kafka's client, its failures sorted.
+
+An id or reference the registry does not have fails only the records that name it
+(:class:`SchemaNotFound`); a registry that is down, answers 5xx or refuses the credentials fails
+the task (:class:`SchemaRegistryUnavailable`), naming its URLs, never its credentials. Answers
+are bounded by their ``Content-Length``; redirects are not followed (the client's default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient, SchemaRegistryError
+
+from indexing_task.task_errors import SchemaRegistryUnavailable
+
+__all__ = ["MAX_ANSWER_BYTES", "RegistrySchemas", "SchemaNotFound"]
+
+MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a schema with its references; larger answers are refused
+
+
+class SchemaNotFound(ValueError):
+    """The registry has no schema of this id (or no such reference): the record's problem, not the task's."""
+
+
+class RegistrySchemas:
+    """A schema registry client (confluent-kafka's), its failures sorted into the record's and the task's."""
+
+    def __init__(self, decoder: dict[str, Any]) -> None:
+        """``decoder``: a ``SchemaRegistrySpec.task_json()`` (checked and resolved when the task was built)."""
+        self.urls, self.capacity = decoder["urls"], decoder["capacity"]
+        auth = {"basic.auth.user.info": decoder["userInfo"]} if decoder.get("userInfo") else {}
+        self.client = SchemaRegistryClient({"url": ",".join(self.urls), **auth, "cache.capacity": decoder["capacity"],
+                                            "timeout": 10, "max.retries": 2, "retries.wait.ms": 250})
+        session = self.client._rest_client.session  # noqa: SLF001 (the client has no option for headers)
+        session.headers.update(decoder["headers"])
+        session.event_hooks["response"].append(_bounded)
+
+    def schema(self, schema_id: int, kind: str) -> Any:
+        """The registry's schema ``schema_id`` (cached by the client); unknown ids fail only their records."""
+        try:
+            return self.client.get_schema(schema_id, fmt="serialized" if kind == "PROTOBUF" else None)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise SchemaNotFound(f"schema id {schema_id} is not in the registry") from None
+            raise self._unavailable(exc) from None
+        except Exception as exc:  # noqa: BLE001 (network errors of httpx and the like)
+            raise SchemaRegistryUnavailable(f"schema registry {', '.join(self.urls)} is unreachable: "
+                                            f"{type(exc).__name__}: {exc}") from None
+
+    def version(self, subject: str, version: int, kind: str) -> Any:
+        """A referenced schema (``subject``, ``version``)."""
+        try:
+            return self.client.get_version(subject, version, fmt="serialized" if kind == "PROTOBUF" else None).schema
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise SchemaNotFound(f"its reference {subject} version {version} is not in the registry") from None
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: SchemaRegistryError) -> SchemaRegistryUnavailable:
+        return SchemaRegistryUnavailable(f"schema registry {', '.join(self.urls)} answered {exc.http_status_code}: "
+                                         f"{exc.error_message}")
+
+
+def _bounded(response: Any) -> None:
+    length = response.headers.get("content-length")
+    if length is not None and int(length) > MAX_ANSWER_BYTES:
+        raise SchemaRegistryUnavailable(f"schema registry answer of {int(length):,} bytes is larger than "
+                                        f"{MAX_ANSWER_BYTES:,}")
