@@ -147,7 +147,7 @@ def coordinator_of(make_overlord: Callable[..., Any]) -> Iterator[Callable[[Any]
         coordinator.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def token() -> tuple[str, str]:
     """A bearer token of the write role and its SHA-256 digest."""
     from overlord.http.auth import new_token
@@ -155,7 +155,7 @@ def token() -> tuple[str, str]:
     return new_token()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def auth_file(tmp_path_factory: pytest.TempPathFactory, token: tuple[str, str]) -> Path:
     """An auth file with a reader (READER), a writer (WRITER) and ``token``."""
     from overlord.http.auth import hash_password
@@ -169,13 +169,12 @@ def auth_file(tmp_path_factory: pytest.TempPathFactory, token: tuple[str, str]) 
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secured(stack: DevStack, engine: sa.Engine, spark: object, tmp_path_factory: pytest.TempPathFactory,
             auth_file: Path) -> Iterator[tuple[str, Any]]:
     """An overlord's HTTP API with authentication on, over real HTTP: (base URL, app).
 
-    One for the session: test_auth, test_fuzz and test_http_hardening share it (its query engine takes about 15 s
-    to start).
+    One per module: shared across modules, the fuzzer's and the password flood's load met later tests as 429s.
     """
     from overlord.http.app import create_app
     from overlord.http.auth import Authenticator, AuthFile
