@@ -26,13 +26,18 @@ _SECRET_KEY = re.compile(r"password|secret|jaas|credential|token|ssl\.key|sasl\.
 def mask_secrets(value: Any) -> Any:
     """A copy of a spec (or any JSON) with secret-looking consumer properties replaced by a mask."""
     if isinstance(value, dict):
-        return {k: (v if k == DYNAMIC_CONFIG_PROVIDER  # names environment variables, holds no secret
+        return {k: (v if k == DYNAMIC_CONFIG_PROVIDER and not _inline_provider(v)  # names environment variables
                     else MASK if isinstance(k, str) and _SECRET_KEY.search(k) and not isinstance(v, dict | list)
                     else mask_secrets(v))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [mask_secrets(v) for v in value]
     return value
+
+
+def _inline_provider(provider: Any) -> bool:
+    """Whether a ``druid.dynamic.config.provider`` holds its values (``mapString``) rather than naming variables."""
+    return isinstance(provider, dict) and provider.get("type") == "mapString"
 
 
 def _io_config(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:

@@ -5,7 +5,8 @@ base URLs (``OVERLORD_ALLOWED_SCHEMA_REGISTRIES``: comma-separated URLs, each ex
 ``/``, a prefix); unset, no spec may name a registry. Only ``http``/``https`` URLs without
 credentials in them; credentials go in ``config`` (``basic.auth.user.info``), masked in every answer
 like Kafka passwords, or come from the overlord's environment through Druid's
-``druid.dynamic.config.provider``. TLS uses the trust store of the overlord's image: ``config``'s
+``druid.dynamic.config.provider`` (``environment``; ``mapString`` gives values inline, as Druid's
+documented headers do). TLS uses the trust store of the overlord's image: ``config``'s
 file options (trust and key stores) would read server files, and are refused.
 """
 
@@ -92,6 +93,7 @@ class SchemaRegistrySpec(SpecModel):
         def resolve(values: Mapping[str, Any], where: str) -> dict[str, str]:
             out = {k: str(v) for k, v in values.items() if k != DYNAMIC_CONFIG_PROVIDER}
             provider = values.get(DYNAMIC_CONFIG_PROVIDER) or {}
+            out.update(provider.get("config", {}))  # mapString: the values themselves
             for key, variable in provider.get("variables", {}).items():
                 if variable in env:
                     out[key] = env[variable]
@@ -162,15 +164,22 @@ def _header_errors(headers: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _provider_errors(provider: Any, keys: frozenset[str] | None) -> list[tuple[str, str]]:
-    """Problems of a ``druid.dynamic.config.provider`` (environment variables only) filling ``keys`` (None: any)."""
-    if not isinstance(provider, Mapping) or provider.get("type") != "environment" or set(provider) - {
-            "type", "variables"} or not isinstance(provider.get("variables"), Mapping):
-        return [("", 'expected {"type": "environment", "variables": {"<key>": "OVERLORD_SECRET_..."}}')]
+    """Problems of a ``druid.dynamic.config.provider`` filling ``keys`` (None: any).
+
+    Druid's ``environment`` (variables ``OVERLORD_SECRET_*`` only) or ``mapString`` (the values in its ``config``).
+    """
+    kind = provider.get("type") if isinstance(provider, Mapping) else None
+    field = {"environment": "variables", "mapString": "config"}.get(str(kind))
+    if field is None or set(provider) - {"type", field} or not isinstance(provider.get(field), Mapping):
+        return [("", 'expected {"type": "environment", "variables": {"<key>": "OVERLORD_SECRET_..."}} or '
+                     '{"type": "mapString", "config": {"<key>": "<value>"}}')]
     errors = []
-    for key, variable in provider["variables"].items():
-        path = join_path("variables", key_path(key))
+    for key, value in provider[field].items():
+        path = join_path(field, key_path(key))
         if keys is not None and key not in keys:
-            errors.append((path, f"only {', '.join(sorted(keys))} may come from the environment"))
-        elif not isinstance(variable, str) or not variable.startswith(SECRET_ENV_PREFIX):
+            errors.append((path, f"only {', '.join(sorted(keys))} may come from a provider"))
+        elif not isinstance(value, str) or len(value) > 4096 or _CONTROL.search(value):
+            errors.append((path, "expected text of at most 4,096 characters without control characters"))
+        elif kind == "environment" and not value.startswith(SECRET_ENV_PREFIX):
             errors.append((path, f"expected the name of an environment variable starting with {SECRET_ENV_PREFIX}"))
     return errors

@@ -47,6 +47,7 @@ class Registry:
         self.credentials = None if username is None else f"{username}:{password or ''}"
         self.outage = False  # True: every request is answered 503
         self.requests: Counter[str] = Counter()  # decoded path, no query -> requests (all, refused too)
+        self.last_headers: dict[str, str] = {}  # the HTTP headers of the last request
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {}  # canonical schema body -> id
         self._schemas: dict[int, dict[str, Json]] = {}  # id -> schema, schemaType, references, ...
@@ -173,6 +174,7 @@ def _handler_for(registry: Registry) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             with registry._lock:
                 registry.requests[unquote(url.path)] += 1
+                registry.last_headers = dict(self.headers.items())
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             try:

@@ -305,3 +305,22 @@ def test_druids_documented_protobuf_spec_reads_its_metrics_example(tmp_path: Any
     assert sorted(((r["http_method"], r["metricType"], r["value_sum"]) for r in rows), key=repr) == [
         ("GET", "request/latency", 10.0), ("GET", "request/latency", 44.0),
         ("GET", "request/latency", None)]  # Druid's null sum of an absent field
+
+
+def test_druids_documented_registry_headers_reach_the_registry_and_inline_secrets_stay_masked(
+        registry: Registry) -> None:
+    """The headers of Druid's data-formats example, a ``mapString`` provider among them, are sent with every request;
+    a credential given through ``mapString`` is masked like one given directly."""
+    value = AvroSerializer(_client(registry), json.dumps(AVRO_V1))({"ts": HOUR, "country": "DE", "amount": 2}, CTX)
+    decoder = {"type": "schema_registry", "urls": [registry.url], "capacity": 100,
+               "config": {"druid.dynamic.config.provider": {"type": "mapString", "config": {
+                   "basic.auth.user.info": "reader:s3cret-pass"}}},
+               "headers": {"traceID": "b29c5de2-0db4-490b-b421", "timeStamp": "1577191871865",
+                           "druid.dynamic.config.provider": {"type": "mapString", "config": {
+                               "registry.header.prop.1": "value.1", "registry.header.prop.2": "value.2"}}}}
+    rollup = Rollup(_schema({"type": "avro_stream", "avroBytesDecoder": decoder}, ["country"], "amount"))
+    assert _rows(rollup, [value]) == ([("DE", 1, 2)], {})
+    sent = {k.lower(): v for k, v in registry.last_headers.items()}
+    assert (sent["traceid"], sent["registry.header.prop.2"]) == ("b29c5de2-0db4-490b-b421", "value.2")
+    masked = json.dumps(mask_secrets({"avroBytesDecoder": decoder}))
+    assert "s3cret-pass" not in masked and "value.1" in masked

@@ -29,8 +29,8 @@ def secret_values(value: Any) -> set[str]:
     def walk(original: Any, masked: Any) -> None:
         if isinstance(original, Mapping) and isinstance(masked, Mapping):
             for key, item in original.items():
-                if key == DYNAMIC_CONFIG_PROVIDER:
-                    found.update(environment_secret_values(item))  # values read from the overlord's environment
+                if key == DYNAMIC_CONFIG_PROVIDER and masked.get(key) == item:  # it names environment variables
+                    found.update(environment_secret_values(item))
                 elif masked.get(key) == MASK and item != MASK and not isinstance(item, Mapping | list):
                     found.add(str(item))
                 else:
