@@ -8,6 +8,8 @@ are bounded by their ``Content-Length``; redirects are not followed (the client'
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient, SchemaRegistryError
@@ -17,6 +19,8 @@ from indexing_task.task_errors import SchemaRegistryUnavailable
 __all__ = ["MAX_ANSWER_BYTES", "RegistrySchemas", "SchemaNotFound"]
 
 MAX_ANSWER_BYTES = 8 * 1024 * 1024  # a schema with its references; larger answers are refused
+MAX_MISSING_IDS = 10_000  # ids the registry answered 404 for, remembered ...
+MISSING_ID_TTL_S = 60.0  # ... this long (a replica that lags its primary may know an id a minute later)
 
 
 class SchemaNotFound(ValueError):
@@ -35,31 +39,46 @@ class RegistrySchemas:
         session = self.client._rest_client.session  # noqa: SLF001 (the client has no option for headers)
         session.headers.update(decoder["headers"])
         session.event_hooks["response"].append(_bounded)
+        self._missing: dict[int, float] = {}  # ids the registry answered 404 for -> when to ask again
 
     def schema(self, schema_id: int, kind: str) -> Any:
         """The registry's schema ``schema_id`` (cached by the client); unknown ids fail only their records."""
+        if self._missing.get(schema_id, 0.0) > time.monotonic():  # a flood of bogus ids costs no round trips
+            raise SchemaNotFound(f"schema id {schema_id} is not in the registry")
         try:
-            return self.client.get_schema(schema_id, fmt="serialized" if kind == "PROTOBUF" else None)
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                raise SchemaNotFound(f"schema id {schema_id} is not in the registry") from None
-            raise self._unavailable(exc) from None
-        except Exception as exc:  # noqa: BLE001 (network errors of httpx and the like)
-            raise SchemaRegistryUnavailable(f"schema registry {', '.join(self.urls)} is unreachable: "
-                                            f"{type(exc).__name__}: {exc}") from None
+            return self._ask(lambda: self.client.get_schema(schema_id, fmt=_format(kind)))
+        except SchemaNotFound:
+            if len(self._missing) >= MAX_MISSING_IDS:
+                self._missing.clear()
+            self._missing[schema_id] = time.monotonic() + MISSING_ID_TTL_S
+            raise SchemaNotFound(f"schema id {schema_id} is not in the registry") from None
 
     def version(self, subject: str, version: int, kind: str) -> Any:
         """A referenced schema (``subject``, ``version``)."""
         try:
-            return self.client.get_version(subject, version, fmt="serialized" if kind == "PROTOBUF" else None).schema
+            return self._ask(lambda: self.client.get_version(subject, version, fmt=_format(kind)).schema)
+        except SchemaNotFound:
+            raise SchemaNotFound(f"its reference {subject} version {version} is not in the registry") from None
+
+    def _ask(self, request: Callable[[], Any]) -> Any:
+        """``request``'s answer; :class:`SchemaNotFound` for a 404, :class:`SchemaRegistryUnavailable` otherwise."""
+        where = f"schema registry {', '.join(self.urls)}"
+        try:
+            return request()
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
-                raise SchemaNotFound(f"its reference {subject} version {version} is not in the registry") from None
-            raise self._unavailable(exc) from None
+                raise SchemaNotFound from None
+            raise SchemaRegistryUnavailable(f"{where} answered {exc.http_status_code}: "
+                                            f"{str(exc.error_message)[:200]}") from None
+        except SchemaRegistryUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 (network errors of httpx and the like)
+            raise SchemaRegistryUnavailable(f"{where} is unreachable: {type(exc).__name__}: {str(exc)[:200]}") from None
 
-    def _unavailable(self, exc: SchemaRegistryError) -> SchemaRegistryUnavailable:
-        return SchemaRegistryUnavailable(f"schema registry {', '.join(self.urls)} answered {exc.http_status_code}: "
-                                         f"{exc.error_message}")
+
+def _format(kind: str) -> str | None:
+    """The registry's format of ``kind``'s schemas a task reads: Protobuf's as serialized descriptors."""
+    return "serialized" if kind == "PROTOBUF" else None
 
 
 def _bounded(response: Any) -> None:

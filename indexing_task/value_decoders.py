@@ -19,12 +19,11 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka.schema_registry.serde import SchemaId
 
 from indexing_task.protobuf_values import ProtobufReader, indexed_message, registry_files
 from indexing_task.registry_schemas import RegistrySchemas, SchemaNotFound
 from indexing_task.task_errors import SchemaRegistryUnavailable
-from specs.avro import parse_avro_schema, without_logical_types
+from specs.avro import parse_avro_schema, refuse_recursion, without_logical_types
 from specs.protobuf import descriptor_pool_of, find_message, parse_descriptor_set
 
 __all__ = ["Decoded", "value_decoder", "without_json_framing"]
@@ -39,8 +38,9 @@ class _Unreadable(Exception):
 
 def without_json_framing(values: pa.Array) -> pa.Array:
     """JSON values with Confluent's 5-byte prefix (a zero byte, a schema id) as the documents after it."""
-    framed = pc.equal(pc.binary_slice(values, 0, 1), b"\x00")
-    return pc.if_else(framed, pc.binary_slice(values, 5), values) if pc.any(framed).as_py() else values
+    if not pc.any(pc.starts_with(values, pattern=b"\x00")).as_py():  # the usual batch: checked in one pass
+        return values
+    return pa.array([v[5:] if v is not None and v[:1] == b"\x00" else v for v in values.to_pylist()], pa.binary())
 
 
 @lru_cache(maxsize=64)
@@ -126,6 +126,43 @@ class _Fixed:
         return _each(values, decode)
 
 
+MAX_MESSAGE_INDEXES = 64  # nesting of the message a Protobuf value names in its schema
+
+
+def wire_header(value: bytes, protobuf: bool) -> tuple[int, list[int], int]:
+    """Confluent's wire format: (schema id, message indexes, where the payload starts); ValueError if malformed.
+
+    A zero byte, the id (4 bytes, big-endian), for Protobuf the indexes of the message in its file (a
+    zigzag varint count, then each index; a count of 0 means ``[0]``). Read here with bounds (at most 10
+    bytes a varint, 64 indexes, none negative): confluent-kafka's own parser takes seconds on a hostile value.
+    """
+    if len(value) < 5 or value[0] != 0:
+        raise ValueError("no magic byte")
+    schema_id, at = int.from_bytes(value[1:5], "big"), 5
+    if not protobuf:
+        return schema_id, [], at
+    count, at = _zigzag(value, at)
+    if not 0 <= count <= MAX_MESSAGE_INDEXES:
+        raise ValueError("message index count")
+    indexes = []
+    for _ in range(count):
+        index, at = _zigzag(value, at)
+        if index < 0:
+            raise ValueError("negative message index")
+        indexes.append(index)
+    return schema_id, indexes or [0], at
+
+
+def _zigzag(value: bytes, at: int) -> tuple[int, int]:
+    """The zigzag varint at ``at`` and where the next field starts."""
+    result = 0
+    for i, byte in enumerate(value[at:at + 10]):
+        result |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), at + i + 1
+    raise ValueError("varint")
+
+
 class _FromRegistry:
     """Values in Confluent's wire format: each decoded with the registry's schema its header names."""
 
@@ -139,33 +176,30 @@ class _FromRegistry:
         return _each(values, self._decode)
 
     def _decode(self, value: bytes) -> bytes:
-        header = SchemaId(self._kind)
         try:
-            payload = header.from_bytes(io.BytesIO(value))
-        except Exception:  # noqa: BLE001 (a malformed header is this record's)
-            raise _Unreadable("not in Confluent's wire format (magic byte, schema id)") from None
-        if header.id is None:
-            raise _Unreadable("a schema named by GUID (wire format v1), not by id")
-        key = (header.id, tuple(header.message_indexes or ()))
+            schema_id, indexes, start = wire_header(value, protobuf=self._kind == "PROTOBUF")
+        except ValueError:
+            raise _Unreadable("not in Confluent's wire format (magic byte, schema id, message indexes)") from None
+        key = (schema_id, tuple(indexes))
         reader = self._readers.get(key)
         if reader is None:
             try:
-                schema = self._registry.schema(header.id, self._kind)
+                schema = self._registry.schema(schema_id, self._kind)
             except SchemaNotFound as exc:
                 raise _Unreadable(str(exc)) from None
             try:
-                reader = self._reader_of(self._load(schema), header.message_indexes or [0])
+                reader = self._reader_of(self._load(schema), indexes)
             except SchemaRegistryUnavailable:
                 raise
             except Exception as exc:  # noqa: BLE001 (a schema we cannot use fails its records, not the task)
-                raise _Unreadable(f"schema id {header.id} cannot be used: {exc}") from None
+                raise _Unreadable(f"schema id {schema_id} cannot be used: {exc}") from None
             if len(self._readers) >= self._registry.capacity:  # the spec's bound on the schemas kept
                 self._readers.clear()
             self._readers[key] = reader
         try:
-            datum = reader(payload.read())
+            datum = reader(value[start:])
         except Exception as exc:  # noqa: BLE001
-            raise _Unreadable(f"not a value of schema id {header.id} ({type(exc).__name__})") from None
+            raise _Unreadable(f"not a value of schema id {schema_id} ({type(exc).__name__})") from None
         return self._text.encode(datum)
 
 
@@ -190,7 +224,8 @@ def _avro_reader(schema: Any, registry: RegistrySchemas) -> _AvroReader:
         for reference in references:
             referenced = registry.version(reference.subject, reference.version, "AVRO")
             add_references(referenced.references or (), depth + 1)
-            fastavro.parse_schema(without_logical_types(json.loads(referenced.schema_str)), named)
+            fastavro.parse_schema(without_logical_types(refuse_recursion(json.loads(referenced.schema_str))), named)
 
     add_references(schema.references or ())
-    return _AvroReader(fastavro.parse_schema(without_logical_types(json.loads(schema.schema_str)), named))
+    return _AvroReader(fastavro.parse_schema(without_logical_types(refuse_recursion(json.loads(schema.schema_str))),
+                                             named))

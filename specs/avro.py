@@ -16,15 +16,48 @@ from specs.data_schema import SpecModel
 from specs.schema_registry import SchemaRegistrySpec
 from specs.spec_errors import SpecError
 
-__all__ = ["AvroBytesDecoderSpec", "InlineAvroSpec", "parse_avro_schema", "without_logical_types"]
+__all__ = ["AvroBytesDecoderSpec", "InlineAvroSpec", "parse_avro_schema", "refuse_recursion", "without_logical_types"]
 
 
 def parse_avro_schema(schema: Any) -> Schema:
     """``schema`` parsed by fastavro, its logical types removed; :class:`SpecError` if it is not valid Avro."""
     try:
-        return fastavro.parse_schema(without_logical_types(schema))
+        return fastavro.parse_schema(without_logical_types(refuse_recursion(schema)))
     except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as exc:
         raise SpecError.at("schema", f"not a valid Avro schema: {exc}") from None
+
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
+
+def refuse_recursion(schema: Any) -> Any:
+    """``schema``, or ValueError if a named type refers to itself (a linked list, a tree).
+
+    fastavro's compiled reader recurses per level without a bound: one value nested 100,000 deep crashes the
+    process (a segmentation fault, not an exception). Druid's rows are flat records anyway.
+    """
+    def walk(node: Any, namespace: str, defining: tuple[str, ...]) -> None:
+        if isinstance(node, str):
+            full = node if "." in node else f"{namespace}.{node}".lstrip(".")
+            if node not in _PRIMITIVES and (full in defining or node in {d.rsplit(".", 1)[-1] for d in defining}):
+                raise ValueError(f"the type {node!r} contains itself (a recursive type); such values are not read")
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, namespace, defining)
+        elif isinstance(node, dict):
+            kind = node.get("type")
+            if kind in ("record", "error", "enum", "fixed") and isinstance(node.get("name"), str):
+                name = node["name"]
+                namespace = name.rsplit(".", 1)[0] if "." in name else str(node.get("namespace", namespace))
+                defining = (*defining, name if "." in name else f"{namespace}.{name}".lstrip("."))
+                for field in node.get("fields", ()) if kind in ("record", "error") else ():
+                    walk(field.get("type") if isinstance(field, dict) else None, namespace, defining)
+            elif kind in ("array", "map"):
+                walk(node.get("items" if kind == "array" else "values"), namespace, defining)
+            else:
+                walk(kind, namespace, defining)
+    walk(schema, "", ())
+    return schema
 
 
 def without_logical_types(schema: Any) -> Any:

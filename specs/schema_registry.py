@@ -31,9 +31,14 @@ ALLOWED_REGISTRIES_VARIABLE = "OVERLORD_ALLOWED_SCHEMA_REGISTRIES"
 MAX_URLS = 10
 MAX_CAPACITY = 10_000  # schemas one task process keeps; a topic rarely has more than a few dozen versions
 MAX_HEADERS = 50
-_URL = re.compile(r"https?://[a-z0-9.\-]+(?::[0-9]{1,5})?(?:/[a-z0-9._~!$&'()*+,;=:%/-]*)?", re.IGNORECASE)
+_URL = re.compile(r"https?://[a-z0-9.\-]+(?::[0-9]{1,5})?(?:/[a-z0-9._~/-]*)?", re.IGNORECASE)
+"""A registry URL: no credentials, query, fragment, percent-escapes or separators (the client splits ``url`` on
+commas: ``http://allowed/x,http://other`` would add a host)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}")
+_RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
+                               "te", "trailer", "proxy-authorization", "proxy-connection"})
+"""Headers that say where or how a request goes, not what it carries: a spec may not set them."""
 _USER_INFO = ("basic.auth.user.info", "schema.registry.basic.auth.user.info")
 _SOURCE = ("basic.auth.credentials.source", "schema.registry.basic.auth.credentials.source")
 _PROVIDER_CONFIG_KEYS = frozenset(_USER_INFO)  # what the environment provider may fill in ``config``
@@ -153,13 +158,24 @@ def _header_errors(headers: Mapping[str, Any]) -> list[tuple[str, str]]:
         return [("headers", f"at most {MAX_HEADERS} headers, got {len(headers)}")]
     errors: list[tuple[str, str]] = []
     for name, value in headers.items():
-        path = join_path("headers", key_path(name))
         if name == DYNAMIC_CONFIG_PROVIDER:
+            path = join_path("headers", key_path(name))
             errors += [(join_path(path, p), m) for p, m in _provider_errors(value, None)]
-        elif not _HEADER_NAME.fullmatch(name):
-            errors.append((path, "not an HTTP header name"))
+        else:
+            errors += [(join_path("headers", p), m) for p, m in _header_problems({name: value})]
+    return errors
+
+
+def _header_problems(headers: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Problems of header names and values (given directly or through a ``mapString`` provider)."""
+    errors: list[tuple[str, str]] = []
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            errors.append((key_path(name), "not an HTTP header name"))
+        elif name.lower() in _RESERVED_HEADERS:
+            errors.append((key_path(name), "a header that routes the request; a spec may not set it"))
         elif not isinstance(value, str) or len(value) > 4096 or _CONTROL.search(value):
-            errors.append((path, "expected text of at most 4,096 characters without control characters"))
+            errors.append((key_path(name), "expected text of at most 4,096 characters without control characters"))
     return errors
 
 
@@ -178,6 +194,8 @@ def _provider_errors(provider: Any, keys: frozenset[str] | None) -> list[tuple[s
         path = join_path(field, key_path(key))
         if keys is not None and key not in keys:
             errors.append((path, f"only {', '.join(sorted(keys))} may come from a provider"))
+        elif keys is None and (named := _header_problems({key: ""})):  # a header's name, whatever its value
+            errors.append((path, named[0][1]))
         elif not isinstance(value, str) or len(value) > 4096 or _CONTROL.search(value):
             errors.append((path, "expected text of at most 4,096 characters without control characters"))
         elif kind == "environment" and not value.startswith(SECRET_ENV_PREFIX):

@@ -48,6 +48,7 @@ class Registry:
         self.outage = False  # True: every request is answered 503
         self.requests: Counter[str] = Counter()  # decoded path, no query -> requests (all, refused too)
         self.last_headers: dict[str, str] = {}  # the HTTP headers of the last request
+        self.dropped: set[str] = set()  # paths whose requests get no answer: the connection is closed
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {}  # canonical schema body -> id
         self._schemas: dict[int, dict[str, Json]] = {}  # id -> schema, schemaType, references, ...
@@ -175,6 +176,9 @@ def _handler_for(registry: Registry) -> type[BaseHTTPRequestHandler]:
             with registry._lock:
                 registry.requests[unquote(url.path)] += 1
                 registry.last_headers = dict(self.headers.items())
+            if unquote(url.path) in registry.dropped:
+                self.close_connection = True
+                return
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             try:
