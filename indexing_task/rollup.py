@@ -36,7 +36,7 @@ from indexing_task.partial_rows import sketched, with_every_dimension
 from indexing_task.rollup_schema import SEGMENT_START, TIME, RollupSchema
 from indexing_task.sketch_columns import build_sketches, merge_sketches
 from indexing_task.sql_text import quote_identifier as _q
-from indexing_task.value_decoders import value_decoder, without_json_framing
+from indexing_task.value_decoders import parse_input
 
 __all__ = ["BadRecord", "ParsedBatch", "Rollup"]
 
@@ -88,7 +88,6 @@ class Rollup:
         self._con = thread_database().cursor()
         self._con.execute("SET TimeZone = 'UTC'")
         self._bounds = bounds_sql(min_time, max_time)
-        self._decode = None if schema.decoder is None else value_decoder(schema.decoder)
         self._use(schema)
 
     def _use(self, schema: RollupSchema) -> None:
@@ -157,15 +156,8 @@ class Rollup:
 
     def _classified(self, values: list[bytes | None], metadata: Mapping[str, pa.Array] | None) -> pa.Table:
         """The parse query's answer for one batch: its rows, each with the status of its records."""
-        problems: dict[str, pa.Array] = {}
-        if self._decode is not None:  # decoded to JSON text here; the reason for each that cannot be
-            decoded, reasons = self._decode(values)
-            raw = pa.array(decoded, type=pa.binary())
-            problems["__problem"] = pa.array(reasons, type=pa.string())
-        else:
-            raw = pa.array(values, type=pa.binary())
-            if self.schema.delimited is None:
-                raw = without_json_framing(raw)
+        raw, reasons = parse_input(self.schema.decoder, self.schema.delimited is not None, values)
+        problems = {} if reasons is None else {"__problem": reasons}
         positions = pa.array(np.arange(len(values), dtype=np.int64))
         offsets = {"offset": positions} if self.schema.has_pairs else {}
         batch = pa.table({"__i": positions, "__raw": raw, **problems,

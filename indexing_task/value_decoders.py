@@ -26,7 +26,7 @@ from indexing_task.task_errors import SchemaRegistryUnavailable
 from specs.avro import parse_avro_schema, refuse_recursion, without_logical_types
 from specs.protobuf import descriptor_pool_of, find_message, parse_descriptor_set
 
-__all__ = ["Decoded", "value_decoder", "without_json_framing"]
+__all__ = ["Decoded", "parse_input", "value_decoder", "without_json_framing"]
 
 Decoded = tuple[list[bytes | None], list[str | None]]
 """Each value as JSON text (None stays None; b"" where unreadable), and the reason for each unreadable one."""
@@ -41,6 +41,19 @@ def without_json_framing(values: pa.Array) -> pa.Array:
     if not pc.any(pc.starts_with(values, pattern=b"\x00")).as_py():  # the usual batch: checked in one pass
         return values
     return pa.array([v[5:] if v is not None and v[:1] == b"\x00" else v for v in values.to_pylist()], pa.binary())
+
+
+def parse_input(decoder: str | None, delimited: bool, values: list[bytes | None]) -> tuple[pa.Array, pa.Array | None]:
+    """The values as the parse pass reads them, and why each unreadable one is (None if none can be).
+
+    Avro and Protobuf decoded to JSON text (``decoder``: a :attr:`RollupSchema.decoder`), JSON with Confluent's
+    wire-format prefix dropped, CSV and TSV lines (``delimited``) as they are.
+    """
+    if decoder is not None:
+        decoded, reasons = value_decoder(decoder)(values)
+        return pa.array(decoded, type=pa.binary()), pa.array(reasons, type=pa.string())
+    raw = pa.array(values, type=pa.binary())
+    return (raw if delimited else without_json_framing(raw)), None
 
 
 @lru_cache(maxsize=64)

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
 from confluent_kafka import Consumer, Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,7 +30,7 @@ from indexing_task.rollup import Rollup
 from indexing_task.rollup_schema import TIME, RollupSchema
 from indexing_task.spark_worker import record_metadata
 from indexing_task.task_errors import IndexingError, RangeNotReadableError
-from indexing_task.value_decoders import value_decoder, without_json_framing
+from indexing_task.value_decoders import parse_input
 from indexing_task.watermarks import stream_watermarks
 from overlord.config import Settings
 from overlord.supervisor.task_ranges import consumer_properties
@@ -171,12 +170,8 @@ def _parsed(spec: SupervisorSpec, messages: list[Message]) -> dict[str, Any]:
 
 def _as_json(schema: RollupSchema, values: list[bytes | None]) -> list[bytes | None]:
     """The values as the parse reads them: Avro and Protobuf decoded, JSON's wire-format prefix dropped."""
-    if schema.decoder is not None:
-        return value_decoder(schema.decoder)(values)[0]
-    if schema.delimited is None:
-        framed: list[bytes | None] = without_json_framing(pa.array(values, type=pa.binary())).to_pylist()
-        return framed
-    return values
+    shown: list[bytes | None] = parse_input(schema.decoder, schema.delimited is not None, values)[0].to_pylist()
+    return shown
 
 
 def _input(value: bytes | None) -> dict[str, Any]:
