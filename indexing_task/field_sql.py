@@ -51,9 +51,9 @@ def metadata_text(source: str, column: str) -> str:
     return column if source == "topic" else f"try(decode({column}))"
 
 
-def extract_sql(function: str, paths: dict[str, str]) -> str:
-    """SQL extracting the values at ``paths`` from ``__s`` as a list (NULL when there are none)."""
-    return f"{function}(__s, [{', '.join(map(_lit, paths.values()))}])" if paths else "NULL"
+def extract_sql(function: str, paths: dict[str, str], value: str = "__s") -> str:
+    """SQL extracting the values at ``paths`` from the JSON ``value`` as a list (NULL when there are none)."""
+    return f"{function}({value}, [{', '.join(map(_lit, paths.values()))}])" if paths else "NULL"
 
 
 def json_path(steps: tuple[PathStep, ...]) -> str:

@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+import pyarrow as pa
+
 from indexing_task.buckets import bucket_start_sql
 from indexing_task.field_sql import (
     SQL_TYPES,
@@ -28,6 +30,7 @@ from indexing_task.rollup_schema import SEGMENT_START, TIME, Dimension, Metric, 
 from indexing_task.sql_text import quote_identifier as _q
 from indexing_task.sql_text import quote_string as _lit
 from indexing_task.transforms import compile_expression
+from indexing_task.typed_fields import VALUE_JSON, typed_text
 from indexing_task.values_sql import values_sql
 from specs.expressions import parse_expression, referenced_fields
 from specs.filters import filter_columns
@@ -40,6 +43,11 @@ MIN_TIME, MAX_TIME = ALL_START, ALL_END
 buckets, Arrow, Parquet and Python's datetime all hold (``ALL`` granularity's interval)."""
 
 
+_NOT_JSON_OBJECT = ("WHEN __s IS NULL THEN 'not valid UTF-8' WHEN NOT __valid THEN 'invalid JSON' "
+                    "WHEN NOT __ok THEN 'not a JSON object'")
+"""The reasons a record's JSON text is unreadable (typed rows are read before the parse)."""
+
+
 def bounds_sql(min_time: datetime | None, max_time: datetime | None) -> str:
     """SQL for whether the event time ``__t`` is within ``[min_time, max_time]`` (either may be open)."""
     conds = []
@@ -50,20 +58,26 @@ def bounds_sql(min_time: datetime | None, max_time: datetime | None) -> str:
     return " AND ".join(conds) or "true"
 
 
-def parse_sql(schema: RollupSchema, bounds: str) -> str:
-    """The parse query for ``schema``; records whose event time is not within ``bounds`` are not kept."""
-    return ParseSql(schema).sql(bounds)
+def parse_sql(schema: RollupSchema, bounds: str, value_type: pa.StructType | None = None) -> str:
+    """The parse query for ``schema``; records whose event time is not within ``bounds`` are not kept.
+
+    ``value_type``: the batch holds its records as typed rows ``__v`` of this type, not as JSON text.
+    """
+    return ParseSql(schema, value_type).sql(bounds)
 
 
 class ParseSql:
     """Builds the parse query of one schema: what each field is read as, and the checks a record must pass.
 
     The columns (``typed``) and the reasons' ``WHEN`` clauses (``checks``, then ``arrays``, the checks
-    for arrays in string dimensions) are collected once, in the order the query lists them.
+    for arrays in string dimensions) are collected once, in the order the query lists them. Records
+    are JSON text ``__s``, or typed rows ``__v`` of ``value_type`` (:mod:`indexing_task.typed_fields`).
     """
 
-    def __init__(self, schema: RollupSchema) -> None:
+    def __init__(self, schema: RollupSchema, value_type: pa.StructType | None = None) -> None:
         s = self.schema = schema
+        self.value_type = value_type
+        self.json = "__s" if value_type is None else VALUE_JSON  # the record as JSON
         self.filter_spec = None if s.filter_json is None else json.loads(s.filter_json)
         self.transforms = {name: parse_expression(text) for name, text in s.transforms}
         self.outputs = {name: f'"__x{i}"' for i, name in enumerate(self.transforms)}  # each transform's JSON token
@@ -118,7 +132,7 @@ class ParseSql:
     def _add_nested_checks(self) -> None:
         """Typed discovery's checks: a JSON array or object in a field seen holding one makes a record bad."""
         for name in self.schema.nested_fields:
-            self.checks.append(f"WHEN json_type(__s, {_lit(json_path((name,)))}) IN ('ARRAY', 'OBJECT') THEN "
+            self.checks.append(f"WHEN json_type({self.json}, {_lit(json_path((name,)))}) IN ('ARRAY', 'OBJECT') THEN "
                                f"{_lit(nested_reason(name))}")
 
     def _dimension_value(self, d: Dimension, single_path: bool) -> str:
@@ -127,19 +141,19 @@ class ParseSql:
         if d.discovered and d.type != "string":  # strict booleans: true is 1
             value = f"CASE {value} WHEN 'true' THEN '1' WHEN 'false' THEN '0' ELSE {value} END"
         elif d.discovered and d.name in self.paths:  # as a value of another batch would be widened to text
-            kind = f"json_type(__s, {_lit(self.paths[d.name])})"
+            kind = f"json_type({self.json}, {_lit(self.paths[d.name])})"
             value = (f"CASE {kind} WHEN 'BOOLEAN' THEN CASE {value} WHEN 'true' THEN '1' ELSE '0' END "
                      f"WHEN 'DOUBLE' THEN java_double({value}::DOUBLE) ELSE {value} END")
         if single_path:  # as in Druid, an array of at most one value is that value (or null)
-            kind, first = f"json_type(__s, {_lit(self.paths[d.name])})", _lit(self.paths[d.name] + "[0]")
+            kind, first = f"json_type({self.json}, {_lit(self.paths[d.name])})", _lit(self.paths[d.name] + "[0]")
             value = (f"CASE WHEN left({value}, 1) = '[' AND {kind} = 'ARRAY' "
-                     f"THEN json_extract_string(__s, {first}) ELSE {value} END")
+                     f"THEN json_extract_string({self.json}, {first}) ELSE {value} END")
         return value
 
     def _add_dimension(self, d: Dimension) -> None:
         """A dimension's typed column, and its check: wrong type, a transform's array, or an array of values."""
         single_path = d.type == "string" and not d.multi_value and not d.discovered and d.name in self.paths \
-            and d.name not in self.outputs
+            and d.name not in self.outputs and self._typed_text(d.name) is None
         value = self._dimension_value(d, single_path)
         if d.multi_value:
             values, check = multi_value_sql(self.outputs.get(d.name) or self.token(d.name), value, d)
@@ -155,9 +169,10 @@ class ParseSql:
                                f"{_lit(f'transform {d.name} gave a JSON array or object, not a string')}")
         elif single_path:  # an array of several values: the parse starts again, the dimension multi-value
             path = self.paths[d.name]
-            self.arrays.append(f"WHEN left({self.text(d.name)}, 1) = '[' AND json_type(__s, {_lit(path)}) = 'ARRAY' "
-                               f"AND (json_array_length(__s, {_lit(path)}) > 1 "
-                               f"OR json_type(__s, {_lit(path + '[0]')}) IN ('ARRAY', 'OBJECT')) "
+            self.arrays.append(f"WHEN left({self.text(d.name)}, 1) = '[' "
+                               f"AND json_type({self.json}, {_lit(path)}) = 'ARRAY' "
+                               f"AND (json_array_length({self.json}, {_lit(path)}) > 1 "
+                               f"OR json_type({self.json}, {_lit(path + '[0]')}) IN ('ARRAY', 'OBJECT')) "
                                f"THEN {_lit(array_reason(d.name))}")
 
     def _add_metric(self, i: int, m: Metric) -> None:
@@ -194,7 +209,7 @@ class ParseSql:
         """The checks refusing a field whose name differs only in case from a column's."""
         for name in self.schema.case_clashes:
             column = next(c for c in self.schema.output_columns if c.lower() == name.lower())
-            self.checks.append(f"WHEN json_type(__s, {_lit(json_path((name,)))}) <> 'NULL' THEN "
+            self.checks.append(f"WHEN json_type({self.json}, {_lit(json_path((name,)))}) <> 'NULL' THEN "
                                f"{_lit(f'field {name} differs only in case from column {column}')}")
 
     def _timestamp_text(self) -> str:
@@ -204,17 +219,37 @@ class ParseSql:
             ts_text = f"coalesce({ts_text}, {_lit(self.schema.missing_timestamp)})"
         return ts_text
 
+    def _typed_text(self, name: str) -> str | None:
+        """SQL for a field's text straight from its typed column (None: from the record's JSON, or JSON input)."""
+        if self.value_type is None:
+            return None
+        return typed_text(self.value_type, self.located.get(name, (name,)) or ())
+
     def _extract_columns(self) -> list[str]:
         """The columns holding the record's fields as text (``__f``) and as JSON tokens (``__j``)."""
-        extract = [f"CASE WHEN __ok THEN {extract_sql('json_extract_string', self.paths)} END AS __f"]
+        texts = extract_sql("json_extract_string", self.paths, self.json)
+        if self.value_type is not None and self.paths:
+            texts = "[" + ", ".join(self._typed_text(name) or f"json_extract_string({self.json}, {_lit(path)})"
+                                    for name, path in self.paths.items()) + "]"
+        extract = [f"CASE WHEN __ok THEN {texts} END AS __f"]
         if self.tokens:
-            extract.append(f"CASE WHEN __ok THEN {extract_sql('json_extract', self.tokens)}::VARCHAR[] END AS __j")
+            extract.append(f"CASE WHEN __ok THEN {extract_sql('json_extract', self.tokens, self.json)}::VARCHAR[] "
+                           "END AS __j")
         return extract
+
+    def _read_sql(self, carried: str) -> str:
+        """The CTEs giving each record (``__s``, or ``__v``), whether it is readable (``__ok``), and why not."""
+        if self.value_type is not None:
+            return (f"{values_sql(carried, None, typed=True)}, "
+                    f"obj AS (SELECT {carried}, __is_null, __problem, __v, __problem IS NULL AS __ok FROM src)")
+        return (f"{values_sql(carried, self.schema.delimited, self.schema.decoder is not None)}, "
+                f"obj AS (SELECT {carried}, __is_null, __problem, __s, coalesce(json_valid(__s), false) AS __valid, "
+                f"coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src)")
 
     def sql(self, bounds: str) -> str:
         """The whole query: the CTEs reading, typing and filtering the batch, then each record's reason."""
         s = self.schema
-        checks = [*self.checks, *([f"WHEN contains(__s, '[') THEN CASE {' '.join(self.arrays)} END"]
+        checks = [*self.checks, *([f"WHEN contains({self.json}::VARCHAR, '[') THEN CASE {' '.join(self.arrays)} END"]
                                   if self.arrays else [])]  # last: one scan for '[' spares per-dimension checks
         computed = [f"{compile_expression(expr, self.token, 'epoch_ms(__t)')} AS {self.outputs[name]}"
                     for name, expr in self.transforms.items()]
@@ -225,10 +260,8 @@ class ParseSql:
         matched = [f"coalesce({filter_sql(f, self.text)}, false) AS __mf{i}" for i, f in self.metric_filters.items()]
         ts_text, extract = self._timestamp_text(), ", ".join(self._extract_columns())
         return f"""
-            WITH {values_sql(carried, s.delimited, s.decoder is not None)},
-            obj AS (SELECT {carried}, __is_null, __problem, __s, coalesce(json_valid(__s), false) AS __valid,
-                           coalesce(json_valid(__s) AND starts_with(ltrim(__s), '{{'), false) AS __ok FROM src),
-            ext AS (SELECT {carried}, __is_null, __problem, __s, __valid, __ok, {extract} FROM obj),
+            WITH {self._read_sql(carried)},
+            ext AS (SELECT *, {extract} FROM obj),
             timed AS (SELECT *, {timestamp_sql(ts_text, s.timestamp_format)} AS __t FROM ext),
             transformed AS (SELECT *{"".join(", " + c for c in computed)} FROM timed),
             typed AS (SELECT *{"".join(", " + c for c in self.typed)} FROM transformed),
@@ -236,9 +269,7 @@ class ParseSql:
             SELECT __i, __kept,{"".join(f" __mf{i}," for i in self.metric_filters)}
                 CASE WHEN __is_null THEN 'null value'
                      WHEN __problem IS NOT NULL THEN __problem
-                     WHEN __s IS NULL THEN 'not valid UTF-8'
-                     WHEN NOT __valid THEN 'invalid JSON'
-                     WHEN NOT __ok THEN 'not a JSON object'
+                     {"" if self.value_type is not None else _NOT_JSON_OBJECT}
                      WHEN {ts_text} IS NULL THEN 'missing timestamp'
                      WHEN __t IS NULL THEN 'invalid timestamp'
                      WHEN __t = TIMESTAMP '1970-01-01' AND NOT ascii(ltrim({ts_text})) BETWEEN 48 AND 57

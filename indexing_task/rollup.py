@@ -93,14 +93,20 @@ class Rollup:
     def _use(self, schema: RollupSchema) -> None:
         """Parse with ``schema`` from now on (discovery adds dimensions to it)."""
         self.schema = schema
-        classified = (f"(SELECT *, CASE WHEN __reason IS NOT NULL THEN 1 "
-                      f"WHEN NOT __kept OR NOT ({self._bounds}) THEN 2 ELSE 0 END "
-                      f"AS __status FROM ({parse_sql(schema, self._bounds)}))")
-        self._parse_query = aggregate_sql(schema, classified, combine=False, status=True)
+        self._queries: dict[pa.StructType | None, str] = {}
 
-    def _discover(self) -> None:
+    def _parse_query(self, value_type: pa.StructType | None) -> str:
+        """The parse and rollup query for batches of JSON text, or of typed rows of ``value_type``."""
+        if value_type not in self._queries:
+            classified = (f"(SELECT *, CASE WHEN __reason IS NOT NULL THEN 1 "
+                          f"WHEN NOT __kept OR NOT ({self._bounds}) THEN 2 ELSE 0 END "
+                          f"AS __status FROM ({parse_sql(self.schema, self._bounds, value_type)}))")
+            self._queries[value_type] = aggregate_sql(self.schema, classified, combine=False, status=True)
+        return self._queries[value_type]
+
+    def _discover(self, typed: bool) -> None:
         """Add the batch's top-level fields not seen before as dimensions (``batch`` is registered)."""
-        schema = discovered_schema(self._con, self.schema)
+        schema = discovered_schema(self._con, self.schema, typed)
         if schema is not self.schema:
             self._use(schema)
 
@@ -156,17 +162,18 @@ class Rollup:
 
     def _classified(self, values: list[bytes | None], metadata: Mapping[str, pa.Array] | None) -> pa.Table:
         """The parse query's answer for one batch: its rows, each with the status of its records."""
-        raw, reasons = parse_input(self.schema.decoder, self.schema.delimited is not None, values)
-        problems = {} if reasons is None else {"__problem": reasons}
+        read = parse_input(self.schema.decoder, self.schema.delimited is not None, values)
+        problems = {} if read.problems is None else {"__problem": read.problems}
+        typed = {} if read.typed is None else {"__v": read.typed}
         positions = pa.array(np.arange(len(values), dtype=np.int64))
         offsets = {"offset": positions} if self.schema.has_pairs else {}
-        batch = pa.table({"__i": positions, "__raw": raw, **problems,
+        batch = pa.table({"__i": positions, "__raw": read.values, **problems, **typed,
                           **{metadata_column(need): array for need, array in {**offsets, **(metadata or {})}.items()}})
         self._con.register("batch", batch)
         try:
             if self.schema.discover:
-                self._discover()
-            return arrow_query(self._con, self._parse_query)
+                self._discover(read.typed is not None)
+            return arrow_query(self._con, self._parse_query(None if read.typed is None else read.typed.type))
         finally:
             self._con.unregister("batch")
 

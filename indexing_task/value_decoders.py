@@ -1,10 +1,12 @@
-"""Avro and Protobuf record values, and JSON behind Confluent's framing, as JSON text the parse pass reads.
+"""Avro and Protobuf record values, and JSON behind Confluent's framing, as the parse pass reads them.
 
-Avro is read as Druid reads it, without logical-type conversions; Protobuf as Druid's converter
-reads it (:mod:`indexing_task.protobuf_values`), bytes in base64. A value that does not decode,
-names a schema the registry does not have, or holds what JSON cannot carry gets a reason, and the
-parse makes its record unparseable with it. A registry that cannot answer fails the task
-(:class:`SchemaRegistryUnavailable`, :mod:`indexing_task.registry_schemas`): nothing is published.
+A batch of plain Avro records is read as typed columns in one native pass (:mod:`indexing_task.avro_columns`);
+any other batch is decoded value by value to JSON text. Avro is read as Druid reads it, without
+logical-type conversions; Protobuf as Druid's converter reads it (:mod:`indexing_task.protobuf_values`),
+bytes in base64. A value that does not decode, names a schema the registry does not have, or holds
+what JSON cannot carry gets a reason, and the parse makes its record unparseable with it. A registry
+that cannot answer fails the task (:class:`SchemaRegistryUnavailable`, :mod:`indexing_task.registry_schemas`):
+nothing is published.
 """
 
 from __future__ import annotations
@@ -14,19 +16,21 @@ import io
 import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from indexing_task.avro_columns import AvroColumns, ColumnsUnreadable, avro_columns
 from indexing_task.protobuf_values import ProtobufReader, indexed_message, registry_files
 from indexing_task.registry_schemas import RegistrySchemas, SchemaNotFound
 from indexing_task.task_errors import SchemaRegistryUnavailable
 from specs.avro import parse_avro_schema, refuse_recursion, without_logical_types
 from specs.protobuf import descriptor_pool_of, find_message, parse_descriptor_set
 
-__all__ = ["Decoded", "parse_input", "value_decoder", "without_json_framing"]
+__all__ = ["Decoded", "ParseInput", "parse_input", "value_decoder", "without_json_framing"]
 
 Decoded = tuple[list[bytes | None], list[str | None]]
 """Each value as JSON text (None stays None; b"" where unreadable), and the reason for each unreadable one."""
@@ -43,21 +47,94 @@ def without_json_framing(values: pa.Array) -> pa.Array:
     return pa.array([v[5:] if v is not None and v[:1] == b"\x00" else v for v in values.to_pylist()], pa.binary())
 
 
-def parse_input(decoder: str | None, delimited: bool, values: list[bytes | None]) -> tuple[pa.Array, pa.Array | None]:
-    """The values as the parse pass reads them, and why each unreadable one is (None if none can be).
+class ParseInput(NamedTuple):
+    """A batch as the parse pass reads it."""
 
-    Avro and Protobuf decoded to JSON text (``decoder``: a :attr:`RollupSchema.decoder`), JSON with Confluent's
-    wire-format prefix dropped, CSV and TSV lines (``delimited``) as they are.
+    values: pa.Array
+    """JSON text (Avro and Protobuf decoded to it), CSV or TSV lines; with ``typed``, the values as they came."""
+    problems: pa.Array | None
+    """Why each unreadable value is (None if none can be)."""
+    typed: pa.StructArray | None = None
+    """Each readable value as a row of typed columns (null where unreadable), or None: read ``values``."""
+
+
+def parse_input(decoder: str | None, delimited: bool, values: list[bytes | None], columnar: bool = True) -> ParseInput:
+    """The values as the parse pass reads them.
+
+    Avro and Protobuf decoded (``decoder``: a :attr:`RollupSchema.decoder`) to typed columns where the batch
+    allows (``columnar``), else to JSON text; JSON with Confluent's wire-format prefix dropped; CSV and TSV
+    lines (``delimited``) as they are.
     """
-    if decoder is not None:
-        decoded, reasons = value_decoder(decoder)(values)
-        return pa.array(decoded, type=pa.binary()), pa.array(reasons, type=pa.string())
     raw = pa.array(values, type=pa.binary())
-    return (raw if delimited else without_json_framing(raw)), None
+    if decoder is None:
+        return ParseInput(raw if delimited else without_json_framing(raw), None)
+    decode = value_decoder(decoder)
+    typed = decode.columns(raw) if columnar else None
+    if typed is not None:
+        return ParseInput(raw, typed[1], typed[0])
+    decoded, reasons = decode(values)
+    return ParseInput(pa.array(decoded, type=pa.binary()), pa.array(reasons, type=pa.string()))
+
+
+Columns = tuple[pa.StructArray, pa.Array]
+"""A batch as typed rows (null where unreadable), and why each unreadable value is."""
+
+_NOT_FRAMED = "not in Confluent's wire format (magic byte, schema id, message indexes)"
+_NON_FINITE = "a NaN or infinite number"
+
+
+def _typed_rows(values: pa.Array, groups: list[tuple[pa.Array, AvroColumns, int]],
+                reasons: list[str | None]) -> Columns | None:
+    """The batch's rows read by each group's reader (``(mask, reader, header length)``), in batch order.
+
+    None if a group does not read, or the groups' rows have no common type (a field that changed type).
+    """
+    parts, where = [], []
+    for mask, reader, header in groups:
+        try:
+            parts.append(reader.read(pc.binary_replace_slice(values.filter(mask), 0, header, b"")))
+        except ColumnsUnreadable:
+            return None
+        where.append(np.flatnonzero(mask.to_numpy(zero_copy_only=False)))
+    rows = _combined(parts)
+    if rows is None:
+        return None
+    positions = np.concatenate(where)
+    index = np.full(len(values), -1, np.int64)
+    index[positions] = np.arange(len(rows))
+    for at in positions[_non_finite(rows)]:  # as JSON cannot hold them, the value-by-value path refuses them
+        reasons[at], index[at] = _NON_FINITE, -1
+    in_order = len(rows) == len(values) and bool((index == np.arange(len(values))).all())  # the usual batch
+    return rows if in_order else rows.take(pa.array(index, mask=index < 0)), pa.array(reasons, pa.string())
+
+
+def _combined(parts: list[pa.StructArray]) -> pa.StructArray | None:
+    """Rows of one or several schema versions as one array (fields a version lacks are null)."""
+    if not parts:
+        return None
+    if all(p.type == parts[0].type for p in parts):
+        return pa.concat_arrays(parts)
+    try:
+        table = pa.concat_tables([pa.Table.from_struct_array(p) for p in parts], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    return table.to_struct_array().combine_chunks()
+
+
+def _non_finite(rows: pa.StructArray) -> np.ndarray:
+    """Which rows hold a NaN or an infinite number (at any depth)."""
+    bad = np.zeros(len(rows), dtype=bool)
+    for i, field in enumerate(rows.type):
+        column = rows.field(i)
+        if pa.types.is_floating(field.type):
+            bad |= ~pc.fill_null(pc.is_finite(column), True).to_numpy(zero_copy_only=False)
+        elif pa.types.is_struct(field.type):
+            bad |= _non_finite(column)
+    return bad
 
 
 @lru_cache(maxsize=64)
-def value_decoder(spec_json: str) -> Callable[[Sequence[bytes | None]], Decoded]:
+def value_decoder(spec_json: str) -> _Fixed | _FromRegistry:
     """The decoder a task's values need (cached per process: registry schemas are fetched once)."""
     spec = json.loads(spec_json)
     binary_as_string = bool(spec.get("binaryAsString"))
@@ -66,7 +143,8 @@ def value_decoder(spec_json: str) -> Callable[[Sequence[bytes | None]], Decoded]
     if spec["format"] == "avro":
         text = _JsonText(binary_as_string, bytes_as_base64=False)
         if decoder["type"] == "schema_inline":
-            return _Fixed(_AvroReader(parse_avro_schema(decoder["schema"])), text, "an Avro value of the spec's schema")
+            return _Fixed(_AvroReader(parse_avro_schema(decoder["schema"])), text, "an Avro value of the spec's schema",
+                          avro_columns(without_logical_types(decoder["schema"])))
         avro_registry = RegistrySchemas(decoder)
         return _FromRegistry(avro_registry, "AVRO", lambda schema: _avro_reader(schema, avro_registry), text)
     text = _JsonText(binary_as_string, bytes_as_base64=True)
@@ -126,8 +204,15 @@ def _each(values: Sequence[bytes | None], decode: Callable[[bytes], bytes]) -> D
 class _Fixed:
     """Every value is one datum of a schema the spec gives (no header)."""
 
-    def __init__(self, reader: Callable[[bytes], Any], text: _JsonText, what: str) -> None:
-        self._reader, self._text, self._what = reader, text, what
+    def __init__(self, reader: Callable[[bytes], Any], text: _JsonText, what: str,
+                 columns: AvroColumns | None = None) -> None:
+        self._reader, self._text, self._what, self._columns = reader, text, what, columns
+
+    def columns(self, values: pa.Array) -> Columns | None:
+        """The batch as typed columns, or None if it cannot be read so."""
+        if self._columns is None:
+            return None
+        return _typed_rows(values, [(pc.is_valid(values), self._columns, 0)], [None] * len(values))
 
     def __call__(self, values: Sequence[bytes | None]) -> Decoded:
         def decode(value: bytes) -> bytes:
@@ -184,6 +269,45 @@ class _FromRegistry:
         self._registry, self._kind, self._load, self._text = registry, kind, load, text
         self._reader_of = reader_of or (lambda loaded, _indexes: loaded)
         self._readers: dict[tuple[int, tuple[int, ...]], Callable[[bytes], Any]] = {}
+        self._columns: dict[int, AvroColumns | None] = {}
+
+    def columns(self, values: pa.Array) -> Columns | None:
+        """The batch as typed columns, or None if it cannot be read so (Protobuf, or a schema not plain records)."""
+        if self._kind != "AVRO":
+            return None
+        framed = pc.fill_null(pc.and_(pc.greater_equal(pc.binary_length(values), 5),
+                                      pc.starts_with(values, pattern=b"\x00")), False)
+        reasons: list[str | None] = [None] * len(values)
+        for at in np.flatnonzero(~framed.to_numpy(zero_copy_only=False) & pc.is_valid(values).to_numpy(
+                zero_copy_only=False)):
+            reasons[at] = _NOT_FRAMED
+        headers, groups = pc.binary_slice(values, 0, 5), []
+        for header in pc.unique(headers.filter(framed)).to_pylist():
+            mask = pc.fill_null(pc.and_(framed, pc.equal(headers, header)), False)
+            try:
+                reader = self._columns_of(int.from_bytes(header[1:], "big"))
+            except SchemaNotFound as exc:
+                for at in np.flatnonzero(mask.to_numpy(zero_copy_only=False)):
+                    reasons[at] = str(exc)
+                continue
+            if reader is None:
+                return None
+            groups.append((mask, reader, 5))
+        return _typed_rows(values, groups, reasons)
+
+    def _columns_of(self, schema_id: int) -> AvroColumns | None:
+        """A columnar reader of the registry's schema ``schema_id`` (None if it is not plain records)."""
+        if schema_id not in self._columns:
+            schema = self._registry.schema(schema_id, self._kind)
+            try:
+                plain = None if schema.references else avro_columns(
+                    without_logical_types(refuse_recursion(json.loads(schema.schema_str))))
+            except (ValueError, TypeError):
+                plain = None  # the value-by-value path gives its records the reason
+            if len(self._columns) >= self._registry.capacity:
+                self._columns.clear()
+            self._columns[schema_id] = plain
+        return self._columns[schema_id]
 
     def __call__(self, values: Sequence[bytes | None]) -> Decoded:
         return _each(values, self._decode)
@@ -192,7 +316,7 @@ class _FromRegistry:
         try:
             schema_id, indexes, start = wire_header(value, protobuf=self._kind == "PROTOBUF")
         except ValueError:
-            raise _Unreadable("not in Confluent's wire format (magic byte, schema id, message indexes)") from None
+            raise _Unreadable(_NOT_FRAMED) from None
         key = (schema_id, tuple(indexes))
         reader = self._readers.get(key)
         if reader is None:

@@ -11,14 +11,17 @@ _CSV_FIELD = '"(?:[^"]|"")*"|[^,"]*'
 """One CSV field: quoted (a quote doubled inside), or up to the next comma."""
 
 
-def values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool = False) -> str:
+def values_sql(carried: str, delimited: DelimitedValues | None, decoded: bool = False, typed: bool = False) -> str:
     """The ``src`` CTE: each record's value as JSON text ``__s``, and ``__problem``, why a value is unreadable.
 
     A CSV or TSV line becomes a JSON object of its columns' texts (empty ones null, as in Druid;
     one holding the ``listDelimiter``, a JSON array of its parts: a multi-value dimension), so the
     rest of the parse reads every format alike. ``decoded``: the batch holds values already
-    decoded to JSON (Avro, Protobuf) and their ``__problem``.
+    decoded to JSON (Avro, Protobuf) and their ``__problem``; ``typed``: it holds them as typed rows ``__v``
+    (and ``__problem``), not as JSON text.
     """
+    if typed:
+        return f"src AS (SELECT {carried}, __raw IS NULL AS __is_null, __problem, __v FROM batch)"
     if delimited is None:
         problem = "__problem" if decoded else "NULL::VARCHAR AS __problem"
         return f"src AS (SELECT {carried}, __raw IS NULL AS __is_null, {problem}, try(decode(__raw)) AS __s FROM batch)"

@@ -170,7 +170,8 @@ def _parsed(spec: SupervisorSpec, messages: list[Message]) -> dict[str, Any]:
 
 def _as_json(schema: RollupSchema, values: list[bytes | None]) -> list[bytes | None]:
     """The values as the parse reads them: Avro and Protobuf decoded, JSON's wire-format prefix dropped."""
-    shown: list[bytes | None] = parse_input(schema.decoder, schema.delimited is not None, values)[0].to_pylist()
+    shown: list[bytes | None] = parse_input(schema.decoder, schema.delimited is not None, values,
+                                                    columnar=False).values.to_pylist()
     return shown
 
 
