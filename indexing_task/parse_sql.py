@@ -116,7 +116,10 @@ class ParseSql:
         """SQL for an input field's value as text; NULL where the record does not offer it."""
         if name in self.metadata:
             return metadata_text(*self.metadata[name])
-        return f"__f[{self.index[name]}]" if name in self.index else "NULL::VARCHAR"
+        if name not in self.index:
+            return "NULL::VARCHAR"
+        typed = self._typed_text(name)
+        return f"({typed})" if typed is not None else f"__f[{self.index[name]}]"
 
     def text(self, name: str) -> str:
         """SQL for a field's value as text, as dimensions, metrics and the filter see it (transformed)."""

@@ -17,6 +17,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from indexing_task.protobuf_columns import protobuf_columns
 from specs.protobuf import descriptor_pool_of
 
 __all__ = ["ProtobufReader", "indexed_message", "registry_files"]
@@ -72,6 +73,8 @@ class ProtobufReader:
     def __init__(self, message: Descriptor, names: frozenset[str]) -> None:
         self._class = GetMessageClass(message)
         self._aliases = {f.name: f.json_name for f in message.fields if f.name != f.json_name and f.name in names}
+        self.columns = protobuf_columns(message, self._aliases)
+        """Reads a batch of the message type at once, if its fields are flat."""
 
     def __call__(self, payload: bytes) -> dict[str, Any]:
         message = self._class()

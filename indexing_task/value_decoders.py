@@ -16,7 +16,7 @@ import io
 import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import fastavro
 import numpy as np
@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexing_task.avro_columns import AvroColumns, ColumnsUnreadable, avro_columns
+from indexing_task.protobuf_columns import ProtobufColumns
 from indexing_task.protobuf_values import ProtobufReader, indexed_message, registry_files
 from indexing_task.registry_schemas import RegistrySchemas, SchemaNotFound
 from indexing_task.task_errors import SchemaRegistryUnavailable
@@ -76,6 +77,15 @@ def parse_input(decoder: str | None, delimited: bool, values: list[bytes | None]
     return ParseInput(pa.array(decoded, type=pa.binary()), pa.array(reasons, type=pa.string()))
 
 
+class _Reader(Protocol):
+    """Decodes one value (a schema's datum or message); ``columns`` reads a batch of them at once, if it can."""
+
+    @property
+    def columns(self) -> AvroColumns | ProtobufColumns | None: ...
+
+    def __call__(self, payload: bytes) -> Any: ...
+
+
 Columns = tuple[pa.StructArray, pa.Array]
 """A batch as typed rows (null where unreadable), and why each unreadable value is."""
 
@@ -83,7 +93,7 @@ _NOT_FRAMED = "not in Confluent's wire format (magic byte, schema id, message in
 _NON_FINITE = "a NaN or infinite number"
 
 
-def _typed_rows(values: pa.Array, groups: list[tuple[pa.Array, AvroColumns, int]],
+def _typed_rows(values: pa.Array, groups: list[tuple[pa.Array, AvroColumns | ProtobufColumns, int]],
                 reasons: list[str | None]) -> Columns | None:
     """The batch's rows read by each group's reader (``(mask, reader, header length)``), in batch order.
 
@@ -92,7 +102,8 @@ def _typed_rows(values: pa.Array, groups: list[tuple[pa.Array, AvroColumns, int]
     parts, where = [], []
     for mask, reader, header in groups:
         try:
-            parts.append(reader.read(pc.binary_replace_slice(values.filter(mask), 0, header, b"")))
+            chosen = values if pc.all(mask).as_py() else values.filter(mask)  # the usual batch: one schema
+            parts.append(reader.read(pc.binary_replace_slice(chosen, 0, header, b"") if header else chosen))
         except ColumnsUnreadable:
             return None
         where.append(np.flatnonzero(mask.to_numpy(zero_copy_only=False)))
@@ -143,8 +154,8 @@ def value_decoder(spec_json: str) -> _Fixed | _FromRegistry:
     if spec["format"] == "avro":
         text = _JsonText(binary_as_string, bytes_as_base64=False)
         if decoder["type"] == "schema_inline":
-            return _Fixed(_AvroReader(parse_avro_schema(decoder["schema"])), text, "an Avro value of the spec's schema",
-                          avro_columns(without_logical_types(decoder["schema"])))
+            return _Fixed(_AvroReader(parse_avro_schema(decoder["schema"]), avro_columns(
+                without_logical_types(decoder["schema"]))), text, "an Avro value of the spec's schema")
         avro_registry = RegistrySchemas(decoder)
         return _FromRegistry(avro_registry, "AVRO", lambda schema: _avro_reader(schema, avro_registry), text)
     text = _JsonText(binary_as_string, bytes_as_base64=True)
@@ -204,15 +215,14 @@ def _each(values: Sequence[bytes | None], decode: Callable[[bytes], bytes]) -> D
 class _Fixed:
     """Every value is one datum of a schema the spec gives (no header)."""
 
-    def __init__(self, reader: Callable[[bytes], Any], text: _JsonText, what: str,
-                 columns: AvroColumns | None = None) -> None:
-        self._reader, self._text, self._what, self._columns = reader, text, what, columns
+    def __init__(self, reader: _Reader, text: _JsonText, what: str) -> None:
+        self._reader, self._text, self._what = reader, text, what
 
     def columns(self, values: pa.Array) -> Columns | None:
         """The batch as typed columns, or None if it cannot be read so."""
-        if self._columns is None:
+        if self._reader.columns is None:
             return None
-        return _typed_rows(values, [(pc.is_valid(values), self._columns, 0)], [None] * len(values))
+        return _typed_rows(values, [(pc.is_valid(values), self._reader.columns, 0)], [None] * len(values))
 
     def __call__(self, values: Sequence[bytes | None]) -> Decoded:
         def decode(value: bytes) -> bytes:
@@ -265,49 +275,38 @@ class _FromRegistry:
     """Values in Confluent's wire format: each decoded with the registry's schema its header names."""
 
     def __init__(self, registry: RegistrySchemas, kind: str, load: Callable[[Any], Any], text: _JsonText,
-                 reader_of: Callable[[Any, list[int]], Callable[[bytes], Any]] | None = None) -> None:
+                 reader_of: Callable[[Any, list[int]], _Reader] | None = None) -> None:
         self._registry, self._kind, self._load, self._text = registry, kind, load, text
         self._reader_of = reader_of or (lambda loaded, _indexes: loaded)
-        self._readers: dict[tuple[int, tuple[int, ...]], Callable[[bytes], Any]] = {}
-        self._columns: dict[int, AvroColumns | None] = {}
+        self._readers: dict[tuple[int, tuple[int, ...]], _Reader] = {}
 
     def columns(self, values: pa.Array) -> Columns | None:
-        """The batch as typed columns, or None if it cannot be read so (Protobuf, or a schema not plain records)."""
-        if self._kind != "AVRO":
-            return None
-        framed = pc.fill_null(pc.and_(pc.greater_equal(pc.binary_length(values), 5),
+        """The batch as typed columns, or None if it cannot be read so.
+
+        (A schema not plain, or a Protobuf message not the first of its file, is read value by value.)
+        """
+        header = 5 if self._kind == "AVRO" else 6  # Protobuf: then a zero, the indexes of the first message
+        framed = pc.fill_null(pc.and_(pc.greater_equal(pc.binary_length(values), header),
                                       pc.starts_with(values, pattern=b"\x00")), False)
         reasons: list[str | None] = [None] * len(values)
         for at in np.flatnonzero(~framed.to_numpy(zero_copy_only=False) & pc.is_valid(values).to_numpy(
                 zero_copy_only=False)):
             reasons[at] = _NOT_FRAMED
-        headers, groups = pc.binary_slice(values, 0, 5), []
-        for header in pc.unique(headers.filter(framed)).to_pylist():
-            mask = pc.fill_null(pc.and_(framed, pc.equal(headers, header)), False)
+        headers, groups = pc.binary_slice(values, 0, header), []
+        for prefix in pc.unique(headers.filter(framed)).to_pylist():
+            if prefix[5:] not in (b"", b"\x00"):
+                return None
+            mask = pc.fill_null(pc.and_(framed, pc.equal(headers, prefix)), False)
             try:
-                reader = self._columns_of(int.from_bytes(header[1:], "big"))
-            except SchemaNotFound as exc:
+                reader = self._reader(int.from_bytes(prefix[1:5], "big"), [0])
+            except _Unreadable as exc:
                 for at in np.flatnonzero(mask.to_numpy(zero_copy_only=False)):
                     reasons[at] = str(exc)
                 continue
-            if reader is None:
+            if reader.columns is None:
                 return None
-            groups.append((mask, reader, 5))
+            groups.append((mask, reader.columns, header))
         return _typed_rows(values, groups, reasons)
-
-    def _columns_of(self, schema_id: int) -> AvroColumns | None:
-        """A columnar reader of the registry's schema ``schema_id`` (None if it is not plain records)."""
-        if schema_id not in self._columns:
-            schema = self._registry.schema(schema_id, self._kind)
-            try:
-                plain = None if schema.references else avro_columns(
-                    without_logical_types(refuse_recursion(json.loads(schema.schema_str))))
-            except (ValueError, TypeError):
-                plain = None  # the value-by-value path gives its records the reason
-            if len(self._columns) >= self._registry.capacity:
-                self._columns.clear()
-            self._columns[schema_id] = plain
-        return self._columns[schema_id]
 
     def __call__(self, values: Sequence[bytes | None]) -> Decoded:
         return _each(values, self._decode)
@@ -317,6 +316,18 @@ class _FromRegistry:
             schema_id, indexes, start = wire_header(value, protobuf=self._kind == "PROTOBUF")
         except ValueError:
             raise _Unreadable(_NOT_FRAMED) from None
+        reader = self._reader(schema_id, indexes)
+        try:
+            datum = reader(value[start:])
+        except Exception as exc:  # noqa: BLE001
+            raise _Unreadable(f"not a value of schema id {schema_id} ({type(exc).__name__})") from None
+        return self._text.encode(datum)
+
+    def _reader(self, schema_id: int, indexes: list[int]) -> _Reader:
+        """The reader of the registry's schema ``schema_id`` (its message at ``indexes``).
+
+        _Unreadable if the registry does not have it or it cannot be used.
+        """
         key = (schema_id, tuple(indexes))
         reader = self._readers.get(key)
         if reader is None:
@@ -333,19 +344,15 @@ class _FromRegistry:
             if len(self._readers) >= self._registry.capacity:  # the spec's bound on the schemas kept
                 self._readers.clear()
             self._readers[key] = reader
-        try:
-            datum = reader(value[start:])
-        except Exception as exc:  # noqa: BLE001
-            raise _Unreadable(f"not a value of schema id {schema_id} ({type(exc).__name__})") from None
-        return self._text.encode(datum)
+        return reader
 
 
 # --- Avro ----------------------------------------------------------------------------------------
 
 
 class _AvroReader:
-    def __init__(self, schema: Any) -> None:
-        self._schema = schema
+    def __init__(self, schema: Any, columns: AvroColumns | None) -> None:
+        self._schema, self.columns = schema, columns
 
     def __call__(self, payload: bytes) -> Any:
         return fastavro.schemaless_reader(io.BytesIO(payload), self._schema, None)
@@ -364,5 +371,5 @@ def _avro_reader(schema: Any, registry: RegistrySchemas) -> _AvroReader:
             fastavro.parse_schema(without_logical_types(refuse_recursion(json.loads(referenced.schema_str))), named)
 
     add_references(schema.references or ())
-    return _AvroReader(fastavro.parse_schema(without_logical_types(refuse_recursion(json.loads(schema.schema_str))),
-                                             named))
+    plain = without_logical_types(refuse_recursion(json.loads(schema.schema_str)))
+    return _AvroReader(fastavro.parse_schema(plain, named), None if schema.references else avro_columns(plain))
