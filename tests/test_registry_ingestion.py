@@ -1,5 +1,5 @@
-"""A topic of Avro values in Confluent's wire format, through a supervisor: exact across a schema change and a
-registry outage, its credentials never shown.
+"""Topics of Avro and Protobuf values in Confluent's wire format, through a supervisor: exact across a schema
+change, a registry outage and an overlord SIGKILL, the registry's credentials never shown.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from overlord.dev.sample_data import produce
 from specs.schema_registry import ALLOWED_REGISTRIES_VARIABLE
@@ -41,10 +43,27 @@ def _orders(registry: Registry, topic: str, schema: dict[str, Any], rows: list[d
     return [value for row in rows if (value := serialize(row, context)) is not None]
 
 
-def _spec(datasource: str, topic: str, registry: Registry) -> dict[str, Any]:
-    spec = spec_json(datasource, topic, inputFormat={"type": "avro_stream", "avroBytesDecoder": {
-        "type": "schema_registry", "url": registry.url,
-        "config": {"basic.auth.credentials.source": "USER_INFO", "basic.auth.user.info": f"reader:{PASSWORD}"}}})
+def _protobuf_orders(registry: Registry, topic: str, rows: list[dict[str, Any]], city: bool) -> list[bytes]:
+    """Each row as a shop.Order message (``city``: its second version, with a city field) as producers write it."""
+    file = descriptor_pb2.FileDescriptorProto(name="order.proto", package="shop", syntax="proto3")
+    order = file.message_type.add(name="Order")
+    fields = [("ts", 3), ("country", 9), ("amount", 3), *([("city", 9)] if city else [])]  # int64, string
+    for number, (name, kind) in enumerate(fields, start=1):
+        order.field.add(name=name, number=number, type=kind, label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    order_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    client = SchemaRegistryClient({"url": registry.url, "basic.auth.user.info": f"reader:{PASSWORD}"})
+    serialize = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})
+    context = SerializationContext(topic, MessageField.VALUE)
+    return [value for row in rows if (value := serialize(order_class(**row), context)) is not None]
+
+
+def _spec(datasource: str, topic: str, registry: Registry, kind: str = "avro") -> dict[str, Any]:
+    decoder = {"type": "schema_registry", "url": registry.url,
+               "config": {"basic.auth.credentials.source": "USER_INFO", "basic.auth.user.info": f"reader:{PASSWORD}"}}
+    spec = spec_json(datasource, topic, inputFormat={"type": "avro_stream", "avroBytesDecoder": decoder}
+                     if kind == "avro" else {"type": "protobuf", "protoBytesDecoder": decoder})
     spec["spec"]["dataSchema"].update({
         "timestampSpec": {"column": "ts", "format": "millis"},
         "dimensionsSpec": {"dimensions": ["country", "city"]},
@@ -87,6 +106,29 @@ def test_a_registry_topic_is_exact_across_a_schema_change_and_an_outage(registry
     expected: Counter[tuple[str, str | None]] = Counter()
     for row in [*first, *second]:
         expected[(row["country"], row.get("city"))] += row["amount"]
+    assert _sums(overlord.engine, datasource) == expected
+
+
+@pytest.mark.long
+def test_a_protobuf_registry_topic_is_exact_across_a_schema_change(registry: Registry, stack, make_overlord,
+                                                                  make_topic, datasource) -> None:
+    """Druid's protobuf format through a registry: flat messages (read a batch at once), a second version of the
+    message mid-stream, a malformed value counted.
+    """
+    topic = make_topic(2)
+    first = [{"ts": BASE_MS + i, "country": "DE" if i % 3 else "FR", "amount": i} for i in range(60)]
+    second = [{"ts": BASE_MS + i, "country": "DE", "amount": 100 + i, "city": "Bonn" if i % 2 else ""}
+              for i in range(40)]
+    values = [*_protobuf_orders(registry, topic, first, city=False), b"\x00\x00\x00\x00\x01\x00\xff\xff",
+              *_protobuf_orders(registry, topic, second, city=True)]
+    produce(stack.bootstrap_servers, topic, values, 2)
+    overlord = make_overlord()
+    overlord.submit(_spec(datasource, topic, registry, "protobuf"))
+    wait_until(lambda: committed_total(overlord.engine, datasource) == len(values), "every record", 120)
+    assert overlord.get(datasource).status.counters.unparseable == 1
+    expected: Counter[tuple[str, str | None]] = Counter()
+    for row in [*first, *second]:
+        expected[(row["country"], row.get("city") or None)] += row["amount"]  # proto3: "" is unset
     assert _sums(overlord.engine, datasource) == expected
 
 
