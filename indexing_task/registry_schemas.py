@@ -3,7 +3,7 @@
 An id or reference the registry does not have fails only the records that name it
 (:class:`SchemaNotFound`); a registry that is down, answers 5xx or refuses the credentials fails
 the task (:class:`SchemaRegistryUnavailable`), naming its URLs, never its credentials. Answers
-are bounded by their ``Content-Length``; redirects are not followed (the client's default).
+are bounded by the bytes read (decoded); redirects are not followed (the client's default).
 """
 
 from __future__ import annotations
@@ -82,7 +82,18 @@ def _format(kind: str) -> str | None:
 
 
 def _bounded(response: Any) -> None:
+    """Read the answer's body here, decoded, refusing it past the bound.
+
+    Whatever its headers say: no length, or a small compressed body that inflates.
+    """
     length = response.headers.get("content-length")
     if length is not None and int(length) > MAX_ANSWER_BYTES:
         raise SchemaRegistryUnavailable(f"schema registry answer of {int(length):,} bytes is larger than "
                                         f"{MAX_ANSWER_BYTES:,}")
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            response.close()
+            raise SchemaRegistryUnavailable(f"schema registry answer is larger than {MAX_ANSWER_BYTES:,} bytes")
+    response._content = bytes(body)  # noqa: SLF001 (httpx's read() keeps the body there; the client reads it)

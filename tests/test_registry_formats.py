@@ -18,6 +18,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from google.protobuf.message import Message
 
+from indexing_task.registry_schemas import MAX_ANSWER_BYTES, RegistrySchemas
 from indexing_task.rollup import Rollup
 from indexing_task.rollup_schema import RollupSchema
 from indexing_task.task_errors import SchemaRegistryUnavailable
@@ -392,3 +393,18 @@ def test_a_spec_sent_back_with_its_masks_keeps_the_registry_secrets(registry: Re
     assert keep_masked_secrets(edited, stored) == stored
     with pytest.raises(SpecError, match=r"avroBytesDecoder\.headers\.Authorization: is <masked>"):
         keep_masked_secrets(edited, None)
+
+
+@pytest.mark.parametrize("framing", ["unframed", "gzip"])
+def test_a_registry_answer_past_the_bound_fails_the_task_whatever_its_framing(registry: Registry, framing: str) -> None:
+    """No Content-Length (read until the connection closes), or a small gzip body that inflates: the bound is
+    on the bytes read, not on what the header says.
+    """
+    schema_id = _client(registry).register_schema("orders-value", Schema(json.dumps(AVRO_V1), "AVRO"))
+    registry.oversized = (framing, MAX_ANSWER_BYTES + 1)
+    decoder = {**_registry_decoder(registry), "urls": [registry.url], "capacity": 10,
+               "userInfo": "reader:s3cret-pass", "headers": {}}
+    with pytest.raises(SchemaRegistryUnavailable, match="larger than"):
+        RegistrySchemas(decoder).schema(schema_id, "AVRO")
+    registry.oversized = None
+    assert json.loads(RegistrySchemas(decoder).schema(schema_id, "AVRO").schema_str)["name"] == "Order"
