@@ -77,6 +77,37 @@ def one(spark, engine, expression: str) -> Any:
     ("CONTAINS_STRING('abc', 'b')", True),
     ("STRPOS('abc', 'c')", 3),
     ("NVL(NULL, 'x')", "x"),
+    # zero divisors: whole numbers have no answer, 0.0 / 0.0 is 0.0 (CalciteSelectQueryTest#testSafeDivideExpressions)
+    ("SAFE_DIVIDE(0, 0)", None),
+    ("SAFE_DIVIDE(7, 0)", None),
+    ("SAFE_DIVIDE(CAST(0 AS BIGINT), CAST(0 AS BIGINT))", None),
+    ("SAFE_DIVIDE(7, 2)", 3),
+    ("SAFE_DIVIDE(0.0, 0.0)", 0.0),
+    ("SAFE_DIVIDE(1.5, 0.0)", None),
+    ("SAFE_DIVIDE(CAST(0 AS DOUBLE), 0)", 0.0),
+    ("SAFE_DIVIDE(l, z) FROM (SELECT CAST(0 AS BIGINT) AS l, CAST(0 AS BIGINT) AS z)", None),  # columns' types
+    ("SAFE_DIVIDE(f, z) FROM (SELECT CAST(0 AS FLOAT) AS f, CAST(0 AS BIGINT) AS z)", 0.0),
+    # scale arguments: the digits asked for are kept, cut toward zero
+    ("TRUNCATE(5 / 4.0, 1)", 1.2),
+    ("TRUNCATE(CAST(5 AS FLOAT) / 4.0, 1)", 1.2),
+    ("TRUNCATE(-1.25, 1)", -1.2),
+    ("TRUNCATE(1.99)", 1.0),
+    ("TRUNCATE(0.3, 1)", 0.3),  # the double's decimal digits, as Java's BigDecimal.valueOf reads it
+    ("TRUNC(2.567, 2)", 2.56),
+    ("TRUNCATE(125, -1)", 120),
+    ("TRUNCATE(CAST(NULL AS DOUBLE), 1)", None),
+    ("ROUND(1.25, 1)", 1.3),
+    ("ROUND(125, -1)", 130),
+    # string functions over '' give '', as Druid's do (SUBSTRING past the end is NULL: Druid's own rule)
+    ("UPPER('')", ""),
+    ("LEFT('', 1)", ""),
+    ("RIGHT('', 1)", ""),
+    ("REVERSE('')", ""),
+    ("REPLACE('', 'a', 'b')", ""),
+    ("TRIM('')", ""),
+    ("CONCAT('', 'a')", "a"),
+    ("LPAD('', 2, 'x')", "xx"),
+    ("STRLEN('')", 0),
 ])
 def test_druid_functions_mean_what_they_mean_in_druid(spark, engine, expression, expected):
     assert one(spark, engine, expression) == expected

@@ -254,11 +254,31 @@ def _following_frame(node: exp.Expr, context: RewriteContext) -> exp.Expr | None
 
 
 def _safe_divide(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
-    """Druid's SAFE_DIVIDE: ``x / 0`` is NULL, ``0 / 0`` is 0."""
+    """Druid's SAFE_DIVIDE: a zero divisor gives NULL, but ``0.0 / 0`` is 0 when either operand is not whole."""
     if not isinstance(node, exp.SafeDivide):
         return None
-    return spark_sql("CASE WHEN _b <> 0 THEN _q WHEN _a = 0 THEN 0 END", _a=node.this, _b=node.expression,
-                     _q=_divide(node.this, node.expression))
+    a, b = node.this, node.expression
+    quotient = _divide(a, b)
+    if _integral(a) and _integral(b):
+        return spark_sql("CASE WHEN _b <> 0 THEN _q END", _b=b, _q=quotient)
+    whole = f"lower(typeof(_a)) IN {_WHOLE_TYPES} AND lower(typeof(_b)) IN {_WHOLE_TYPES}"  # a column's type
+    return spark_sql(f"CASE WHEN _b <> 0 THEN _q WHEN _a = 0 AND NOT ({whole}) THEN 0 END", _a=a, _b=b, _q=quotient)
+
+
+_WHOLE_TYPES = "('tinyint', 'smallint', 'int', 'integer', 'bigint', 'hugeint')"
+"""``typeof``'s names of whole-number types (Spark's, and DuckDB's lowercased)."""
+
+
+def _truncate(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid's ``TRUNCATE(x, digits)``: ``x`` cut toward zero to ``digits`` decimal digits.
+
+    Negative digits cut left of the point; whole numbers stay whole.
+    """
+    if not isinstance(node, exp.Trunc):
+        return None
+    digits = node.args.get("decimals") or exp.Literal.number(0)
+    cut = "CASE WHEN _x < 0 THEN ceil(_x, _d) ELSE floor(_x, _d) END"
+    return spark_sql(f"CAST({cut} AS {'BIGINT' if _integral(node.this) else 'DOUBLE'})", _x=node.this, _d=digits)
 
 
 def _whole_division(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
@@ -438,7 +458,7 @@ def _timestamp_add_diff(node: exp.Expr, context: RewriteContext) -> exp.Expr | N
 RULES: tuple[Rule, ...] = (
     _schema_table, _over_complex_column, _typed_comparison, _top_n_nulls_first, _estimate_of_filtered,
     _unicode_string, _array_constructor, _pi, _predicate_is, _empty_group_by, _refuse_split_subtotals,
-    _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame, _safe_divide,
+    _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame, _safe_divide, _truncate,
     _whole_division, _refuse_array_concat_agg, _refuse_function, _sketch_object_function, _multi_value_function,
     _any_value, _druid_function, _unnest_multi_value, _array_contains, _date_trunc, _string_to_array,
     _array_append_prepend, _array_slice, _array_to_string, _floor_ceil_to_unit, _regexp_extract, _lenient_cast,
