@@ -162,6 +162,11 @@ class Settings(BaseSettings):
         default=1800, ge=0, description="how long a segment replaced by a newer version of its interval (a "
         "compaction's inputs) is kept before it is deleted: a query planned before the swap may still read it, so "
         "keep it well above `OVERLORD_QUERY_TIMEOUT_MS`")
+    kill_backup_window_s: int = Field(
+        default=3 * 86400, ge=0, description="the oldest metadata backup a restore may bring back: the kill duty "
+        "keeps the files of every segment unused for less than this (dropped or replaced), so each row of such a "
+        "backup still finds its files (docs/operations.md, \"Backup and restore\"); 0 keeps no more than the two "
+        "settings above")
     task_retention_s: int = Field(
         default=7 * 86400, ge=0, description="how long the rows of finished tasks (with their reports and logs) "
         "are kept: the kill duty deletes older ones (not `reset_offsets` rows, the record of offsets moved); "

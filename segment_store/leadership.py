@@ -26,11 +26,18 @@ LEADER_LOCK_KEY = zlib.crc32(b"overlord.leader")
 
 
 def claim_leadership(conn: sa.Connection, leader: str) -> int:
-    """Bump the leader epoch and name ``leader`` (call while holding the leader lock); the new epoch."""
-    stmt = pg_insert(leadership_t).values(id=1, epoch=1, leader=leader)
+    """Bump the leader epoch and name ``leader`` (call while holding the leader lock); the new epoch.
+
+    The epoch is at least PostgreSQL's clock in microseconds, so it never goes back: a metadata store restored
+    from a backup holds an older epoch, and the next leader still claims one past every epoch claimed
+    before the restore (a task a pre-restore leader planned can never publish).
+    """
+    now_us = sa.cast(sa.func.floor(sa.extract("epoch", sa.func.clock_timestamp()) * 1_000_000), sa.BigInteger)
+    stmt = pg_insert(leadership_t).values(id=1, epoch=sa.func.greatest(1, now_us), leader=leader)
     epoch = conn.execute(stmt.on_conflict_do_update(
         index_elements=[leadership_t.c.id],
-        set_={"epoch": leadership_t.c.epoch + 1, "leader": leader, "elected_at": sa.func.now()},
+        set_={"epoch": sa.func.greatest(leadership_t.c.epoch + 1, now_us), "leader": leader,
+              "elected_at": sa.func.now()},
     ).returning(leadership_t.c.epoch)).scalar_one()
     logger.info("leadership claimed: leader=%s epoch=%d", leader, epoch)
     return int(epoch)

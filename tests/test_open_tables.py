@@ -65,7 +65,7 @@ def _produce_and_wait(stack: Any, overlord: Any, topic: str, datasource: str, re
 def test_the_table_follows_publishes_compaction_a_spec_update_and_a_drop(stack, make_topic, datasource,
                                                                          make_overlord, coordinator_of):
     topic = make_topic(2)
-    overlord = make_overlord(iceberg_snapshot_retention_s=3600, kill_replaced_after_s=0)
+    overlord = make_overlord(iceberg_snapshot_retention_s=3600, kill_replaced_after_s=0, kill_backup_window_s=0)
     coordinator = coordinator_of(overlord)
     overlord.submit(spec_json(datasource, topic))
     first = make_sample_events(3_000, bad_every=0, seed=81)

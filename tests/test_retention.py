@@ -132,7 +132,8 @@ def test_a_drop_racing_a_publish_or_a_compaction_leaves_each_row_visible_once(
             race.clear()
             holder["dropped"] = holder["coordinator"].mark(datasource, False, HOUR_1)
 
-    overlord = holder["overlord"] = make_overlord(before_publish=drop_first, kill_unused_after_s=0)
+    overlord = holder["overlord"] = make_overlord(before_publish=drop_first, kill_unused_after_s=0,
+                                                 kill_backup_window_s=0)
     coordinator = holder["coordinator"] = coordinator_of(overlord)
     overlord.submit(spec_json(datasource, topic))
     first, second = (make_sample_events(800, bad_every=0, seed=s) for s in (41, 42))

@@ -234,6 +234,36 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from overlord.config import Settings
+    from overlord.coordinator.restore_check import check_restore
+    from overlord.task_report_text import as_json
+    from segment_store import upgrade_schema
+    from segment_store.database import metadata_engine
+
+    settings = Settings.from_env()
+    engine = metadata_engine(settings.database_url)
+    upgrade_schema(engine)
+    report = check_restore(settings, engine)
+    if args.json:
+        print(as_json({**report.__dict__, "consistent": report.consistent}))
+        return 0 if report.consistent else 1
+    verdict = "consistent" if report.consistent else "NOT consistent"
+    print(f"metadata store against deep storage and the topics: {verdict}")
+    print("- overlords: " + ("one holds the leader lock; stop every overlord before restoring and verifying"
+                             if report.overlord_running else "none running"))
+    print(f"- used segments: {report.used_segments:,}; files missing or damaged: {len(report.missing)}")
+    for m in report.missing:
+        source = f"published by task {m.published_by}" if m.published_by else "publisher unknown"
+        ranges = f", offsets {dict(m.offsets['start'])} to {dict(m.offsets['end'])}" if m.offsets else ""
+        print(f"    {m.datasource} {m.interval} {m.id}: {m.problem}; {source}{ranges}")
+    print(f"- topics: {len(report.lost_records)} partition(s) lost records, {len(report.unreachable)} unreachable")
+    for line in [*report.lost_records, *report.unreachable]:
+        print(f"    {line}")
+    print(f"- files without rows (publishes after the backup; the kill duty deletes them): {report.orphan_files:,}")
+    return 0 if report.consistent else 1
+
+
 def _cmd_db(args: argparse.Namespace) -> int:
     from overlord.config import Settings
     from segment_store.database import metadata_engine
@@ -320,6 +350,11 @@ def _parser() -> argparse.ArgumentParser:
     clean.add_argument("--dry-run", action="store_true", help="only report what would be deleted")
     clean.add_argument("--json", action="store_true", help="print the report as JSON")
     clean.set_defaults(func=_cmd_cleanup)
+
+    verify = sub.add_parser("verify", help="after restoring the metadata store, before starting overlords: check it "
+                                           "against deep storage and the topics (exit code 1 if not consistent)")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.set_defaults(func=_cmd_verify)
 
     db = sub.add_parser("db", help="the metadata store's schema (overlord serve upgrades it at start-up too)")
     db_sub = db.add_subparsers(dest="db", required=True)

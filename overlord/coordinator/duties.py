@@ -256,17 +256,18 @@ class Coordinator:
     def kill_unused(self) -> CleanupReport | None:
         """One run of the kill duty: delete what was dropped or replaced long enough ago, and old orphans.
 
-        Dropped: ``kill_unused_after_s`` (orphans as old); replaced: ``kill_replaced_after_s``; finished
-        tasks: ``task_retention_s``.
+        Dropped: ``kill_unused_after_s`` (orphans as old); replaced: ``kill_replaced_after_s``; neither before
+        ``kill_backup_window_s`` (a restored backup's rows find their files); finished tasks: ``task_retention_s``.
         """
         if not self.leading:
             return None
         kept_s = self.settings.task_retention_s
         if kept_s and (deleted := self.store.delete_finished_tasks(datetime.now(UTC) - timedelta(seconds=kept_s))):
             logger.info("kill: deleted %d finished tasks older than %d s (OVERLORD_TASK_RETENTION_S)", deleted, kept_s)
-        after = timedelta(seconds=self.settings.kill_unused_after_s)
-        return cleanup(self.engine, DeepStorage(self.settings.deep_storage), retention=after, orphan_grace=after,
-                       replaced_retention=timedelta(seconds=self.settings.kill_replaced_after_s),
+        s = self.settings
+        after, window = timedelta(seconds=s.kill_unused_after_s), timedelta(seconds=s.kill_backup_window_s)
+        return cleanup(self.engine, DeepStorage(s.deep_storage), retention=max(after, window), orphan_grace=after,
+                       replaced_retention=max(timedelta(seconds=s.kill_replaced_after_s), window),
                        keep=self.table_export.protected())
 
     def export_tables(self) -> list[ExportOutcome]:
