@@ -180,7 +180,8 @@ def test_the_overlords_are_wired_to_the_other_services_as_they_are_configured(se
     advertised = SERVICES["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
     assert f"//{settings.kafka_bootstrap_servers}" in advertised
     master = urlsplit(settings.spark_master)
-    assert (master.hostname, str(master.port)) == (_flag("spark-master", "--host"), _flag("spark-master", "--port"))
+    assert (master.hostname, str(master.port)) == ("spark-master", _flag("spark-master", "--port"))
+    assert _flag("spark-master", "--host") == "0.0.0.0"  # every interface; reached by its service name
     assert settings.spark_master in _command("spark-worker")
     for name in OVERLORDS:
         conf = json.loads(SERVICES[name]["environment"]["OVERLORD_SPARK_CONF"])
@@ -235,3 +236,13 @@ def test_the_spark_conf_setting_is_a_json_object_of_strings():
         mp.setenv("OVERLORD_DATABASE_URL", "postgresql+psycopg://x@y/z")
         mp.setenv("OVERLORD_SPARK_CONF", "spark.executor.memory=2g")
         Settings.from_env()
+
+
+def test_compose_and_kubernetes_start_the_spark_daemons_alike():
+    """One way of starting the Spark master and workers: the same command in both deployments."""
+    manifests = Path(__file__).resolve().parents[1] / "docker" / "kubernetes" / "spark.yaml"
+    workloads = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all(manifests.read_text(encoding="utf-8"))
+                 if doc and doc["kind"] == "Deployment"}
+    for name in ("spark-master", "spark-worker"):
+        kubernetes = " ".join(workloads[name]["spec"]["template"]["spec"]["containers"][0]["command"])
+        assert kubernetes == _command(name).replace("$$", "$")
