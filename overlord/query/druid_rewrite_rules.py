@@ -31,8 +31,8 @@ from overlord.query.multi_value import MV_FUNCTIONS, is_mv
 from overlord.query.query_errors import QueryError
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
 
-__all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "metadata_view", "top_n_column",
-           "typed_operands"]
+__all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "metadata_view", "text_aliases",
+           "top_n_column", "typed_operands"]
 
 METADATA_TABLES = frozenset(SCHEMAS)
 """``schema.table`` names (lower case) of the metadata tables."""
@@ -491,6 +491,27 @@ def typed_operands(node: exp.Expr) -> list[exp.Column]:
         return []
     return [x for x, y in ((node.this, node.expression), (node.expression, node.this))
             if isinstance(x, exp.Column) and _number(y)]
+
+
+_BY_BYTES = {"LATEST": 2, "EARLIEST": 2, "ANY_VALUE": 2, "LATEST_BY": 3, "EARLIEST_BY": 3}
+"""Druid's aggregations whose string form takes a ``maxBytesPerValue``: its argument count."""
+_TEXT_FUNCTIONS = (exp.Upper, exp.Lower, exp.Substring, exp.Concat, exp.DPipe, exp.Trim, exp.Left, exp.Right)
+
+
+def text_aliases(tree: exp.Expr, kinds: Mapping[str, str]) -> dict[str, str]:
+    """The names a query gives to text it computes (a subquery's string LATEST, an UPPER, ...): name -> "string".
+
+    A sum or comparison of such a name outside reads it as a number, as Druid does (:func:`_typed`), where Spark
+    would fail on the first value that is not one.
+    """
+    def text(node: exp.Expr) -> bool:
+        if isinstance(node, exp.Anonymous):
+            return _BY_BYTES.get(node.name.upper()) == len(node.expressions)
+        if isinstance(node, exp.Column):
+            return kinds.get(node.name.lower()) == "string"
+        return isinstance(node, _TEXT_FUNCTIONS) or (isinstance(node, exp.Literal) and node.is_string)
+    return {alias.alias.lower(): "string" for alias in tree.find_all(exp.Alias)
+            if alias.alias and alias.alias.lower() not in kinds and text(alias.this)}
 
 
 def top_n_column(select: exp.Select, query: str) -> exp.Column | None:

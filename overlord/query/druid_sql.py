@@ -37,6 +37,7 @@ from overlord.query.druid_rewrite_rules import (
     RULES,
     RewriteContext,
     metadata_view,
+    text_aliases,
     top_n_column,
     typed_operands,
 )
@@ -106,6 +107,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
     typed = frozenset(column.name.lower() for node in tree.walk() for column in typed_operands(node)) | {
         column.name.lower() for select in tree.find_all(exp.Select) if (column := top_n_column(select, query))}
     kinds = dict(complex_columns)
+    kinds |= text_aliases(tree, kinds)
     multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
     if multi_value or has_mv_results(tree):
         tree, changed = rewrite_multi_value(tree, multi_value), True
