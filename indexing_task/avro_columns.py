@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 __all__ = ["AvroColumns", "ColumnsUnreadable", "avro_columns"]
 
+_MAX_DEPTH = 8  # records nested deeper are read value by value
 _SCALARS = frozenset({"boolean", "int", "long", "float", "double", "string"})
 _SENTINEL = "__overlord_sentinel"
 _SYNC = b"\x8a\x16\x9b\x5e\x00\xc3\x71\x42\xd1\x0b\x7f\x3c\xe4\x29\x66\x05"
@@ -50,6 +51,8 @@ def _plain_type(node: Any, top: bool = False, depth: int = 0) -> bool:
     kind = node.get("type")
     if kind == "record":  # names unique ignoring case, as DuckDB's structs need them
         fields = node.get("fields", ())
+        if depth > _MAX_DEPTH:  # polars' reader recurses per level
+            return False
         names = [f.get("name") for f in fields if isinstance(f, dict)]
         return (len(names) == len(fields) == len({str(n).lower() for n in names}) > 0 and _SENTINEL not in names
                 and all(_plain_type(f.get("type"), depth=depth + 1) for f in fields))

@@ -106,6 +106,7 @@ class ProtobufColumns:
         self._fields = fields
         self._by_number = {f.number: i for i, f in enumerate(fields)}
         self._by_tag = {f.number << 3 | f.wire: i for i, f in enumerate(fields)}
+        self._max_rounds = 2 * len(fields) + 16  # every field set, some twice, a few unknown ones
 
     def read(self, messages: pa.Array) -> pa.StructArray:
         """``messages`` (binary, no nulls) decoded, in order.
@@ -120,7 +121,11 @@ class ProtobufColumns:
         seen = np.zeros((len(self._fields), n), bool)
         raw = np.zeros((len(self._fields), n), np.uint64)  # a number's bits, or a string's start
         lengths = np.zeros((len(self._fields), n), np.int64)
+        rounds = 0
         while (found := np.flatnonzero(at < ends)).size:
+            rounds += 1
+            if rounds > self._max_rounds:  # each round costs numpy passes: many fields cost less one by one
+                raise ColumnsUnreadable(f"a message of more than {self._max_rounds} fields")
             live: np.ndarray | slice = slice(None) if found.size == n else found  # a view while none has ended
             tag, start, ok = _varints(buf, at[live])
             nxt, value, length = start.copy(), np.zeros(found.size, np.uint64), np.zeros(found.size, np.int64)

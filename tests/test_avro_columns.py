@@ -159,10 +159,19 @@ def test_non_finite_numbers_are_unreadable_in_both_reads() -> None:
 
 
 def test_only_plain_record_schemas_are_read_as_columns() -> None:
-    assert avro_columns(SCHEMA) is not None
+    assert avro_columns(SCHEMA) is not None and avro_columns(_nested(8)) is not None
     for unplain in ({**SCHEMA, "fields": [{"name": "tags", "type": {"type": "array", "items": "string"}}]},
                     {**SCHEMA, "fields": [{"name": "raw", "type": "bytes"}]},
                     {**SCHEMA, "fields": [{"name": "u", "type": ["null", "long", "string"]}]},
                     {**SCHEMA, "fields": [{"name": "a", "type": "long"}, {"name": "A", "type": "long"}]},
+                    _nested(12),
                     "string"):
         assert avro_columns(unplain) is None
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """A record of a record of ... ``depth`` levels."""
+    inner: dict[str, Any] = {"type": "record", "name": f"L{depth}", "fields": [{"name": "x", "type": "long"}]}
+    for level in range(depth - 1, 0, -1):
+        inner = {"type": "record", "name": f"L{level}", "fields": [{"name": "x", "type": inner}]}
+    return inner
