@@ -5,6 +5,7 @@
 #   docker build -f docker/Dockerfile -t kafka-segment-indexer:0.1.0 . && sh docker/make-secrets.sh
 set -eu
 dir=docker/secrets
+image=${OVERLORD_IMAGE:-kafka-segment-indexer:0.1.0}  # as in compose.yaml
 if [ -e "$dir" ]; then
     echo "$dir exists: move it away to make new secrets (the database already has the old password)" >&2
     exit 1
@@ -19,7 +20,7 @@ printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' "$acces
     > "$dir/aws-credentials"
 printf '{"identities": [{"name": "overlord", "credentials": [{"accessKey": "%s", "secretKey": "%s"}], %s}]}\n' \
     "$access_key" "$secret_key" '"actions": ["Admin", "Read", "List", "Tagging", "Write"]' > "$dir/s3-identities.json"
-hash=$(printf '%s' "$admin_password" | docker run --rm -i kafka-segment-indexer:0.1.0 overlord auth hash-password)
+hash=$(printf '%s' "$admin_password" | docker run --rm -i "$image" overlord auth hash-password)
 printf '{"users": {"admin": {"role": "write", "passwordHash": "%s"}}}\n' "$hash" > "$dir/overlord-auth.json"
 chmod 644 "$dir"/*
 echo "made $dir; the console and API user is admin, password $admin_password (shown once)"

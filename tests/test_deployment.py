@@ -38,6 +38,12 @@ OVERLORDS = ("overlord", "overlord-standby")
 DOCKERFILE = (DOCKER / "Dockerfile").read_text(encoding="utf-8")
 LOCK = DOCKER / "requirements.lock"
 IMAGE = "kafka-segment-indexer:0.1.0"
+"""The image compose runs unless ``OVERLORD_IMAGE`` names another."""
+
+
+def _default(value: str) -> str:
+    """``value`` as compose interpolates it with no variable set: ``${VAR:-default}`` becomes ``default``."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value)
 
 
 def _command(service: str) -> str:
@@ -120,8 +126,11 @@ def test_every_service_the_overlords_need_is_there_and_healthy_before_they_start
 
 
 def test_one_image_built_once_runs_every_service_of_ours():
-    ours = [name for name, s in SERVICES.items() if s.get("image") == IMAGE]
+    ours = [name for name, s in SERVICES.items() if _default(s.get("image", "")) == IMAGE]
     assert set(ours) == {"create-bucket", "spark-master", "spark-worker", *OVERLORDS}
+    # one variable picks the version of them all (the upgrade in docs/operations.md sets it)
+    assert {SERVICES[n]["image"] for n in ours} == {f"${{OVERLORD_IMAGE:-{IMAGE}}}"}
+    assert f"${{OVERLORD_IMAGE:-{IMAGE}}}" in (DOCKER / "make-secrets.sh").read_text()
     assert all(SERVICES[n]["pull_policy"] == "never" and "build" not in SERVICES[n] for n in ours)
     assert f"-t {IMAGE}" in COMPOSE_TEXT and f"-t {IMAGE}" in (DOCKER / "make-secrets.sh").read_text()
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -166,7 +175,7 @@ def test_the_overlords_settings_load_from_their_environment_and_secret_files(sec
         assert settings.auth_file == "/run/secrets/overlord-auth" and "overlord-auth" in _secret_targets(name)
         assert settings.advertised_url in (settings.public_urls or ())
         port = urlsplit(settings.advertised_url).port
-        assert f"{port}:8090" in SERVICES[name]["ports"]  # the standby's redirect reaches the leader from the host
+        assert f"127.0.0.1:{port}:8090" in SERVICES[name]["ports"]  # the standby's redirect reaches the leader
 
 
 def test_the_overlords_are_wired_to_the_other_services_as_they_are_configured(secrets, tmp_path):
@@ -182,10 +191,13 @@ def test_the_overlords_are_wired_to_the_other_services_as_they_are_configured(se
     master = urlsplit(settings.spark_master)
     assert (master.hostname, str(master.port)) == (_flag("spark-master", "--host"), _flag("spark-master", "--port"))
     assert settings.spark_master in _command("spark-worker")
+    cores = 0
     for name in OVERLORDS:
         conf = json.loads(SERVICES[name]["environment"]["OVERLORD_SPARK_CONF"])
         assert conf["spark.driver.host"] == SERVICES[name]["hostname"]
-        assert int(conf["spark.cores.max"]) <= int(SERVICES["spark-worker"]["environment"]["SPARK_WORKER_CORES"])
+        cores += int(conf["spark.cores.max"])
+    # each overlord's application (the standby's holds its executors too) gets half: both fit on one worker
+    assert cores == int(SERVICES["spark-worker"]["environment"]["SPARK_WORKER_CORES"])
 
     assert f"exists('{urlsplit(settings.deep_storage).netloc}')" in _command("create-bucket")
     env = SERVICES["overlord"]["environment"]
@@ -210,14 +222,22 @@ def test_the_auth_file_made_for_compose_lets_admin_in_with_the_printed_password(
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o700  # and by nobody else on the host
 
 
-def test_nothing_without_authentication_is_published_beyond_loopback():
+def test_nothing_is_published_beyond_loopback():
+    # the overlords too: credentials would cross the network in clear text (docs/operations.md: a TLS proxy)
     for name, service in SERVICES.items():
         for port in service.get("ports", []):
-            if name in OVERLORDS:
-                assert "OVERLORD_AUTH_FILE" in service["environment"]
-            else:
-                assert port.startswith("127.0.0.1:"), f"{name} publishes {port} to the network"
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} to the network"
+    for name in OVERLORDS:
+        assert "OVERLORD_AUTH_FILE" in SERVICES[name]["environment"]
     assert "8080" not in str([s.get("ports") for s in SERVICES.values()])  # Spark's UI: no authentication
+
+
+def test_the_documented_upgrade_replaces_the_standby_then_the_leader():
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    steps = re.findall(r"docker compose -f docker/compose\.yaml up -d --no-deps (\S+)", text)
+    assert steps[:2] == ["overlord-standby", "overlord"], steps  # one overlord is always up
+    assert re.search(r"^export OVERLORD_IMAGE=", text, re.M)
+    assert "127.0.0.1:8090" in text and "OVERLORD_PUBLIC_URLS" in text  # how to open it to other hosts
 
 
 def test_volumes_and_probes_agree():
