@@ -7,6 +7,7 @@ makes and with the other services' own configuration; nothing without authentica
 from __future__ import annotations
 
 import configparser
+import hashlib
 import json
 import os
 import re
@@ -27,7 +28,8 @@ from packaging.requirements import Requirement
 from sqlalchemy.engine import make_url
 
 from overlord.config import ENV_PREFIX, Settings
-from overlord.http.auth import AuthFile
+from overlord.http.auth import AuthFile, required_role
+from overlord.http.same_origin import Site
 
 ROOT = Path(__file__).parent.parent
 DOCKER = ROOT / "docker"
@@ -72,8 +74,11 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     work = tmp_path_factory.mktemp("compose")
     shim = work / "bin" / "docker"
     shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\n[ "$*" = "run --rm -i {IMAGE} overlord auth hash-password" ] || exit 9\n'
-                    f'exec "{sys.executable}" -m overlord.cli auth hash-password\n')
+    shim.write_text(f'#!/bin/sh\ncase "$*" in\n'
+                    f'"run --rm -i {IMAGE} overlord auth hash-password") ;;\n'
+                    f'"run --rm {IMAGE} overlord auth new-token --json") ;;\n'
+                    f'*) exit 9 ;;\nesac\nshift 2\n[ "$1" = "-i" ] && shift\n'  # run --rm [-i] IMAGE overlord ARGS
+                    f'shift 2\nexec "{sys.executable}" -m overlord.cli "$@"\n')
     shim.chmod(0o755)
     (work / "docker").mkdir()
     done = subprocess.run(["sh", str(DOCKER / "make-secrets.sh")], cwd=work, capture_output=True, text=True,
@@ -215,7 +220,14 @@ def test_the_overlords_are_wired_to_the_other_services_as_they_are_configured(se
 def test_the_auth_file_made_for_compose_lets_admin_in_with_the_printed_password(made):
     secrets, password = made
     auth = AuthFile.load(secrets / "overlord-auth.json")
-    assert auth.users["admin"].role == "write" and not auth.tokens
+    assert auth.users["admin"].role == "write"
+    # Prometheus' token (compose secret metrics-token) may read /metrics and change nothing
+    token = (secrets / "metrics-token").read_text()
+    assert re.fullmatch(r"[A-Za-z0-9_-]{40,}", token)
+    assert set(auth.tokens) == {"prometheus"} and auth.tokens["prometheus"].role == "read"
+    assert auth.tokens["prometheus"].token_sha256 == hashlib.sha256(token.encode()).hexdigest()
+    assert required_role("GET", "/metrics") == "read"
+    assert len((secrets / "grafana-admin-password").read_text()) == 36
     assert PasswordHasher().verify(auth.users["admin"].password_hash, password)
     for path in secrets.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o644  # readable by the containers' own users
@@ -255,3 +267,62 @@ def test_the_spark_conf_setting_is_a_json_object_of_strings():
         mp.setenv("OVERLORD_DATABASE_URL", "postgresql+psycopg://x@y/z")
         mp.setenv("OVERLORD_SPARK_CONF", "spark.executor.memory=2g")
         Settings.from_env()
+
+
+def _mounts(service: str) -> dict[str, Path]:
+    """The service's bind mounts: path in the container -> the file in the repository."""
+    found = {}
+    for volume in SERVICES[service].get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            found[target] = (DOCKER / source).resolve()
+    return found
+
+
+def test_monitoring_is_an_opt_in_profile_of_pinned_images():
+    for name, image in {"prometheus": "prom/prometheus:v", "grafana": "grafana/grafana:"}.items():
+        assert SERVICES[name]["profiles"] == ["monitoring"], name  # `--profile monitoring up -d`
+        assert re.fullmatch(rf"{re.escape(image)}\d+\.\d+\.\d+", SERVICES[name]["image"]), SERVICES[name]["image"]
+    assert not any(s.get("profiles") for n, s in SERVICES.items() if n not in ("prometheus", "grafana"))
+    for name, service in SERVICES.items():
+        for target, source in _mounts(name).items():
+            assert source.exists(), f"{name} mounts {source}, which does not exist"
+
+
+def test_prometheus_scrapes_both_overlords_with_the_read_token_and_loads_the_alerts(made):
+    config_path = re.search(r"--config\.file=(\S+)", _command("prometheus")).group(1)
+    mounts = _mounts("prometheus")
+    config = yaml.safe_load(mounts[config_path].read_text(encoding="utf-8"))
+    assert mounts[config_path] == DOCKER / "monitoring" / "prometheus.yml"
+    for rule_file in config["rule_files"]:  # relative to the config file, in the container as here
+        assert mounts[str(Path(config_path).parent / rule_file)] == DOCKER / "monitoring" / "alerts.yaml"
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "overlord" and job.get("metrics_path", "/metrics") == "/metrics"
+    credentials = Path(job["authorization"]["credentials_file"])
+    assert credentials.parent == Path("/run/secrets") and job["authorization"].get("type", "Bearer") == "Bearer"
+    assert _secret_targets("prometheus")[credentials.name] == "metrics-token"
+    assert Path(COMPOSE["secrets"]["metrics-token"]["file"]).name == "metrics-token"  # make-secrets.sh's file
+    (static,) = job["static_configs"]
+    hosts = {SERVICES[name]["hostname"]: name for name in OVERLORDS}
+    assert sorted(static["targets"]) == sorted(f"{host}:8090" for host in hosts)
+    scope = {"type": "http", "server": ("172.18.0.5", 8090), "scheme": "http"}  # the container's own address
+    for target in static["targets"]:  # Host: overlord:8090 is one the overlord answers (else a 421)
+        env = SERVICES[hosts[target.split(":")[0]]]["environment"]
+        assert Site.of(env["OVERLORD_PUBLIC_URLS"].split(",")).allows_host(scope, target), target
+    assert "runbook_base" in config["global"]["external_labels"]  # the alerts' runbook links (test_monitoring)
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard():
+    mounts = _mounts("grafana")
+    provisioned = {Path(target).parent.name: yaml.safe_load(source.read_text(encoding="utf-8"))
+                   for target, source in mounts.items() if target.startswith("/etc/grafana/provisioning/")}
+    (source,) = provisioned["datasources"]["datasources"]
+    assert source["type"] == "prometheus" and source["isDefault"] is True
+    url = urlsplit(source["url"])
+    assert url.hostname == "prometheus" and f"127.0.0.1:{url.port}:{url.port}" in SERVICES["prometheus"]["ports"]
+    (provider,) = provisioned["dashboards"]["providers"]
+    assert provider["type"] == "file"
+    dashboards = [t for t, s in mounts.items() if s == DOCKER / "monitoring" / "grafana-dashboard.json"]
+    assert [str(Path(t).parent) for t in dashboards] == [provider["options"]["path"]]
+    assert _secret_targets("grafana")[Path(SERVICES["grafana"]["environment"][
+        "GF_SECURITY_ADMIN_PASSWORD__FILE"]).name] == "grafana-admin-password"

@@ -68,6 +68,24 @@ def test_the_alert_rules_load_and_fire_as_their_unit_tests_expect():
 
 
 @pytest.mark.unit
+def test_the_compose_prometheus_config_is_valid_and_loads_the_alerts(tmp_path):
+    """``promtool check config`` also loads the rule files and needs the token file: a copy of both, the
+    token where compose mounts its secret replaced by a file here."""
+    config = yaml.safe_load((MONITORING / "prometheus.yml").read_text(encoding="utf-8"))
+    assert config["rule_files"] == [ALERTS.name]
+    (job,) = config["scrape_configs"]
+    token = job["authorization"]["credentials_file"]
+    assert token == "/run/secrets/metrics-token"
+    (tmp_path / "metrics-token").write_text("a-token")
+    shutil.copy(ALERTS, tmp_path / ALERTS.name)
+    (tmp_path / "prometheus.yml").write_text(
+        (MONITORING / "prometheus.yml").read_text(encoding="utf-8").replace(token, str(tmp_path / "metrics-token")))
+    checked = promtool("check", "config", str(tmp_path / "prometheus.yml"))
+    assert checked.returncode == 0 and "SUCCESS: 1 rule files found" in checked.stdout, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(alert_queries())} rules found" in checked.stdout, checked.stdout
+
+
+@pytest.mark.unit
 def test_the_dashboards_queries_are_valid_promql(tmp_path):
     queries = [q.replace("$datasource", ".*") for q in dashboard_queries()]
     assert len(queries) >= 20
