@@ -284,8 +284,8 @@ def test_monitoring_is_an_opt_in_profile_of_pinned_images():
         assert SERVICES[name]["profiles"] == ["monitoring"], name  # `--profile monitoring up -d`
         assert re.fullmatch(rf"{re.escape(image)}\d+\.\d+\.\d+", SERVICES[name]["image"]), SERVICES[name]["image"]
     assert not any(s.get("profiles") for n, s in SERVICES.items() if n not in ("prometheus", "grafana"))
-    for name, service in SERVICES.items():
-        for target, source in _mounts(name).items():
+    for name in SERVICES:
+        for source in _mounts(name).values():
             assert source.exists(), f"{name} mounts {source}, which does not exist"
 
 

@@ -70,7 +70,8 @@ def test_the_alert_rules_load_and_fire_as_their_unit_tests_expect():
 @pytest.mark.unit
 def test_the_compose_prometheus_config_is_valid_and_loads_the_alerts(tmp_path):
     """``promtool check config`` also loads the rule files and needs the token file: a copy of both, the
-    token where compose mounts its secret replaced by a file here."""
+    token where compose mounts its secret replaced by a file here.
+    """
     config = yaml.safe_load((MONITORING / "prometheus.yml").read_text(encoding="utf-8"))
     assert config["rule_files"] == [ALERTS.name]
     (job,) = config["scrape_configs"]
@@ -88,7 +89,8 @@ def test_the_compose_prometheus_config_is_valid_and_loads_the_alerts(tmp_path):
 @pytest.mark.unit
 def test_runbook_links_are_absolute_under_the_external_label_prometheus_sets():
     """Alertmanager shows runbook_url as a link: a relative path is a dead one. The rules build it from the
-    external label ``runbook_base`` (``$externalLabels`` in annotation templates), set in prometheus.yml."""
+    external label ``runbook_base`` (``$externalLabels`` in annotation templates), set in prometheus.yml.
+    """
     config = yaml.safe_load((MONITORING / "prometheus.yml").read_text(encoding="utf-8"))
     base = config["global"]["external_labels"]["runbook_base"]
     assert re.fullmatch(r"https://[^\s/]+(/\S*)?", base) and not base.endswith("/"), base
