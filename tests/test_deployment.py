@@ -7,6 +7,7 @@ makes and with the other services' own configuration; nothing without authentica
 from __future__ import annotations
 
 import configparser
+import hashlib
 import json
 import os
 import re
@@ -27,7 +28,8 @@ from packaging.requirements import Requirement
 from sqlalchemy.engine import make_url
 
 from overlord.config import ENV_PREFIX, Settings
-from overlord.http.auth import AuthFile
+from overlord.http.auth import AuthFile, required_role
+from overlord.http.same_origin import Site
 
 ROOT = Path(__file__).parent.parent
 DOCKER = ROOT / "docker"
@@ -38,6 +40,12 @@ OVERLORDS = ("overlord", "overlord-standby")
 DOCKERFILE = (DOCKER / "Dockerfile").read_text(encoding="utf-8")
 LOCK = DOCKER / "requirements.lock"
 IMAGE = "kafka-segment-indexer:0.1.0"
+"""The image compose runs unless ``OVERLORD_IMAGE`` names another."""
+
+
+def _default(value: str) -> str:
+    """``value`` as compose interpolates it with no variable set: ``${VAR:-default}`` becomes ``default``."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value)
 
 
 def _command(service: str) -> str:
@@ -66,8 +74,11 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     work = tmp_path_factory.mktemp("compose")
     shim = work / "bin" / "docker"
     shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\n[ "$*" = "run --rm -i {IMAGE} overlord auth hash-password" ] || exit 9\n'
-                    f'exec "{sys.executable}" -m overlord.cli auth hash-password\n')
+    shim.write_text(f'#!/bin/sh\ncase "$*" in\n'
+                    f'"run --rm -i {IMAGE} overlord auth hash-password") ;;\n'
+                    f'"run --rm {IMAGE} overlord auth new-token --json") ;;\n'
+                    f'*) exit 9 ;;\nesac\nshift 2\n[ "$1" = "-i" ] && shift\n'  # run --rm [-i] IMAGE overlord ARGS
+                    f'shift 2\nexec "{sys.executable}" -m overlord.cli "$@"\n')
     shim.chmod(0o755)
     (work / "docker").mkdir()
     done = subprocess.run(["sh", str(DOCKER / "make-secrets.sh")], cwd=work, capture_output=True, text=True,
@@ -120,8 +131,11 @@ def test_every_service_the_overlords_need_is_there_and_healthy_before_they_start
 
 
 def test_one_image_built_once_runs_every_service_of_ours():
-    ours = [name for name, s in SERVICES.items() if s.get("image") == IMAGE]
+    ours = [name for name, s in SERVICES.items() if _default(s.get("image", "")) == IMAGE]
     assert set(ours) == {"create-bucket", "spark-master", "spark-worker", *OVERLORDS}
+    # one variable picks the version of them all (the upgrade in docs/operations.md sets it)
+    assert {SERVICES[n]["image"] for n in ours} == {f"${{OVERLORD_IMAGE:-{IMAGE}}}"}
+    assert f"${{OVERLORD_IMAGE:-{IMAGE}}}" in (DOCKER / "make-secrets.sh").read_text()
     assert all(SERVICES[n]["pull_policy"] == "never" and "build" not in SERVICES[n] for n in ours)
     assert f"-t {IMAGE}" in COMPOSE_TEXT and f"-t {IMAGE}" in (DOCKER / "make-secrets.sh").read_text()
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -166,7 +180,7 @@ def test_the_overlords_settings_load_from_their_environment_and_secret_files(sec
         assert settings.auth_file == "/run/secrets/overlord-auth" and "overlord-auth" in _secret_targets(name)
         assert settings.advertised_url in (settings.public_urls or ())
         port = urlsplit(settings.advertised_url).port
-        assert f"{port}:8090" in SERVICES[name]["ports"]  # the standby's redirect reaches the leader from the host
+        assert f"127.0.0.1:{port}:8090" in SERVICES[name]["ports"]  # the standby's redirect reaches the leader
 
 
 def test_the_overlords_are_wired_to_the_other_services_as_they_are_configured(secrets, tmp_path):
@@ -183,10 +197,13 @@ def test_the_overlords_are_wired_to_the_other_services_as_they_are_configured(se
     assert (master.hostname, str(master.port)) == ("spark-master", _flag("spark-master", "--port"))
     assert _flag("spark-master", "--host") == "0.0.0.0"  # every interface; reached by its service name
     assert settings.spark_master in _command("spark-worker")
+    cores = 0
     for name in OVERLORDS:
         conf = json.loads(SERVICES[name]["environment"]["OVERLORD_SPARK_CONF"])
         assert conf["spark.driver.host"] == SERVICES[name]["hostname"]
-        assert int(conf["spark.cores.max"]) <= int(SERVICES["spark-worker"]["environment"]["SPARK_WORKER_CORES"])
+        cores += int(conf["spark.cores.max"])
+    # each overlord's application (the standby's holds its executors too) gets half: both fit on one worker
+    assert cores == int(SERVICES["spark-worker"]["environment"]["SPARK_WORKER_CORES"])
 
     assert f"exists('{urlsplit(settings.deep_storage).netloc}')" in _command("create-bucket")
     env = SERVICES["overlord"]["environment"]
@@ -204,21 +221,36 @@ def test_the_overlords_are_wired_to_the_other_services_as_they_are_configured(se
 def test_the_auth_file_made_for_compose_lets_admin_in_with_the_printed_password(made):
     secrets, password = made
     auth = AuthFile.load(secrets / "overlord-auth.json")
-    assert auth.users["admin"].role == "write" and not auth.tokens
+    assert auth.users["admin"].role == "write"
+    # Prometheus' token (compose secret metrics-token) may read /metrics and change nothing
+    token = (secrets / "metrics-token").read_text()
+    assert re.fullmatch(r"[A-Za-z0-9_-]{40,}", token)
+    assert set(auth.tokens) == {"prometheus"} and auth.tokens["prometheus"].role == "read"
+    assert auth.tokens["prometheus"].token_sha256 == hashlib.sha256(token.encode()).hexdigest()
+    assert required_role("GET", "/metrics") == "read"
+    assert len((secrets / "grafana-admin-password").read_text()) == 36
     assert PasswordHasher().verify(auth.users["admin"].password_hash, password)
     for path in secrets.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o644  # readable by the containers' own users
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o700  # and by nobody else on the host
 
 
-def test_nothing_without_authentication_is_published_beyond_loopback():
+def test_nothing_is_published_beyond_loopback():
+    # the overlords too: credentials would cross the network in clear text (docs/operations.md: a TLS proxy)
     for name, service in SERVICES.items():
         for port in service.get("ports", []):
-            if name in OVERLORDS:
-                assert "OVERLORD_AUTH_FILE" in service["environment"]
-            else:
-                assert port.startswith("127.0.0.1:"), f"{name} publishes {port} to the network"
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} to the network"
+    for name in OVERLORDS:
+        assert "OVERLORD_AUTH_FILE" in SERVICES[name]["environment"]
     assert "8080" not in str([s.get("ports") for s in SERVICES.values()])  # Spark's UI: no authentication
+
+
+def test_the_documented_upgrade_replaces_the_standby_then_the_leader():
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    steps = re.findall(r"docker compose -f docker/compose\.yaml up -d --no-deps (\S+)", text)
+    assert steps[:2] == ["overlord-standby", "overlord"], steps  # one overlord is always up
+    assert re.search(r"^export OVERLORD_IMAGE=", text, re.M)
+    assert "127.0.0.1:8090" in text and "OVERLORD_PUBLIC_URLS" in text  # how to open it to other hosts
 
 
 def test_volumes_and_probes_agree():
@@ -236,6 +268,65 @@ def test_the_spark_conf_setting_is_a_json_object_of_strings():
         mp.setenv("OVERLORD_DATABASE_URL", "postgresql+psycopg://x@y/z")
         mp.setenv("OVERLORD_SPARK_CONF", "spark.executor.memory=2g")
         Settings.from_env()
+
+
+def _mounts(service: str) -> dict[str, Path]:
+    """The service's bind mounts: path in the container -> the file in the repository."""
+    found = {}
+    for volume in SERVICES[service].get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            found[target] = (DOCKER / source).resolve()
+    return found
+
+
+def test_monitoring_is_an_opt_in_profile_of_pinned_images():
+    for name, image in {"prometheus": "prom/prometheus:v", "grafana": "grafana/grafana:"}.items():
+        assert SERVICES[name]["profiles"] == ["monitoring"], name  # `--profile monitoring up -d`
+        assert re.fullmatch(rf"{re.escape(image)}\d+\.\d+\.\d+", SERVICES[name]["image"]), SERVICES[name]["image"]
+    assert not any(s.get("profiles") for n, s in SERVICES.items() if n not in ("prometheus", "grafana"))
+    for name in SERVICES:
+        for source in _mounts(name).values():
+            assert source.exists(), f"{name} mounts {source}, which does not exist"
+
+
+def test_prometheus_scrapes_both_overlords_with_the_read_token_and_loads_the_alerts(made):
+    config_path = re.search(r"--config\.file=(\S+)", _command("prometheus")).group(1)
+    mounts = _mounts("prometheus")
+    config = yaml.safe_load(mounts[config_path].read_text(encoding="utf-8"))
+    assert mounts[config_path] == DOCKER / "monitoring" / "prometheus.yml"
+    for rule_file in config["rule_files"]:  # relative to the config file, in the container as here
+        assert mounts[str(Path(config_path).parent / rule_file)] == DOCKER / "monitoring" / "alerts.yaml"
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "overlord" and job.get("metrics_path", "/metrics") == "/metrics"
+    credentials = Path(job["authorization"]["credentials_file"])
+    assert credentials.parent == Path("/run/secrets") and job["authorization"].get("type", "Bearer") == "Bearer"
+    assert _secret_targets("prometheus")[credentials.name] == "metrics-token"
+    assert Path(COMPOSE["secrets"]["metrics-token"]["file"]).name == "metrics-token"  # make-secrets.sh's file
+    (static,) = job["static_configs"]
+    hosts = {SERVICES[name]["hostname"]: name for name in OVERLORDS}
+    assert sorted(static["targets"]) == sorted(f"{host}:8090" for host in hosts)
+    scope = {"type": "http", "server": ("172.18.0.5", 8090), "scheme": "http"}  # the container's own address
+    for target in static["targets"]:  # Host: overlord:8090 is one the overlord answers (else a 421)
+        env = SERVICES[hosts[target.split(":")[0]]]["environment"]
+        assert Site.of(env["OVERLORD_PUBLIC_URLS"].split(",")).allows_host(scope, target), target
+    assert "runbook_base" in config["global"]["external_labels"]  # the alerts' runbook links (test_monitoring)
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard():
+    mounts = _mounts("grafana")
+    provisioned = {Path(target).parent.name: yaml.safe_load(source.read_text(encoding="utf-8"))
+                   for target, source in mounts.items() if target.startswith("/etc/grafana/provisioning/")}
+    (source,) = provisioned["datasources"]["datasources"]
+    assert source["type"] == "prometheus" and source["isDefault"] is True
+    url = urlsplit(source["url"])
+    assert url.hostname == "prometheus" and f"127.0.0.1:{url.port}:{url.port}" in SERVICES["prometheus"]["ports"]
+    (provider,) = provisioned["dashboards"]["providers"]
+    assert provider["type"] == "file"
+    dashboards = [t for t, s in mounts.items() if s == DOCKER / "monitoring" / "grafana-dashboard.json"]
+    assert [str(Path(t).parent) for t in dashboards] == [provider["options"]["path"]]
+    assert _secret_targets("grafana")[Path(SERVICES["grafana"]["environment"][
+        "GF_SECURITY_ADMIN_PASSWORD__FILE"]).name] == "grafana-admin-password"
 
 
 def test_compose_and_kubernetes_start_the_spark_daemons_alike():

@@ -51,6 +51,9 @@ def test_every_docs_page_is_linked_from_the_readme():
 
 def test_every_alert_links_to_its_runbook_entry():
     rules = yaml.safe_load((ROOT / "docker" / "monitoring" / "alerts.yaml").read_text())
+    base = "{{ $externalLabels.runbook_base }}/"  # where docs/ is served (prometheus.yml's external label)
     for rule in (r for group in rules["groups"] for r in group["rules"]):
-        path, _, anchor = rule["annotations"]["runbook_url"].partition("#")
-        assert anchor == rule["alert"].lower() and anchor in anchors(ROOT / path), rule["alert"]
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith(base), f"{rule['alert']}: {url} is not under runbook_base"
+        path, _, anchor = url.removeprefix(base).partition("#")
+        assert anchor == rule["alert"].lower() and anchor in anchors(ROOT / "docs" / path), rule["alert"]

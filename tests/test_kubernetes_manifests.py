@@ -28,7 +28,8 @@ KUSTOMIZATION = MANIFESTS / "kustomization.yaml"
 FILES = sorted(p for p in MANIFESTS.glob("*.yaml") if p != KUSTOMIZATION)
 DOCS: list[tuple[str, dict[str, Any]]] = [
     (p.name, doc) for p in FILES for doc in yaml.safe_load_all(p.read_text(encoding="utf-8")) if doc]
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+ALERTS = Path(__file__).parent.parent / "docker" / "monitoring" / "alerts.yaml"
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}
 EXTERNAL_SECRET = "overlord-secrets"  # created by the operator (README.md), never committed
 OPT_IN = {"spark-on-kubernetes.yaml"}  # applied by hand for OVERLORD_SPARK_MASTER=k8s://..., not by the kustomization
@@ -132,6 +133,19 @@ def test_the_service_monitor_scrapes_every_overlords_metrics_with_the_token_from
     assert "/metrics" not in LIVENESS_PATHS
     assert endpoint["authorization"] == {"type": "Bearer",
                                          "credentials": {"name": EXTERNAL_SECRET, "key": "metrics-token"}}
+
+
+def test_the_prometheus_rule_carries_exactly_the_alert_rules_of_docker_monitoring():
+    (rule,) = _objects("PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(rule["spec"]) == {"groups"}
+    # a copy of alerts.yaml (promtool-tested in tests/test_monitoring.py): they must not drift apart
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text(encoding="utf-8"))["groups"]
+    (monitor,) = _objects("ServiceMonitor")  # the scraped series get job="overlord", which the rules select
+    assert any('job="overlord"' in r["expr"] for g in rule["spec"]["groups"] for r in g["rules"])
+    (service,) = [s for s in _objects("Service") if _matches(monitor["spec"]["selector"]["matchLabels"],
+                                                             s["metadata"].get("labels", {}))]
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "overlord"
 
 
 def test_the_kustomization_lists_exactly_the_manifest_files():
