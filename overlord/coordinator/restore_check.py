@@ -74,7 +74,7 @@ class RestoreReport:
 
 
 def check_restore(settings: Settings, engine: sa.Engine, *, timeout_s: float = 10.0) -> RestoreReport:
-    """Check a restored metadata store against deep storage and the topics (reads only)."""
+    """Check a restored metadata store against deep storage and the topics (writes nothing)."""
     report = RestoreReport()
     with engine.connect() as conn:
         report.overlord_running = bool(conn.execute(sa.text(
