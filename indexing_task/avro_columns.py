@@ -4,16 +4,21 @@ The batch becomes one block of an in-memory Avro container file, each datum foll
 sentinel: a datum read as longer or shorter than it is (truncated, trailing bytes) misplaces the
 sentinel, and any datum that does not decode fails the read. Then the caller decodes the batch
 datum by datum (:mod:`indexing_task.value_decoders`), which finds the bad ones. Only records of
-booleans, numbers, strings, enums (not in nested records), nested records and ``["null", T]`` unions
-are read this way: no length but a string's steers the reader. A union index past the union reads as its non-null branch
-here, where the datum-by-datum reader calls the value unreadable.
-"""
+booleans, numbers, strings, enums, nested records and ``["null", T]`` unions are read this way: no
+length but a string's steers the reader.
 
+polars reads what it is told, so it is told only what it reads exactly as fastavro does: an ``int``
+as the ``long`` of the same encoding (polars would keep 32 bits of a longer varint), an enum as its
+index and a boolean as its byte (``fixed`` of 1), checked here (an index past the symbols, a byte
+other than 0 or 1: the batch goes datum by datum). A union index past the union still reads as its
+non-null branch here, where the datum-by-datum reader calls the value unreadable.
+"""
 from __future__ import annotations
 
 import io
 import json
 import secrets
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -41,7 +46,7 @@ def avro_columns(schema: Any) -> AvroColumns | None:
 
 
 def _plain_type(node: Any, top: bool = False, depth: int = 0) -> bool:
-    """Whether ``node`` is a record (``top``) or a field type the columnar read takes (enums only at ``depth`` 1)."""
+    """Whether ``node`` is a record (``top``) or a field type the columnar read takes."""
     if isinstance(node, str):
         return node in _SCALARS
     if isinstance(node, list):  # a union: null and one other type
@@ -56,8 +61,8 @@ def _plain_type(node: Any, top: bool = False, depth: int = 0) -> bool:
         names = [f.get("name") for f in fields if isinstance(f, dict)]
         return (len(names) == len(fields) == len({str(n).lower() for n in names}) > 0 and _SENTINEL not in names
                 and all(_plain_type(f.get("type"), depth=depth + 1) for f in fields))
-    if kind == "enum":  # polars reads an enum in a nested record as a panic
-        return depth == 1
+    if kind == "enum":
+        return isinstance(node.get("symbols"), list) and len(node["symbols"]) > 0
     return not top and isinstance(kind, str) and kind in _SCALARS and set(node) == {"type"}
 
 
@@ -76,7 +81,9 @@ class AvroColumns:
     """Reads datums of one plain record schema into a struct array."""
 
     def __init__(self, schema: dict[str, Any]) -> None:
-        row = {**schema, "fields": [*schema["fields"], {"name": _SENTINEL, "type": "long"}]}  # a datum, then it
+        self._schema = schema
+        read_as = _read_as(schema, iter(range(1_000_000)))
+        row = {**read_as, "fields": [*read_as["fields"], {"name": _SENTINEL, "type": "long"}]}  # a datum, then it
         meta = {b"avro.schema": json.dumps(row).encode(), b"avro.codec": b"null"}
         self._header = b"Obj\x01" + _varint(len(meta)) + b"".join(
             _varint(len(k)) + k + _varint(len(v)) + v for k, v in meta.items()) + b"\x00" + _SYNC
@@ -98,6 +105,42 @@ class AvroColumns:
             raise ColumnsUnreadable(f"{type(exc).__name__}: {exc}") from None
         if table.num_rows != len(datums) or not pc.all(pc.equal(table.column(_SENTINEL), sentinel)).as_py():
             raise ColumnsUnreadable("a datum read as longer or shorter than it is")
-        columns = [table.column(i).combine_chunks() for i in range(table.num_columns - 1)]
-        return pa.StructArray.from_arrays([c.dictionary_decode() if pa.types.is_dictionary(c.type) else c
-                                           for c in columns], names=table.column_names[:-1])  # enums as symbols
+        read = pa.StructArray.from_arrays([table.column(i).combine_chunks() for i in range(table.num_columns - 1)],
+                                          names=table.column_names[:-1])
+        return _as_written(read, self._schema)
+
+
+def _read_as(node: Any, names: Iterator[int]) -> Any:
+    """The schema polars is told: ``node`` with ints as longs, enums as their index, booleans as their byte."""
+    if isinstance(node, list):
+        return [_read_as(branch, names) for branch in node]
+    if node == "int":
+        return "long"
+    if node == "boolean":
+        return {"type": "fixed", "name": f"__overlord_boolean_{next(names)}", "size": 1}
+    if isinstance(node, dict) and node.get("type") == "enum":
+        return "long"
+    if isinstance(node, dict) and node.get("type") == "record":
+        return {**node, "fields": [{**f, "type": _read_as(f["type"], names)} for f in node["fields"]]}
+    return node
+
+
+def _as_written(array: pa.Array, node: Any) -> pa.Array:
+    """``array`` read by :func:`_read_as`'s schema, as the writer's schema ``node`` means it."""
+    if isinstance(node, list):
+        node = next(branch for branch in node if branch != "null")
+    if node == "boolean":
+        bits = pa.array([b"\x00", b"\x01"], array.type)
+        if pc.any(pc.and_(pc.is_valid(array), pc.invert(pc.is_in(array, value_set=bits)))).as_py():
+            raise ColumnsUnreadable("a boolean byte other than 0 or 1")
+        return pc.equal(array, bits[1])
+    if isinstance(node, dict) and node.get("type") == "enum":
+        low, high = pc.min_max(array).values()
+        if low.is_valid and not (0 <= low.as_py() and high.as_py() < len(node["symbols"])):
+            raise ColumnsUnreadable("an enum index past its symbols")
+        return pa.array(node["symbols"], pa.string()).take(array)
+    if isinstance(node, dict) and node.get("type") == "record":
+        fields = [_as_written(array.field(i), f["type"]) for i, f in enumerate(node["fields"])]
+        return pa.StructArray.from_arrays(fields, names=[f["name"] for f in node["fields"]],
+                                          mask=array.is_null() if array.null_count else None)
+    return array

@@ -30,6 +30,9 @@ _WIRE = {**dict.fromkeys([_F.TYPE_INT32, _F.TYPE_INT64, _F.TYPE_UINT32, _F.TYPE_
          **dict.fromkeys([_F.TYPE_FIXED64, _F.TYPE_SFIXED64, _F.TYPE_DOUBLE], _FIXED64),
          **dict.fromkeys([_F.TYPE_FIXED32, _F.TYPE_SFIXED32, _F.TYPE_FLOAT], _FIXED32),
          _F.TYPE_STRING: _LENGTH}
+_WIDE = frozenset({_F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_SINT64, _F.TYPE_FIXED64, _F.TYPE_SFIXED64, _F.TYPE_DOUBLE,
+                   _F.TYPE_BOOL})
+"""64-bit kinds (and bool, any nonzero varint): a 32-bit kind keeps the low 32 bits of its varint."""
 _PAD = 16  # zero bytes after the batch: a read past a message's end stays in the buffer (and is refused)
 
 
@@ -143,7 +146,8 @@ class ProtobufColumns:
                     nxt[sel] = begin + np.minimum(size, 2**31).astype(np.int64)
                 else:  # groups, or not a wire type
                     raise ColumnsUnreadable("a group or an invalid wire type")
-            if not (ok.all() and (nxt <= ends[live]).all() and (tag >= 8).all()):  # field numbers from 1
+            if not (ok.all() and (nxt <= ends[live]).all() and (tag >= 8).all()  # field numbers from 1
+                    and (tag < 2**32).all()):  # a longer tag is the runtime's DecodeError
                 raise ColumnsUnreadable("a malformed message")
             for tag_seen, sel in _groups(tag):
                 i = self._by_tag.get(tag_seen)
@@ -165,8 +169,9 @@ class ProtobufColumns:
     @staticmethod
     def _array(f: _Field, raw: np.ndarray, lengths: np.ndarray, seen: np.ndarray, buf: np.ndarray) -> pa.Array:
         """One field's values: null where the message does not set it."""
-        present = seen if f.presence else seen & ((lengths > 0) if f.wire == _LENGTH else (raw != 0))
         low = (raw & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        bits = lengths > 0 if f.wire == _LENGTH else (raw if f.type in _WIDE else low) != 0  # the value's own bits
+        present = seen if f.presence else seen & bits
         if f.type == _F.TYPE_STRING:
             starts = raw.astype(np.int64)
             size = np.where(present, lengths, 0)

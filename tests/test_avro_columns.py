@@ -175,3 +175,30 @@ def _nested(depth: int) -> dict[str, Any]:
     for level in range(depth - 1, 0, -1):
         inner = {"type": "record", "name": f"L{level}", "fields": [{"name": "x", "type": inner}]}
     return inner
+
+
+HOSTILE = {"type": "record", "name": "Event", "fields": [
+    {"name": "ts", "type": "long"}, {"name": "n", "type": "int"}, {"name": "flag", "type": ["null", "boolean"]},
+    {"name": "c", "type": {"type": "enum", "name": "C", "symbols": ["A", "B"]}}]}
+
+
+@pytest.mark.parametrize("datum", [
+    b"\x00" + b"\x80\x80\x80\x80\x80\x01" + b"\x00" + b"\x00",  # an int varint past 32 bits (2^34)
+    b"\x00" + b"\xfe\xff\xff\xff\x1f" + b"\x00" + b"\x00",  # 2^32 - 1: a 5-byte int
+    b"\x00" + b"\x02" + b"\x02\x02" + b"\x00",  # a boolean byte of 2
+    b"\x00" + b"\x02" + b"\x00" + b"\x80\x80\x80\x80\x20",  # an enum index of 2^32 (its low 32 bits: 0)
+], ids=["int-past-32-bits", "int-2^32-1", "boolean-byte-2", "enum-index-2^32"])
+def test_a_hostile_datum_reads_as_columns_what_it_reads_value_by_value_or_not_as_columns(datum: bytes) -> None:
+    """The attack review's datums polars would have read otherwise than fastavro (32-bit ints, any nonzero
+    boolean byte false, an enum index wrapped to 0): the one-pass read agrees, or leaves the batch to fastavro.
+    """
+    good = _datum(fastavro.parse_schema(HOSTILE), {"ts": 0, "n": 5, "flag": True, "c": "B"})
+    decoder = json.dumps(_decoder(HOSTILE))
+    columns = parse_input(decoder, False, [good, datum])
+    by_value = parse_input(decoder, False, [good, datum], columnar=False)
+    if columns.typed is not None:
+        assert columns.problems is not None and by_value.problems is not None
+        assert columns.problems.to_pylist() == by_value.problems.to_pylist()
+        read = [json.loads(v) if v else None for v in by_value.values.to_pylist()]
+        assert columns.typed.to_pylist() == [row if problem is None else None for row, problem in
+                                             zip(read, by_value.problems.to_pylist(), strict=True)]

@@ -146,3 +146,30 @@ def test_a_message_of_many_fields_is_read_message_by_message_not_in_as_many_roun
     with pytest.raises(ColumnsUnreadable, match="fields"):
         columns.read(pa.array([b"\x08\x05", hostile], pa.binary()))
     assert _runtime(ProtobufReader(descriptor, frozenset()), [b"\x08\x05", hostile]) == [{"a": 5}, {}]
+
+
+def _flat(*kinds: int) -> object:
+    file = descriptor_pb2.FileDescriptorProto(name=f"h{next(_counter)}.proto", package="h", syntax="proto3")
+    file.enum_type.add(name="Color").value.extend(
+        [descriptor_pb2.EnumValueDescriptorProto(name=n, number=i) for i, n in enumerate(["NONE", "RED"])])
+    message = file.message_type.add(name="E")
+    for number, kind in enumerate(kinds, start=1):
+        field = message.field.add(name=f"f{number}", number=number, type=kind, label=_P.LABEL_OPTIONAL)
+        if kind == _P.TYPE_ENUM:
+            field.type_name = ".h.Color"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return pool.FindMessageTypeByName("h.E")
+
+
+@pytest.mark.parametrize("kinds, message", [
+    ((_P.TYPE_INT32, _P.TYPE_SINT32, _P.TYPE_UINT32, _P.TYPE_ENUM),  # varints whose low 32 bits are zero
+     b"\x08\x80\x80\x80\x80\x10" b"\x10\x80\x80\x80\x80\x10" b"\x18\x80\x80\x80\x80\x10" b"\x20\x80\x80\x80\x80\x10"),
+    ((_P.TYPE_INT64,), b"\x08\x05" + b"\x80\x80\x80\x80\x80\x01" + b"\x01"),  # a tag past 32 bits
+    ((_P.TYPE_INT64,), b"\x88\x80\x80\x80\x80\x01\x07"),  # a 6-byte tag whose low bits say field 1
+], ids=["32-bit-zero-low-bits", "tag-past-32-bits", "six-byte-tag"])
+def test_the_attack_reviews_messages_read_as_the_runtime_reads_them_or_not_as_columns(kinds, message) -> None:
+    descriptor = _flat(*kinds)
+    columnar = _columnar(descriptor, [b"\x08\x01", message])
+    if columnar is not None:
+        assert columnar == _runtime(ProtobufReader(descriptor, frozenset()), [b"\x08\x01", message])
