@@ -26,6 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from indexing_task.watermarks import stream_watermarks
 from overlord.config import Settings
 from overlord.coordinator.table_export import TableExport
 from overlord.supervisor.metadata_store import MetadataStore
@@ -35,7 +36,7 @@ from segment_store.cleanup import cleanup
 from segment_store.leadership import LEADER_LOCK_KEY
 from segment_store.records import committed_offsets
 from segment_store.schema import segments as segments_t
-from specs import load_supervisor_spec
+from specs import SupervisorSpec, load_supervisor_spec
 
 __all__ = ["MissingSegment", "RestoreReport", "check_restore"]
 
@@ -99,11 +100,10 @@ def _missing(settings: Settings, engine: sa.Engine, rows: Sequence[Any]) -> list
     gone = set(storage.missing(row.path for row in rows))
     out = []
     for row in rows:
-        problem = "missing" if row.path in gone else None
-        if problem is None and storage.size(row.path) != row.size_bytes:
-            problem = f"{storage.size(row.path):,} bytes where the row says {row.size_bytes:,}"
-        if problem is None:
+        size = None if row.path in gone else storage.size(row.path)  # a request per file: fine for a one-off check
+        if size == row.size_bytes:
             continue
+        problem = "missing" if size is None else f"{size:,} bytes where the row says {row.size_bytes:,}"
         by = (row.descriptor or {}).get("published_by") or {}  # an indexing task's: its topic and offset ranges
         offsets = {"start": by["start_offsets"], "end": by["end_offsets"]} if "end_offsets" in by else None
         out.append(MissingSegment(row.datasource, row.id, f"{row.interval_start.isoformat()}/"
@@ -111,9 +111,8 @@ def _missing(settings: Settings, engine: sa.Engine, rows: Sequence[Any]) -> list
     return out
 
 
-def _check_topic(settings: Settings, engine: sa.Engine, spec: Any, report: RestoreReport, timeout_s: float) -> None:
-    from indexing_task.watermarks import stream_watermarks
-
+def _check_topic(settings: Settings, engine: sa.Engine, spec: SupervisorSpec, report: RestoreReport,
+                 timeout_s: float) -> None:
     datasource = spec.datasource
     stored = committed_offsets(engine, datasource)
     if stored is None or not stored.offsets:
