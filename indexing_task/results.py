@@ -27,6 +27,8 @@ class WrittenSegment(BaseModel):
     id: str
     path: str
     size_bytes: int
+    checksum: str | None = None
+    """Of the file's bytes, where deep storage took one (object stores): the segment cache checks its copies."""
     num_rows: int
     interval_start: datetime
     interval_end: datetime
@@ -46,6 +48,7 @@ class WrittenSegment(BaseModel):
             id=self.id, datasource=datasource, interval_start=self.interval_start, interval_end=self.interval_end,
             path=self.path, size_bytes=self.size_bytes, num_rows=self.num_rows,
             details={"min_time": self.min_time.isoformat(), "max_time": self.max_time.isoformat(),
+                     **({"checksum": self.checksum} if self.checksum else {}),
                      **({"complex_columns": self.complex_columns} if self.complex_columns else {}),
                      **({"discovered_types": self.discovered_types} if self.discovered_types else {}),
                      "columns": columns})

@@ -16,7 +16,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Message
 from pydantic import BaseModel, ConfigDict
 
@@ -309,12 +308,11 @@ def write_segment_file(storage: DeepStorage, datasource: str, start: datetime, e
     The segment id is ``{datasource}_{start}_{end}_{id_key}_{part}``.
     """
     path = storage.path_for(datasource, start, end, attempt_id, part)
-    storage.makedirs_for(path)
-    with storage.fs.open(path, "wb") as out:
-        pq.write_table(table, out, compression="zstd", row_group_size=1_000_000)
+    written = storage.write_table(path, table, row_group_size=1_000_000)
     times = table.column(TIME)
     return WrittenSegment(
         id=f"{datasource}_{start:%Y%m%dT%H%M%SZ}_{end:%Y%m%dT%H%M%SZ}_{id_key}_{part}", path=path,
-        size_bytes=storage.size(path), num_rows=table.num_rows, interval_start=start, interval_end=end,
+        size_bytes=written.size_bytes, checksum=written.checksum, num_rows=table.num_rows, interval_start=start,
+        interval_end=end,
         min_time=pc.min(times).as_py(), max_time=pc.max(times).as_py(), complex_columns=schema.complex_columns,
         discovered_types=schema.discovered_types)

@@ -63,6 +63,15 @@ class Settings(BaseSettings):
         default="2GB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$",
         description="the most memory DuckDB's queries may use together, e.g. `2GB`; a query that needs more "
         "runs on Spark")
+    segment_cache_dir: str = Field(
+        default="./segment-cache", description="where the query engine keeps local copies of segment files when "
+        "deep storage is an object store, so queries (DuckDB's and Spark's) read local files instead of the object "
+        "store (Druid's segment cache): filled as segments become visible and on first read, emptied as they are "
+        "replaced or dropped, kept across restarts (see docs/querying.md, \"Segment cache\"); unused for local "
+        "deep storage")
+    segment_cache_max_bytes: int = Field(
+        default=10 * 2**30, ge=0, description="the most bytes of segment copies the cache keeps (least recently "
+        "used ones are evicted first); a query whose files do not fit reads the object store. 0 turns it off")
     query_max_length: int = Field(
         default=100_000, ge=1, description="the longest SQL text accepted (characters)")
     query_max_concurrent: int = Field(

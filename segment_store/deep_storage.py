@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-__all__ = ["DeepStorage", "modified_at", "segment_file_path"]
+from segment_store.segment_cache import checksum, keep_incoming
+
+__all__ = ["DeepStorage", "WrittenFile", "modified_at", "segment_file_path"]
 
 
 def _compact(ts: datetime) -> str:
@@ -27,10 +31,19 @@ def segment_file_path(root: str, datasource: str, interval_start: datetime, inte
     return f"{root.rstrip('/')}/{datasource}/{interval}/{attempt_id}/part-{part:05d}.parquet"
 
 
+class WrittenFile(NamedTuple):
+    """A file written to deep storage: its size, and its checksum where one was taken."""
+
+    size_bytes: int
+    checksum: str | None = None
+
+
 class DeepStorage:
     """A root URI and the fsspec filesystem that serves it."""
 
-    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None, copy_to: str | None = None) -> None:
+        """A root; ``copy_to``: a segment cache's directory on this machine, which gets a copy of each file written."""
+        self.copy_to = copy_to
         self.fs: fsspec.AbstractFileSystem
         self.fs, path = url_to_fs(root, **(storage_options or {}))
         self.root = root.rstrip("/")
@@ -51,6 +64,25 @@ class DeepStorage:
         """
         if self.is_local:
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+
+    def write_table(self, path: str, table: pa.Table, **options: Any) -> WrittenFile:
+        """Write ``table`` as a zstd Parquet file at ``path`` (``options``: pyarrow's ``write_table``).
+
+        On an object store the file is built in memory and put in one request, and its checksum
+        recorded (a segment cache verifies its copies by it); no request asks its size afterwards.
+        """
+        self.makedirs_for(path)
+        if self.is_local:
+            with self.fs.open(path, "wb") as out:
+                pq.write_table(table, out, compression="zstd", **options)
+            return WrittenFile(self.size(path))
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, compression="zstd", **options)
+        data = buffer.getvalue().to_pybytes()
+        self.fs.pipe_file(path, data)
+        if self.copy_to is not None:
+            keep_incoming(self.copy_to, path, data)
+        return WrittenFile(len(data), checksum(data))
 
     def size(self, path: str) -> int:
         return int(self.fs.size(path))

@@ -19,13 +19,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
+from typing import Any
 
 import sqlalchemy as sa
 
 from segment_store.records import SegmentRecord, segment_record
 from segment_store.schema import segments as segments_t
 
-__all__ = ["Interval", "VisibleSet", "datasources", "read_segments", "visible", "visible_by_interval",
+__all__ = ["Interval", "VisibleSet", "datasources", "read_segments", "timeline_mark", "visible", "visible_by_interval",
            "visible_segments", "visible_set", "visible_totals"]
 
 Interval = tuple[datetime, datetime]
@@ -147,3 +148,11 @@ def visible_set(engine: sa.Engine, names: Iterable[str] | None = None) -> Visibl
         every = tuple(conn.execute(sa.select(s.datasource).where(s.used).distinct().order_by(s.datasource)).scalars())
         read = [ds for ds in every if wanted is None or ds.lower() in wanted]
         return VisibleSet(every, {ds: visible(read_segments(conn, ds)) for ds in read})
+
+
+def timeline_mark(engine: sa.Engine) -> tuple[Any, ...]:
+    """A value that changes whenever the visible segments may have: used rows, newest row, newest (un)use."""
+    s = segments_t.c
+    with engine.connect() as conn:
+        return tuple(conn.execute(sa.select(sa.func.count().filter(s.used), sa.func.count(),
+                                            sa.func.max(s.created_at), sa.func.max(s.used_status_updated_at))).one())

@@ -61,13 +61,11 @@ def write_segment(root: str, datasource: str, start: datetime, table: pa.Table, 
     end = end or start + HOUR
     attempt = attempt or f"test-{uuid.uuid4().hex[:8]}"
     path = segment_file_path(root, datasource, start, end, attempt, part)
-    storage = DeepStorage(root)
-    storage.makedirs_for(path)
-    with storage.fs.open(path, "wb") as out:
-        pq.write_table(table, out, compression="zstd")
+    written = DeepStorage(root).write_table(path, table)
     return SegmentDescriptor(id=f"{datasource}_{start:%Y%m%dT%H%M}_{attempt}_{part}", datasource=datasource,
-                             interval_start=start, interval_end=end, path=path, size_bytes=storage.size(path),
-                             num_rows=table.num_rows)
+                             interval_start=start, interval_end=end, path=path, size_bytes=written.size_bytes,
+                             num_rows=table.num_rows,
+                             details={"checksum": written.checksum} if written.checksum else {})
 
 
 def publish_segments(engine: sa.Engine, datasource: str, *segments: SegmentDescriptor) -> None:

@@ -29,6 +29,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
@@ -55,6 +56,8 @@ from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
+from segment_store.records import SegmentRecord
+from segment_store.segment_cache import SegmentCache
 from segment_store.timeline import VisibleSet, visible_set
 from segment_store.value_types import widest_types
 
@@ -393,12 +396,13 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     explain = _EXPLAIN.match(query)
     translation, timeline = _translate(engine, query[explain.end():] if explain else query, storage_options)
     cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
-    with running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
+    cache = local.cache if local is not None else None
+    with ExitStack() as leases, running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
         table = None if local is None or explain else _run_local(local, engine, timeline, translation, parameters,
-                                                                 cut, running, limits)
+                                                                 cut, running, limits, leases)
         result = QueryResult(table, "duckdb") if table is not None else QueryResult(
             _run_spark(spark, engine, timeline, translation, parameters, cut, storage_options, running, limits,
-                       explain=explain is not None))
+                       explain=explain is not None, cache=cache, leases=leases))
     if result.table.num_rows > limits.max_rows:
         raise QueryError(f"the result has more than {limits.max_rows:,} rows (the overlord's limit, "
                          "OVERLORD_QUERY_MAX_ROWS): aggregate further, add a LIMIT or set context.sqlOuterLimit",
@@ -434,12 +438,18 @@ def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any]
 
 def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
                parameters: Sequence[Any], cut: int, storage_options: Mapping[str, Any] | None,
-               running: RunningQuery, limits: QueryLimits, explain: bool = False) -> pa.Table:
-    """The query's answer from Spark; with ``explain``, its plan instead (after the same checks)."""
+               running: RunningQuery, limits: QueryLimits, explain: bool = False, cache: SegmentCache | None = None,
+               leases: ExitStack | None = None) -> pa.Table:
+    """The query's answer from Spark; with ``explain``, its plan instead (after the same checks).
+
+    Spark reads the segment cache's copies it finds (held in ``leases``), the object store for the rest.
+    """
     qs = _query_session(spark)
     nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
     names = relations(nodes)
     timeline = _covering(engine, timeline, names)
+    if leases is not None:
+        timeline = _localized(timeline, _held_copies(cache, timeline.segments.values(), leases))
     ranges = time_ranges(translation.sql, Counter(name.lower() for name in names))
     try:
         with qs.lock:  # views and analysis together: the plan binds the file lists registered here
@@ -494,8 +504,13 @@ def _covering(engine: sa.Engine, timeline: VisibleSet, names: Iterable[str]) -> 
 
 
 def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
-               parameters: Sequence[Any], cut: int, running: RunningQuery, limits: QueryLimits) -> pa.Table | None:
-    """The query's answer from DuckDB, or None when it is for Spark to answer."""
+               parameters: Sequence[Any], cut: int, running: RunningQuery, limits: QueryLimits,
+               leases: ExitStack) -> pa.Table | None:
+    """The query's answer from DuckDB, or None when it is for Spark to answer.
+
+    On an object store, the files it reads must be in the segment cache: those missing are
+    downloaded (and held in ``leases``) once the query is known to be DuckDB's.
+    """
     references = None if translation.metadata_tables else local.references(translation.sql)
     if not references:
         return None
@@ -508,21 +523,24 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
     if not counts.keys() <= known.keys():
         return None
     ranges = time_ranges(translation.sql, counts)
-    views: dict[str, tuple[list[str], list[str]]] = {}
-    size = 0
-    for name in counts:
-        segments = timeline.segments[known[name]]
-        time_range = ranges.get(name)
-        kept = [s for s in segments if time_range is None or time_range.reads(s)]
-        views[known[name]] = ([s.path for s in segments], [s.path for s in kept])
-        size += sum(s.size_bytes for s in kept)
-    if not local.fits([p for every, _ in views.values() for p in every], size):
+    every = {known[name]: timeline.segments[known[name]] for name in counts}
+    kept = {ds: [s for s in segments if (r := ranges.get(name)) is None or r.reads(s)]
+            for name, ds in known.items() if ds in every for segments in [every[ds]]}
+    if sum(s.size_bytes for segments in kept.values() for s in segments) > local.max_bytes:
         return None
+    copies = _held_copies(local.cache, every.values(), leases)
     try:
-        schemas = {name: local.spark_schema(every) for name, (every, _) in views.items()}
+        schemas = {ds: local.spark_schema([copies.get(s.path, s.path) for s in segments])
+                   for ds, segments in every.items()}
         complete = {name: schema for name, schema in schemas.items() if schema is not None}
         sql = local.plan(translation.sql, complete, parameters) if len(complete) == len(schemas) else None
-        if sql is None or local.tables(sql) != {name.lower() for name in views}:
+        if sql is None or local.tables(sql) != {name.lower() for name in every}:
+            return None
+        if local.cache is not None:  # the files it reads, downloaded if missing
+            copies |= leases.enter_context(local.cache.lease(s for segments in kept.values() for s in segments))
+        views = {ds: ([copies.get(s.path, s.path) for s in segments], [copies.get(s.path, s.path) for s in kept[ds]])
+                 for ds, segments in every.items()}
+        if not local.fits([path for _, read in views.values() for path in read], 0):
             return None
         table = local.run(sql, views, cut, lambda cursor: running.interrupt_with(cursor.interrupt))
     except (duckdb.Error, pa.ArrowInvalid, OSError) as exc:  # OSError: a file gone (compacted, cleaned up)
@@ -532,6 +550,22 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
         return None
     _raise_if_stopped(running, limits)
     return table
+
+
+def _held_copies(cache: SegmentCache | None, segments: Iterable[Iterable[SegmentRecord]], leases: ExitStack
+                 ) -> dict[str, str]:
+    """The cached copies of ``segments`` (none downloaded), held until ``leases`` closes: local path by path."""
+    if cache is None:
+        return {}
+    return dict(leases.enter_context(cache.lease((s for group in segments for s in group), download=False)))
+
+
+def _localized(timeline: VisibleSet, copies: Mapping[str, str]) -> VisibleSet:
+    """``timeline`` with each segment whose file has a copy pointing at the copy."""
+    if not copies:
+        return timeline
+    return VisibleSet(timeline.datasources, {ds: [replace(s, path=copies.get(s.path, s.path)) for s in segments]
+                                             for ds, segments in timeline.segments.items()})
 
 
 def _raise_if_stopped(running: RunningQuery, limits: QueryLimits) -> None:

@@ -17,7 +17,8 @@ stays the reference engine):
    :data:`DUCKDB_FUNCTIONS`. The database can read files under the deep storage root only
    (``allowed_directories``, external access off, configuration locked), so a case missed here
    still reads nothing else and writes nothing.
-3. **It fits the overlord.** Its datasources' files, after time pruning, are local and total
+3. **It fits the overlord.** Its datasources' files, after time pruning, are local (under the
+   deep storage root, or copies in the segment cache, :mod:`segment_store.segment_cache`) and total
    at most ``OVERLORD_QUERY_LOCAL_MAX_BYTES``.
 
 A DuckDB error (a user's mistake included) reruns the query on Spark, so a query's error is
@@ -49,6 +50,7 @@ from indexing_task.sql_text import quote_identifier, quote_string
 from overlord.config import Settings
 from overlord.query.segment_source import footer_schema
 from overlord.query.time_pruning import QuerySessionSpark
+from segment_store.segment_cache import SegmentCache
 
 __all__ = ["DUCKDB_FUNCTIONS", "SAME_ON_BOTH", "LocalEngine"]
 
@@ -96,9 +98,13 @@ _ISO_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\d([ T]\d\d:\d\d(:\d\d(\.\d{1,6})?)?)
 class LocalEngine:
     """One in-memory DuckDB database that may read the files under ``root`` and nothing else."""
 
-    def __init__(self, root: str, max_bytes: int, memory_limit: str = "2GB") -> None:
+    def __init__(self, root: str, max_bytes: int, memory_limit: str = "2GB", cache: SegmentCache | None = None) -> None:
         self.max_bytes = max_bytes
-        self.root = os.path.abspath(root) if "://" not in root else None  # object stores: Spark reads them
+        self.cache = cache
+        """Copies of object-store segments: queries read them here (and Spark reads them where it can)."""
+        self.roots = tuple([os.path.abspath(root)] if "://" not in root else []) + (
+            (cache.directory,) if cache is not None else ())
+        """The directories whose files DuckDB may read."""
         self._db = duckdb.connect(config={"autoinstall_known_extensions": False,
                                           "autoload_known_extensions": False})
         self._catalog = {str(name) for (name,) in self._db.execute(
@@ -107,25 +113,27 @@ class LocalEngine:
         for statement in ("SET TimeZone = 'UTC'", "SET parquet_metadata_cache = true",
                           "SET python_enable_replacements = false", "SET temp_directory = ''",
                           f"SET memory_limit = {quote_string(memory_limit)}",
-                          f"SET allowed_directories = [{quote_string(self.root or '/nonexistent')}]",
+                          f"SET allowed_directories = [{', '.join(map(quote_string, self.roots or ['/nonexistent']))}]",
                           "SET enable_external_access = false", "SET lock_configuration = true"):
             self._db.execute(statement)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalEngine:
-        return cls(settings.deep_storage, settings.query_local_max_bytes, settings.query_local_memory_limit)
+        cache = SegmentCache.for_queries(settings.deep_storage, settings.segment_cache_dir,
+                                         settings.segment_cache_max_bytes)
+        return cls(settings.deep_storage, settings.query_local_max_bytes, settings.query_local_memory_limit, cache)
 
     def references(self, spark_sql: str) -> Counter[str] | None:
         """How often the query names each table that is not one of its CTEs; None if it is not for DuckDB."""
-        if self.max_bytes == 0 or self.root is None:
+        if self.max_bytes == 0 or not self.roots:
             return None
         names = _references(spark_sql)
         return None if names is None else Counter(names)
 
     def fits(self, paths: Sequence[str], size_bytes: int) -> bool:
-        """Whether files of ``size_bytes`` in total are small enough, and local files under the root."""
-        return (self.root is not None and size_bytes <= self.max_bytes
-                and all(_local(p).startswith(self.root + os.sep) for p in paths))
+        """Whether files of ``size_bytes`` in total are small enough, and local files under the roots."""
+        return size_bytes <= self.max_bytes and all(
+            any(_local(p).startswith(root + os.sep) for root in self.roots) for p in paths)
 
     def plan(self, spark_sql: str, schemas: Mapping[str, Mapping[str, str]], parameters: Sequence[Any]) -> str | None:
         """The DuckDB SQL for a query's Spark SQL, or None if DuckDB might answer differently.
@@ -212,7 +220,8 @@ class LocalEngine:
     @staticmethod
     def _columns(path: str) -> tuple[tuple[str, str], ...]:
         """One file's columns (name, DuckDB type), from its footer."""
-        return tuple((f.name, _ARROW_TYPES.get(str(f.type), str(f.type))) for f in footer_schema(_local(path)))
+        return tuple((f.name, _ARROW_TYPES.get(str(f.type), str(f.type)))
+                     for f in footer_schema(_local(path) or path))  # an object store's: read once, remembered
 
     def _source(self, every: Sequence[str], kept: Sequence[str]) -> str:
         """A SELECT over the files ``kept`` with the columns of ``every`` (nulls where a kept file lacks one)."""

@@ -1,0 +1,189 @@
+"""The segment cache on S3 (moto), real PostgreSQL, DuckDB and Spark: queries read local copies, the
+same answers as Spark over the object store; copies follow the timeline, stay within their bound,
+survive a restart verified, and are never read once their segment is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import s3fs
+
+from overlord.query.engine import QueryLimits, execute_sql
+from overlord.query.local_engine import LocalEngine
+from segment_store import visible_segments
+from segment_store.segment_cache import SegmentCache, copy_name, keep_incoming
+from tests.test_timeline import HOUR, T0, fake_compact, publish_segments, random_rows, write_segment
+
+QUERY = 'SELECT country, SUM("count") AS events, SUM(value_sum) AS v FROM "{}" GROUP BY country ORDER BY country'
+
+
+@pytest.fixture()
+def on_s3(engine, s3_endpoint) -> tuple[str, str]:
+    """A datasource of three segments over two hours, on a new bucket: (datasource, root)."""
+    datasource = f"cache-{uuid.uuid4().hex[:8]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(datasource)
+    root = f"s3://{datasource}"
+    rng = random.Random(3)
+    for start in (T0, T0, T0 + HOUR):
+        table = random_rows(rng, 50, start, start + HOUR)
+        times = pc.min_max(table.column("__time")).as_py()
+        segment = write_segment(root, datasource, start, table)
+        publish_segments(engine, datasource, replace(segment, details={
+            **segment.details, "min_time": times["min"].isoformat(), "max_time": times["max"].isoformat()}))
+    return datasource, root
+
+
+def synced(cache: SegmentCache, engine, datasource: str) -> SegmentCache:
+    """``cache`` synced with the datasource's visible segments (other tests' are left out), prefetches done."""
+    assert cache.owned.wait(10)
+    cache.sync(visible_segments(engine, datasource))
+    cache._pool.submit(lambda: None).result()  # noqa: SLF001 (the prefetches queued before it have started)
+    _drain(cache)
+    return cache
+
+
+def _drain(cache: SegmentCache) -> None:
+    for future in list(cache._downloads.values()):  # noqa: SLF001
+        future.result()
+
+
+def answer(spark, engine, datasource: str, local: LocalEngine | None = None) -> tuple[list[dict], str]:
+    result = execute_sql(spark, engine, QUERY.format(datasource), limits=QueryLimits(), local=local)
+    return result.table.to_pylist(), result.engine
+
+
+def test_a_warm_cache_answers_on_duckdb_without_the_object_store(spark, engine, on_s3, tmp_path):
+    datasource, root = on_s3
+    expected, by = answer(spark, engine, datasource)
+    assert by == "spark"
+    cache = synced(SegmentCache(str(tmp_path / "cache"), 10**9), engine, datasource)
+    assert (cache.stats.downloads, cache.stats.files) == (3, 3)
+    local = LocalEngine(root, 2**30, cache=cache)
+
+    s3fs.S3FileSystem(skip_instance_cache=True).rm(root, recursive=True)  # nothing left to read there
+
+    assert answer(spark, engine, datasource, local) == (expected, "duckdb")
+    assert cache.stats.downloads == 3
+    spark_only = LocalEngine(root, 0, cache=cache)  # every query to Spark: it reads the copies too
+    assert answer(spark, engine, datasource, spark_only) == (expected, "spark")
+
+
+def test_a_cold_query_downloads_only_what_it_reads_once(spark, engine, on_s3, tmp_path):
+    datasource, root = on_s3
+    cache = SegmentCache(str(tmp_path / "cache"), 10**9)
+    assert cache.owned.wait(10)
+    local = LocalEngine(root, 2**30, cache=cache)
+    one_hour = (f'SELECT COUNT(*) AS n FROM "{datasource}" WHERE __time >= TIMESTAMP \'2026-11-01 01:00:00\' '
+                "AND __time < TIMESTAMP '2026-11-01 02:00:00'")
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        execute_sql(spark, engine, one_hour, local=local).table.to_pylist())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [[{"n": 50}]] * 4
+    assert (cache.stats.downloads, cache.stats.files) == (1, 1)  # the second hour's file, once for all four
+
+
+def test_replaced_segments_leave_the_cache_and_are_never_read(spark, engine, on_s3, tmp_path):
+    datasource, root = on_s3
+    cache = synced(SegmentCache(str(tmp_path / "cache"), 10**9), engine, datasource)
+    before = {s.path for s in visible_segments(engine, datasource)}
+    with cache.lease(visible_segments(engine, datasource), download=False) as held:
+        assert fake_compact_on_s3(engine, root, datasource)
+        synced(cache, engine, datasource)
+        assert set(held.values()) <= {str(p) for p in (tmp_path / "cache").glob("*.parquet")}  # a query holds them
+    synced(cache, engine, datasource)
+    after = {s.path for s in visible_segments(engine, datasource)}
+    names = {p.name for p in (tmp_path / "cache").glob("*.parquet")}
+    assert {copy_name(path) for path in after} <= names  # (other tests' datasources have copies too)
+    assert not names & {copy_name(path) for path in before - after}
+    local = LocalEngine(root, 2**30, cache=cache)
+    rows, by = answer(spark, engine, datasource, local)
+    assert by == "duckdb"
+    assert rows == answer(spark, engine, datasource)[0]
+
+
+def fake_compact_on_s3(engine, root: str, datasource: str) -> bool:
+    """Swap one new file in for the first hour's two segments."""
+    return fake_compact(engine, root, datasource, T0).ok
+
+
+def test_the_cache_stays_within_its_bound_evicting_the_least_recently_used(engine, on_s3, tmp_path):
+    datasource, _ = on_s3
+    segments = visible_segments(engine, datasource)
+    bound = sum(sorted(s.size_bytes for s in segments)[-2:])  # room for two files, not three
+    cache = synced(SegmentCache(str(tmp_path / "cache"), bound), engine, datasource)
+    assert cache.stats.files == 2 and cache.stats.size_bytes <= bound
+    first, *rest = segments
+    with cache.lease([first]) as held:
+        assert first.path in held
+        assert cache.stats.size_bytes <= bound
+        with cache.lease(rest) as others:  # the held file stays; one of the others does not fit
+            assert len(others) == 1
+    assert _disk_bytes(tmp_path / "cache") == cache.stats.size_bytes <= bound
+
+
+def _disk_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.glob("*.parquet"))
+
+
+def test_copies_survive_a_restart_verified(engine, on_s3, tmp_path):
+    datasource, _ = on_s3
+    directory = str(tmp_path / "cache")
+    first = synced(SegmentCache(directory, 10**9), engine, datasource)
+    segments = visible_segments(engine, datasource)
+    damaged = os.path.join(directory, copy_name(segments[0].path))
+    first._owner.close()  # noqa: SLF001 (the process ends: its lock goes)
+    with open(damaged, "r+b") as f:  # same size, one byte flipped: only the checksum tells
+        f.seek(10)
+        byte = f.read(1)
+        f.seek(10)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+    second = synced(SegmentCache(directory, 10**9), engine, datasource)
+
+    assert (second.stats.rejected, second.stats.downloads, second.stats.files) == (1, 1, 3)
+    with open(damaged, "rb") as f, s3fs.S3FileSystem(skip_instance_cache=True).open(segments[0].path) as remote:
+        assert f.read() == remote.read()
+
+
+def test_a_second_process_caches_nothing_until_the_first_is_gone(engine, on_s3, tmp_path):
+    directory = str(tmp_path / "cache")
+    first = SegmentCache(directory, 10**9)
+    assert first.owned.wait(10)
+    standby = SegmentCache(directory, 10**9)
+    assert not standby.owned.wait(0.5)
+    synced_standby = standby.sync  # a sync before it owns the directory does nothing
+    synced_standby(visible_segments(engine, on_s3[0]))
+    assert standby.stats.files == 0
+    first._owner.close()  # noqa: SLF001
+    assert standby.owned.wait(10)
+
+
+def test_a_publishers_copy_is_adopted_without_a_download(engine, s3_endpoint, tmp_path):
+    datasource = f"cache-{uuid.uuid4().hex[:8]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(datasource)
+    directory = str(tmp_path / "cache")
+    cache = synced(SegmentCache(directory, 10**9), engine, datasource)
+    segment = write_segment(f"s3://{datasource}", datasource, T0, random_rows(random.Random(5), 20, T0, T0 + HOUR))
+    with s3fs.S3FileSystem(skip_instance_cache=True).open(segment.path, "rb") as f:
+        keep_incoming(directory, segment.path, f.read())
+    synced(cache, engine, datasource)
+    assert cache.stats.adopted == 0 and os.listdir(os.path.join(directory, "incoming"))  # not visible yet
+
+    publish_segments(engine, datasource, segment)
+    synced(cache, engine, datasource)
+
+    assert (cache.stats.adopted, cache.stats.downloads) == (1, 0)
+    assert pq.read_table(os.path.join(directory, copy_name(segment.path))).num_rows == 20
