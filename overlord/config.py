@@ -76,7 +76,12 @@ class Settings(BaseSettings):
         default=100_000, ge=1, description="the longest SQL text accepted (characters)")
     query_max_concurrent: int = Field(
         default=8, ge=1, description="how many queries (SQL and native) run at once in the query engine's "
-        "process; the next gets a 429 at once")
+        "process; the next ones wait for a turn (`OVERLORD_QUERY_QUEUE_TIMEOUT_MS`), at most twice as many as run: "
+        "past that a query gets a 429 at once")
+    query_queue_timeout_ms: int = Field(
+        default=5_000, ge=0, description="how long a query waits for its turn when `OVERLORD_QUERY_MAX_CONCURRENT` "
+        "queries run (within its own timeout) before it gets a 429; answers say how long they waited "
+        "(`X-Overlord-Query-Queue-Ms`)")
     query_standby: bool = Field(
         default=True, description="keep a second query engine started ahead, which takes over at once when a "
         "query exhausts the engine or is killed at its deadline (instead of ~20 s of restart without SQL); it "

@@ -113,6 +113,8 @@ class Metrics:
                                              "query ran past its timeout)", "reason")
         self.query_seconds = histogram("overlord_query_duration_seconds", "SQL query duration by outcome (ok, error)",
                                        "outcome")
+        self.query_queue_seconds = histogram("overlord_query_queue_seconds", "How long answered queries waited for "
+                                             "their turn (OVERLORD_QUERY_MAX_CONCURRENT were running)")
         self.http_requests = counter("overlord_http_requests", "HTTP requests answered, by route template and "
                                      "status", "method", "route", "status")
         self.http_seconds = histogram("overlord_http_request_duration_seconds", "HTTP request duration, first "

@@ -55,7 +55,7 @@ class Served:
 def served_overlord(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory,
                     auth_file: Path) -> Iterator[Served]:
     overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")), query_max_concurrent=2,
-                              query_cpus=QUERY_CPU, query_standby=True, query_engine_eager=True)
+                              query_queue_timeout_ms=3_000, query_cpus=QUERY_CPU, query_standby=True, query_engine_eager=True)
     app = create_app(overlord, authenticator=Authenticator(AuthFile.load(auth_file)))
     try:
         with (served(app) as url, httpx.Client(base_url=url, timeout=120, auth=WRITER) as http,
@@ -152,26 +152,41 @@ def test_a_query_that_ignores_its_timeout_is_stopped_at_its_deadline(served_over
     assert queries.pid != stuck
 
 
-def test_queries_past_the_concurrency_limit_get_a_429_at_once(served_overlord: Served):
+def test_queries_past_the_concurrency_limit_wait_for_their_turn(served_overlord: Served):
     http, queries = served_overlord.http, served_overlord.queries
-    os.killpg(engine_pid(queries), signal.SIGSTOP)  # the two allowed queries hang until their deadline
+    stopped = engine_pid(queries)
+    os.killpg(stopped, signal.SIGSTOP)  # the two allowed queries hang until it goes on
     answers: list[httpx.Response] = []
-    waiting = [threading.Thread(target=lambda: answers.append(sql(http, "SELECT 1 AS one", timeout=3_000)))
-               for _ in range(2)]
-    for thread in waiting:
+
+    def ask(number: int) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.append(sql(http, f"SELECT {number} AS n", timeout=30_000)))
         thread.start()
+        return thread
+
+    running = [ask(1), ask(2)]
     wait_until(lambda: queries.in_flight == 2, "two queries in flight", 10)
     started = time.monotonic()
-    refused = sql(http, "SELECT 1 AS one")
-    assert time.monotonic() - started < 2
+    refused = sql(http, "SELECT 3 AS n")
+    assert 2.9 < time.monotonic() - started < 8
     assert refused.status_code == 429, refused.text
     assert refused.json()["category"] == "CAPACITY_EXCEEDED"
-    assert "OVERLORD_QUERY_MAX_CONCURRENT" in refused.json()["errorMessage"]
-    for thread in waiting:
+    assert "OVERLORD_QUERY_QUEUE_TIMEOUT_MS" in refused.json()["errorMessage"]
+
+    queued = ask(4)
+    wait_until(lambda: queries.waiting == 1, "a query waiting for its turn", 1)
+    time.sleep(0.3)
+    os.killpg(stopped, signal.SIGCONT)
+    for thread in [*running, queued]:
         thread.join(60)
-    assert sorted(a.status_code for a in answers) in ([400, 400], [400, 503]), [a.text for a in answers]
-    assert queries.in_flight == 0
-    assert sql(http, "SELECT 4 AS four").json() == [{"four": 4}]
+    assert [a.status_code for a in answers] == [200] * 3, [a.text for a in answers]
+    assert sorted(a.json()[0]["n"] for a in answers) == [1, 2, 4]
+    fourth = next(a for a in answers if a.json()[0]["n"] == 4)
+    assert 300 <= int(fourth.headers["X-Overlord-Query-Queue-Ms"]) <= 3_000
+    assert int(fourth.headers["X-Overlord-Query-Time-Ms"]) < 1_000  # its run, not its wait
+    assert queries.in_flight == 0 and queries.waiting == 0
+    families = text_string_to_metric_families(http.get("/metrics").text)
+    queue = next(f for f in families if f.name == "overlord_query_queue_seconds")
+    assert next(s.value for s in queue.samples if s.name.endswith("_sum")) >= 0.3
 
 
 def test_a_standby_engine_takes_over_at_once_when_the_engine_is_lost(served_overlord: Served):

@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, Response
@@ -16,14 +16,13 @@ from overlord.http.redact import SecretRegistry
 from overlord.overlord_errors import NotFound
 from overlord.query.engine import QueryLimits, SqlQuery
 from overlord.query.formats import CONTENT_TYPES
-from overlord.query.process import QueryProcess
+from overlord.query.process import Answer, QueryProcess
 from overlord.supervisor.manager import Overlord
 from segment_store.timeline import datasources
 from specs import load_supervisor_spec
 
 __all__ = ["query_routes"]
 
-T = TypeVar("T")
 
 
 def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProcess) -> APIRouter:
@@ -42,10 +41,11 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProc
         query_id = body.query_id()
         timeout_ms = body.limits(limits).timeout_ms
         started = time.perf_counter()
-        result, answered_by = timed(lambda: queries.run("sql", body.model_dump(by_alias=True), query_id, timeout_ms,
-                                                                author_of(request)))
+        answer = timed(lambda: queries.run("sql", body.model_dump(by_alias=True), query_id, timeout_ms,
+                                           author_of(request)))
+        result = answer.result
         content = secrets.scrub(result) if isinstance(result, str) else json.dumps(secrets.scrub_strings(result))
-        headers = {"X-Druid-SQL-Query-Id": query_id, **answered(answered_by, started)} | (
+        headers = {"X-Druid-SQL-Query-Id": query_id, **answered(answer, started)} | (
             {"X-Druid-SQL-Header-Included": "yes"} if body.header else {})
         return Response(content, media_type=CONTENT_TYPES[body.result_format], headers=headers)
 
@@ -55,22 +55,23 @@ def query_routes(overlord: Overlord, secrets: SecretRegistry, queries: QueryProc
     def native(body: Annotated[dict[str, Any], Body()], request: Request) -> Response:
         query_id = str((body.get("context") or {}).get("queryId") or uuid.uuid4().hex)
         started = time.perf_counter()
-        result, answered_by = timed(lambda: queries.run("native", body, query_id, limits.timeout_ms,
-                                                                   author_of(request)))
-        return JSONResponse(result, headers=answered(answered_by, started))
+        answer = timed(lambda: queries.run("native", body, query_id, limits.timeout_ms, author_of(request)))
+        return JSONResponse(answer.result, headers=answered(answer, started))
 
-    def answered(answered_by: str | None, started: float) -> dict[str, str]:
-        """Headers saying which engine answered (DuckDB or Spark) and how long the query took in the overlord."""
-        took = {"X-Overlord-Query-Time-Ms": f"{(time.perf_counter() - started) * 1000:.0f}"}
-        return took | ({"X-Overlord-Query-Engine": answered_by} if answered_by else {})
+    def answered(answer: Answer, started: float) -> dict[str, str]:
+        """Headers: the engine that answered (DuckDB or Spark), the query's wait for its turn and its run time."""
+        ran_ms, queued_ms = (time.perf_counter() - started - answer.queued_s) * 1000, answer.queued_s * 1000
+        took = {"X-Overlord-Query-Time-Ms": f"{ran_ms:.0f}", "X-Overlord-Query-Queue-Ms": f"{queued_ms:.0f}"}
+        return took | ({"X-Overlord-Query-Engine": answer.engine} if answer.engine else {})
 
-    def timed(run: Callable[[], T]) -> T:
-        """Run a query, observing its duration and outcome in the query latency histogram."""
+    def timed(run: Callable[[], Answer]) -> Answer:
+        """Run a query, observing its duration (and its wait for a turn) and outcome in the query histograms."""
         started, outcome = time.perf_counter(), "error"
         try:
-            result = run()
+            answer = run()
             outcome = "ok"
-            return result
+            overlord.metrics.query_queue_seconds.observe(answer.queued_s)
+            return answer
         finally:
             overlord.metrics.query_seconds.labels(outcome).observe(time.perf_counter() - started)
 

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import replace
+from dataclasses import asdict, replace
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
@@ -76,6 +76,8 @@ class _Engine:
         self.spark.range(1).collect()  # the first job of a new JVM is slow: not a user's query
         self.engine = metadata_engine(settings.database_url)
         self.local = LocalEngine.from_settings(settings)
+        if self.local.cache is not None:
+            self.local.cache.keep_in_sync(self.engine)
         self.limits = QueryLimits.from_settings(settings)
         self._warm_up()
 
@@ -132,6 +134,9 @@ class _Engine:
             return run_native(self.spark, self.engine, body, limits, query_id, self.local)
         if kind == "cancel":
             return cancel_query(query_id)
+        if kind == "stats":
+            cache = self.local.cache
+            return {"segment_cache": asdict(cache.stats) if cache is not None and cache.owned.is_set() else None}
         raise ValueError(f"unknown request kind {kind!r}")
 
     def _spark_alive(self) -> bool:

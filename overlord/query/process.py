@@ -14,7 +14,9 @@ Every query has a deadline: its timeout (``context.timeout``, at most
 timeout; a query that still has not returned at the deadline (work Spark cannot cancel, such as
 constant folding in the driver) is stopped by killing the child, so the thread waiting for it
 is freed at the deadline whatever the query does. At most ``OVERLORD_QUERY_MAX_CONCURRENT``
-queries run at once; the next gets a 429 in Druid's error shape at once.
+queries run at once (the engine runs them in parallel: DuckDB's and Spark's work is outside the
+GIL); the next ones wait for a turn up to ``OVERLORD_QUERY_QUEUE_TIMEOUT_MS`` and get a 429 in
+Druid's error shape then, or at once when twice as many are waiting already.
 
 A lost engine is replaced at once by a standby started ahead (``OVERLORD_QUERY_STANDBY``): a
 Spark application takes ~20 s to start, the standby's taking over none. A query's timeout counts
@@ -63,10 +65,14 @@ START_TIMEOUT_S = 180.0
 
 
 class Answer(NamedTuple):
-    """A query's result and the engine that answered it (``spark``, ``duckdb``; None: no table was read)."""
+    """A query's result and the engine that answered it (``spark``, ``duckdb``; None: no table was read).
+
+    ``queued_s``: how long it waited for its turn.
+    """
 
     result: Any
     engine: str | None
+    queued_s: float = 0.0
 
 
 class QueryProcess:
@@ -81,6 +87,7 @@ class QueryProcess:
         self._on_restart = on_restart
         self._slots = threading.BoundedSemaphore(settings.query_max_concurrent)
         self._in_flight = 0  # changed under self._counting (self._lock may be held while a child starts)
+        self._waiting = 0  # queries waiting for a slot, under self._counting
         self._counting = threading.Lock()
         self._lock = threading.Lock()
         self._child: _Child | None = None
@@ -115,6 +122,11 @@ class QueryProcess:
         return self._in_flight
 
     @property
+    def waiting(self) -> int:
+        """How many queries wait for their turn."""
+        return self._waiting
+
+    @property
     def pid(self) -> int | None:
         """The child's process id, if one runs."""
         child = self._child
@@ -136,14 +148,11 @@ class QueryProcess:
         (:mod:`overlord.query.kill_throttle`), whose queries may be refused for it.
         """
         self.throttle.check(principal)
-        if not self._slots.acquire(blocking=False):
-            raise QueryError(f"{self._settings.query_max_concurrent} queries are running, the most this overlord "
-                             "runs at once (OVERLORD_QUERY_MAX_CONCURRENT); retry later",
-                             "QUERY_CAPACITY_EXCEEDED", status=429)
+        timeout_at = time.monotonic() + timeout_ms / 1000
+        queued_s = self._wait_for_turn(timeout_at)
         with self._counting:
             self._in_flight += 1
         try:
-            timeout_at = time.monotonic() + timeout_ms / 1000
             current = self._child
             ready = current is not None and current.ready.is_set() and current.process.poll() is None
             child = self._current(timeout_at)
@@ -175,7 +184,29 @@ class QueryProcess:
         if "error" in reply:
             error = reply["error"]
             raise QueryError(error["message"], error.get("errorClass"), status=error.get("status", 400))
-        return Answer(reply["result"], reply.get("engine"))
+        return Answer(reply["result"], reply.get("engine"), queued_s)
+
+    def _wait_for_turn(self, timeout_at: float) -> float:
+        """Take one of the slots, waiting for one at most the queue timeout (and the query's); the seconds waited.
+
+        A 429 if the wait is up, or if twice as many queries as may run are waiting already.
+        """
+        started, settings = time.monotonic(), self._settings
+        if not self._slots.acquire(blocking=False):
+            with self._counting:
+                full = self._waiting >= 2 * settings.query_max_concurrent
+                self._waiting += not full
+            if full:
+                raise _busy(settings, "and as many again are waiting for their turn")
+            try:
+                wait_s = min(settings.query_queue_timeout_ms / 1000, timeout_at - started)
+                if not self._slots.acquire(timeout=max(0.0, wait_s)):
+                    raise _busy(settings, f"and none ended within {wait_s * 1000:,.0f} ms "
+                                          "(OVERLORD_QUERY_QUEUE_TIMEOUT_MS, or the query's timeout)")
+            finally:
+                with self._counting:
+                    self._waiting -= 1
+        return time.monotonic() - started
 
     def cancel(self, query_id: str) -> bool:
         """Cancel the running query ``query_id``; False if the engine runs no such query."""
@@ -252,6 +283,11 @@ class QueryProcess:
         child.stop()
         self._on_restart("killed")
         return True
+
+
+def _busy(settings: Settings, why: str) -> QueryError:
+    return QueryError(f"{settings.query_max_concurrent} queries are running, the most this overlord runs at once "
+                      f"(OVERLORD_QUERY_MAX_CONCURRENT), {why}; retry later", "QUERY_CAPACITY_EXCEEDED", status=429)
 
 
 def _engine_lost(query_id: str) -> QueryError:
