@@ -72,6 +72,7 @@ class _Payload(BaseModel):
     rollup_schema: RollupSchema
     deep_storage: str
     storage_options: dict[str, Any] = {}
+    segment_cache: str | None = None
     max_rows_per_segment: int
     intervals: tuple[_IntervalInput, ...]
     discovered_types: dict[str, str] = {}
@@ -117,7 +118,7 @@ def _run_intervals(payload: _Payload, indexes: Iterator[int]) -> Iterator[Worker
 
 def _compact_interval(payload: _Payload, index: int, attempt: int) -> tuple[int, list[WrittenSegment]]:
     """Read, roll up and write one interval; return (rows read, written files' metadata)."""
-    storage = DeepStorage(payload.deep_storage, payload.storage_options)
+    storage = DeepStorage(payload.deep_storage, payload.storage_options, copy_to=payload.segment_cache)
     target = payload.intervals[index]
     tables = []
     for path in target.paths:
@@ -230,7 +231,7 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
             interval: Interval | None = None, *, storage_options: dict[str, Any] | None = None,
             max_rows_per_segment: int | None = None, min_segments: int = 2, select: Selection | None = None,
             max_attempts: int = 3, background: LowPriorityProcesses | None = None,
-            stop: threading.Event | None = None) -> list[CompactionReport]:
+            stop: threading.Event | None = None, segment_cache: str | None = None) -> list[CompactionReport]:
     """Compact every exact interval of ``spec``'s datasource inside ``interval`` (all when None).
 
     The spec's metrics say how rows merge and its ``maxRowsPerSegment`` caps the files (unless
@@ -241,10 +242,11 @@ def compact(spark: SparkSession, engine: sa.Engine, spec: SupervisorSpec, deep_s
     processes if given. Raises :class:`CompactionError` if a job fails, :class:`TaskStopped` once ``stop`` is set
     (checked before each job and each swap), :class:`specs.SpecError` if ``spec`` gives a column of the
     datasource's segments another meaning (:func:`indexing_task.published_columns.check_segments`).
+    ``segment_cache``: a segment cache's directory on the workers' machine, to leave copies of the new files in.
     """
     datasource = spec.datasource
     check_segments(visible_segments(engine, datasource), spec)  # merged another way, queries would answer otherwise
-    job = _Compaction(engine, spec, deep_storage, storage_options, max_rows_per_segment, stop)
+    job = _Compaction(engine, spec, deep_storage, storage_options, max_rows_per_segment, stop, segment_cache)
     reports: list[CompactionReport] = []
     select = select or _at_least(min_segments)
     pending = _plan(engine, datasource, interval, select)
@@ -276,8 +278,8 @@ class _Compaction:
 
     def __init__(self, engine: sa.Engine, spec: SupervisorSpec, deep_storage: str,
                  storage_options: dict[str, Any] | None, max_rows_per_segment: int | None,
-                 stop: threading.Event | None) -> None:
-        self.engine, self.datasource, self.stop = engine, spec.datasource, stop
+                 stop: threading.Event | None, segment_cache: str | None) -> None:
+        self.engine, self.datasource, self.stop, self.segment_cache = engine, spec.datasource, stop, segment_cache
         self.deep_storage, self.storage_options = deep_storage, storage_options
         self.columns = recorded_columns(spec)
         self.schema = RollupSchema.from_spec(spec.spec.data_schema)
@@ -290,6 +292,7 @@ class _Compaction:
         self.job_id = uuid.uuid4().hex[:12]
         return _Payload(job_id=self.job_id, datasource=self.datasource, rollup_schema=self.schema,
                         deep_storage=self.deep_storage, storage_options=self.storage_options or {},
+                        segment_cache=self.segment_cache,
                         max_rows_per_segment=self.max_rows,
                         discovered_types=widest_types(s.descriptor.get("discovered_types", {})
                                                       for s in visible_segments(self.engine, self.datasource)),

@@ -47,6 +47,7 @@ class TaskPayload(BaseModel):
     rollup_schema: RollupSchema
     deep_storage: str
     storage_options: dict[str, Any] = {}
+    segment_cache: str | None = None
     generation: int = 0
     max_rows_in_memory: int = 150_000
     max_rows_per_segment: int = 5_000_000
@@ -202,7 +203,7 @@ def _index_chunks(payload: TaskPayload, splits: Sequence[Split], attempt: int, c
 
     ``highs`` holds the high watermark the read of ``splits[n]`` saw under ``n`` once the chunks are read.
     """
-    storage = DeepStorage(payload.deep_storage, payload.storage_options)
+    storage = DeepStorage(payload.deep_storage, payload.storage_options, copy_to=payload.segment_cache)
     rollup = Rollup(payload.rollup_schema, payload.min_time, payload.max_time)
     writer = _SegmentWriter(payload, splits, attempt, storage, rollup)
     records = unparseable = thrown_away = 0

@@ -67,6 +67,8 @@ class IndexTaskRequest:
     """The leader epoch of the overlord that planned it: a new leader since then refuses its publish."""
     bootstrap_servers: str | None = None
     storage_options: Mapping[str, Any] = field(default_factory=dict)
+    segment_cache: str | None = None
+    """A segment cache's directory on the workers' machine: they leave a copy of each file they write there."""
     min_time: datetime | None = None
     max_time: datetime | None = None
     min_split_records: int = 50_000
@@ -186,7 +188,7 @@ def _task_payload(request: IndexTaskRequest, properties: Mapping[str, Any], spli
         task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
         consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),
         rollup_schema=RollupSchema.from_spec(data_schema, io.input_format),
-        deep_storage=request.deep_storage,
+        deep_storage=request.deep_storage, segment_cache=request.segment_cache,
         generation=request.generation,
         storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,
         max_rows_per_segment=tuning.max_rows_per_segment, splits=tuple(splits),

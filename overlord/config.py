@@ -104,6 +104,17 @@ class Settings(BaseSettings):
         "(`1`, `2-3`, `0,2`): a hostile or heavy query then never takes CPU from ingestion and the API on the "
         "others. Unset: every CPU, at a lower priority than ingestion (see docs/security.md)")
 
+    @property
+    def segment_cache(self) -> str | None:
+        """The segment cache's directory, if queries keep one: deep storage is an object store, the cache is on."""
+        remote = "://" in self.deep_storage and not self.deep_storage.startswith(("file://", "hdfs://"))
+        return os.path.abspath(self.segment_cache_dir) if remote and self.segment_cache_max_bytes > 0 else None
+
+    @property
+    def publishers_segment_cache(self) -> str | None:
+        """The segment cache's directory, for tasks whose workers run on this machine (a local Spark)."""
+        return self.segment_cache if self.spark_master.startswith("local") else None
+
     @field_validator("query_cpus")
     @classmethod
     def _cpus_of_this_machine(cls, value: str | None) -> str | None:

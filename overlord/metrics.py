@@ -147,6 +147,30 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class SegmentCacheCollector(Collector):
+    """The query engine's segment cache (:mod:`segment_store.segment_cache`), asked of its process at scrape time."""
+
+    _COUNTERS = {"hits": "Segment files queries read from the cache", "misses": "Segment files queries needed "
+                 "that the cache did not hold", "downloads": "Segment files downloaded from deep storage",
+                 "downloaded_bytes": "Bytes downloaded from deep storage", "adopted": "Copies a task left that the "
+                 "cache took without a download", "evictions": "Copies evicted to stay within the size limit",
+                 "rejected": "Copies that failed their size or checksum check"}
+    _GAUGES = {"size_bytes": "Bytes of the copies held", "files": "Copies held",
+               "max_bytes": "The cache's size limit (OVERLORD_SEGMENT_CACHE_MAX_BYTES)"}
+
+    def __init__(self, stats: Callable[[], Mapping[str, int] | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        if stats is None:  # no cache (local deep storage), or no engine running
+            return
+        for name, text in self._COUNTERS.items():
+            yield CounterMetricFamily(f"overlord_segment_cache_{name}", text, value=stats[name])
+        for name, text in self._GAUGES.items():
+            yield GaugeMetricFamily(f"overlord_segment_cache_{name}", text, value=stats[name])
+
+
 class _ScrapeCollector(Collector):
     """Gauges read at scrape time."""
 

@@ -99,12 +99,6 @@ class _Copy:
 class SegmentCache:
     """Copies of segment files under ``directory``, at most ``max_bytes`` of them."""
 
-    @classmethod
-    def for_queries(cls, deep_storage: str, directory: str, max_bytes: int) -> SegmentCache | None:
-        """The cache for deep storage on an object store; None for a local (or HDFS) one, or ``max_bytes`` 0."""
-        remote = "://" in deep_storage and not deep_storage.startswith(("file://", "hdfs://"))
-        return cls(directory, max_bytes) if remote and max_bytes > 0 else None
-
     def keep_in_sync(self, engine: sa.Engine, interval_s: float = 1.0) -> None:
         """Sync with the timeline (:meth:`sync`) whenever it has changed, checked every ``interval_s``, forever."""
         def run() -> None:

@@ -55,7 +55,8 @@ class Served:
 def served_overlord(stack: DevStack, engine: sa.Engine, spark: Any, tmp_path_factory: pytest.TempPathFactory,
                     auth_file: Path) -> Iterator[Served]:
     overlord = start_overlord(stack, engine, spark, str(tmp_path_factory.mktemp("deep")), query_max_concurrent=2,
-                              query_queue_timeout_ms=3_000, query_cpus=QUERY_CPU, query_standby=True, query_engine_eager=True)
+                              query_queue_timeout_ms=3_000, query_cpus=QUERY_CPU, query_standby=True,
+                              query_engine_eager=True)
     app = create_app(overlord, authenticator=Authenticator(AuthFile.load(auth_file)))
     try:
         with (served(app) as url, httpx.Client(base_url=url, timeout=120, auth=WRITER) as http,

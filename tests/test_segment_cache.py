@@ -12,15 +12,20 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import s3fs
+from prometheus_client.parser import text_string_to_metric_families
 
+from overlord.dev.sample_data import make_sample_events, produce
+from overlord.http.app import create_app
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.local_engine import LocalEngine
 from segment_store import visible_segments
 from segment_store.segment_cache import SegmentCache, copy_name, keep_incoming
+from tests.helpers import committed_total, served, spec_json, start_overlord, wait_until
 from tests.test_timeline import HOUR, T0, fake_compact, publish_segments, random_rows, write_segment
 
 QUERY = 'SELECT country, SUM("count") AS events, SUM(value_sum) AS v FROM "{}" GROUP BY country ORDER BY country'
@@ -187,3 +192,38 @@ def test_a_publishers_copy_is_adopted_without_a_download(engine, s3_endpoint, tm
 
     assert (cache.stats.adopted, cache.stats.downloads) == (1, 0)
     assert pq.read_table(os.path.join(directory, copy_name(segment.path))).num_rows == 20
+
+
+@pytest.mark.long  # an overlord with its query engine's own Spark application
+def test_an_overlord_on_s3_answers_from_copies_its_tasks_left(stack, engine, spark, s3_endpoint, make_topic,
+                                                             datasource, tmp_path):
+    """Ingested segments reach the cache without a download; queries are DuckDB's, metrics say so."""
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(datasource)
+    overlord = start_overlord(stack, engine, spark, f"s3://{datasource}", segment_cache_dir=str(tmp_path / "cache"),
+                              query_engine_eager=True)
+    app = create_app(overlord, authenticator=None)
+    try:
+        with served(app) as url, httpx.Client(base_url=url, timeout=120) as http:
+            topic = make_topic(2)
+            assert http.post("/druid/indexer/v1/supervisor", json=spec_json(datasource, topic)).status_code == 200
+            produce(stack.bootstrap_servers, topic, make_sample_events(3_000, bad_every=0).records, 2)
+            wait_until(lambda: committed_total(overlord.engine, datasource) == 3_000, "ingestion", 120)
+            wait_until(lambda: cache_metric(http, "files") == len(visible_segments(overlord.engine, datasource)) > 0,
+                       "the cache to hold every visible segment", 60)
+
+            answer = http.post("/druid/v2/sql", json={"query": f'SELECT SUM("count") AS n FROM "{datasource}"'})
+
+            assert answer.status_code == 200 and answer.json() == [{"n": 3_000}], answer.text
+            assert answer.headers["X-Overlord-Query-Engine"] == "duckdb"
+            assert cache_metric(http, "downloads") == 0  # the tasks' own copies, adopted
+            assert cache_metric(http, "adopted") == cache_metric(http, "files")
+            assert cache_metric(http, "hits") >= cache_metric(http, "files")
+    finally:
+        overlord.stop(grace_s=10)
+        overlord.engine.dispose()
+
+
+def cache_metric(http: httpx.Client, name: str) -> float:
+    families = text_string_to_metric_families(http.get("/metrics").text)
+    return next((s.value for f in families if f.name == f"overlord_segment_cache_{name}" for s in f.samples
+                 if not s.name.endswith("_created")), -1.0)

@@ -121,7 +121,8 @@ class Coordinator:
             task_id, f"compaction of {datasource}",
             lambda stop: compact(self.runner.spark, self.engine, spec, self.settings.deep_storage, interval,
                                  max_rows_per_segment=max_rows_per_segment, select=select,
-                                 background=self.runner.background, stop=stop),
+                                 background=self.runner.background, stop=stop,
+                                 segment_cache=self.settings.publishers_segment_cache),
             owner=datasource, compaction=True)
         future.add_done_callback(lambda done: self._finish_compaction(task_id, datasource, done))
         logger.info("compaction task %s of %s submitted (interval %s)", task_id, datasource, interval or "all",

@@ -42,7 +42,7 @@ from overlord.http.service import service_routes
 from overlord.http.standby import StandbyRedirect
 from overlord.http.supervisors import supervisor_routes
 from overlord.http.tasks import task_routes
-from overlord.metrics import package_version
+from overlord.metrics import SegmentCacheCollector, package_version
 from overlord.overlord_errors import NotFound, NotLeader
 from overlord.query.process import QueryProcess
 from overlord.query.query_errors import QueryError
@@ -135,6 +135,7 @@ def create_app(overlord: Overlord, secrets: SecretRegistry | None = None, *, aut
 
     queries = app.state.queries = QueryProcess(
         overlord.settings, lambda reason: overlord.metrics.query_engine_restarts.labels(reason).inc())
+    overlord.metrics.registry.register(SegmentCacheCollector(queries.segment_cache_stats))
     if overlord.settings.query_engine_eager:
         queries.start()  # its own Spark application, starting now so that it is ready for the first query
 

@@ -119,8 +119,8 @@ class LocalEngine:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalEngine:
-        cache = SegmentCache.for_queries(settings.deep_storage, settings.segment_cache_dir,
-                                         settings.segment_cache_max_bytes)
+        directory = settings.segment_cache
+        cache = SegmentCache(directory, settings.segment_cache_max_bytes) if directory is not None else None
         return cls(settings.deep_storage, settings.query_local_max_bytes, settings.query_local_memory_limit, cache)
 
     def references(self, spark_sql: str) -> Counter[str] | None:

@@ -208,6 +208,18 @@ class QueryProcess:
                     self._waiting -= 1
         return time.monotonic() - started
 
+    def segment_cache_stats(self) -> dict[str, int] | None:
+        """The running engine's segment cache counters (:class:`segment_store.segment_cache.CacheStats`), if any."""
+        child = self._child
+        if child is None or not child.ready.is_set() or child.process.poll() is not None:
+            return None
+        try:
+            stats: dict[str, int] | None = child.ask({"kind": "stats", "queryId": "stats"}).result(2)["result"][
+                "segment_cache"]
+            return stats
+        except (OSError, EOFError, TimeoutError, KeyError):
+            return None
+
     def cancel(self, query_id: str) -> bool:
         """Cancel the running query ``query_id``; False if the engine runs no such query."""
         child = self._child

@@ -479,6 +479,7 @@ class Supervisor:
             request = IndexTaskRequest(
                 task_id=f"{base}_r{replica}", spec=self.spec, start_offsets=todo.start, end_offsets=todo.end,
                 initial_offsets=Offsets(), deep_storage=self.ctx.settings.deep_storage,
+                segment_cache=self.ctx.settings.publishers_segment_cache,
                 generation=self.stored.version if self.stored is not None else 0,
                 epoch=self.stored.epoch if self.stored is not None else 0, leader_epoch=self.ctx.leader_epoch,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)

@@ -157,7 +157,8 @@ def next_task_request(engine: sa.Engine, settings: Settings, spec: SupervisorSpe
     return IndexTaskRequest(
         task_id=task_id or f"index_{spec.datasource}_{uuid.uuid4().hex[:8]}", spec=spec,
         start_offsets=todo.start, end_offsets=todo.end, initial_offsets=Offsets(),
-        deep_storage=settings.deep_storage, generation=committed.version, epoch=committed.epoch,
+        deep_storage=settings.deep_storage, segment_cache=settings.publishers_segment_cache,
+        generation=committed.version, epoch=committed.epoch,
         bootstrap_servers=settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)
 
 
