@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from overlord.origins import parse_public_url
+from segment_store.segment_cache import is_object_store
 
 __all__ = ["Settings", "settings_table"]
 
@@ -107,8 +108,8 @@ class Settings(BaseSettings):
     @property
     def segment_cache(self) -> str | None:
         """The segment cache's directory, if queries keep one: deep storage is an object store, the cache is on."""
-        remote = "://" in self.deep_storage and not self.deep_storage.startswith(("file://", "hdfs://"))
-        return os.path.abspath(self.segment_cache_dir) if remote and self.segment_cache_max_bytes > 0 else None
+        on = is_object_store(self.deep_storage) and self.segment_cache_max_bytes > 0
+        return os.path.abspath(self.segment_cache_dir) if on else None
 
     @property
     def publishers_segment_cache(self) -> str | None:

@@ -43,13 +43,18 @@ from fsspec.core import url_to_fs
 from segment_store.records import SegmentRecord
 from segment_store.timeline import timeline_mark, visible_set
 
-__all__ = ["CacheStats", "SegmentCache", "checksum", "copy_name", "keep_incoming"]
+__all__ = ["CacheStats", "SegmentCache", "checksum", "copy_name", "is_object_store", "keep_incoming"]
 
 logger = logging.getLogger(__name__)
 
 INCOMING = "incoming"
 INCOMING_MAX_AGE_S = 3_600.0
 """A publisher's copy whose segment has not become visible within this is dropped (its task failed)."""
+
+
+def is_object_store(url: str) -> bool:
+    """Whether ``url`` (a deep storage root or a segment's path) is on an object store: files worth a copy."""
+    return "://" in url and not url.startswith(("file://", "hdfs://"))
 
 
 def checksum(data: bytes) -> str:
@@ -104,7 +109,7 @@ class SegmentCache:
         def run() -> None:
             self.owned.wait()
             last = None
-            while True:
+            while not self._closed.is_set():
                 try:
                     mark = timeline_mark(engine)
                     if mark != last:
@@ -112,7 +117,7 @@ class SegmentCache:
                         last = mark
                 except Exception:
                     logger.warning("segment cache: sync failed; trying again", exc_info=True)
-                time.sleep(interval_s)
+                self._closed.wait(interval_s)
 
         threading.Thread(target=run, name="segment-cache-sync", daemon=True).start()
 
@@ -130,6 +135,7 @@ class SegmentCache:
         self._found: dict[str, int] | None = None  # copies on disk at start, by name: claimed at the first sync
         self._seen: set[str] = set()
         self.stats = CacheStats(max_bytes=max_bytes)
+        self._closed = threading.Event()
         self._owner = open(os.path.join(self.directory, ".lock"), "a+")  # noqa: SIM115 (held for the process's life)
         self.owned = threading.Event()
         threading.Thread(target=self._take_ownership, name="segment-cache-owner", daemon=True).start()
@@ -154,7 +160,7 @@ class SegmentCache:
         With ``download``, missing copies are downloaded first (in parallel); a segment without a
         copy at the end (too big for the cache, a failed download) is left out of the answer.
         """
-        wanted = {s.path: s for s in segments}
+        wanted = {s.path: s for s in segments if is_object_store(s.path)}
         if download and self.owned.is_set():
             futures = [self._download(s) for s in wanted.values() if s.path not in self._copies]
             wait([f for f in futures if f is not None])
@@ -176,11 +182,22 @@ class SegmentCache:
                 for path in pinned:
                     self._copies[path].pins -= 1
 
+    def close(self) -> None:
+        """Stop syncing and give the directory up (to another process); the copies stay for the next owner."""
+        self._closed.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._owner.close()
+
+    def copy_of(self, path: str) -> str | None:
+        """The local path of ``path``'s copy if the cache holds one now (not held: it may go at any time)."""
+        copy = self._copies.get(path)
+        return copy.local if copy is not None else None
+
     def sync(self, visible: Iterable[SegmentRecord]) -> None:
         """Bring the cache in line with the visible segments: adopt, verify, delete, prefetch (newest first)."""
         if not self.owned.is_set():
             return
-        segments = {s.path: s for s in visible}
+        segments = {s.path: s for s in visible if is_object_store(s.path)}
         names = {copy_name(path): s for path, s in segments.items()}
         with self._lock:
             found, self._found = self._found, None

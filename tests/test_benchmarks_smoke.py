@@ -39,6 +39,8 @@ SANE: dict[str, Check] = {
     "freshness": lambda r: r["records"] > 0 and r["tasks"] > 0 and 0 < r["freshness_p50_s"] <= r["freshness_max_s"],
     "hostile_load": lambda r: r["hostile_queries"]["answers_by_status"] != {} and r["health_after"][0] == 200,
     "live_freshness": lambda r: r["summary"]["exactness"]["checks"] > 0 and r["summary"]["exactness"]["failed"] == 0,
+    "object_storage": lambda r: r["answers_identical"] and r["first_query_after_publish"]["gets"] <= 1
+    and r["bound"]["within"] and r["dashboard"]["exact"] and r["dashboard"]["statuses"].keys() == {"200"},
     "query": lambda r: r["results_identical"] and r["duckdb_results_identical"],
     "storage": lambda r: r["events_sent"] > 0 and r["exact_before_retention"] and r["retention"]["exact"],
 }

@@ -149,7 +149,7 @@ def test_copies_survive_a_restart_verified(engine, on_s3, tmp_path):
     first = synced(SegmentCache(directory, 10**9), engine, datasource)
     segments = visible_segments(engine, datasource)
     damaged = os.path.join(directory, copy_name(segments[0].path))
-    first._owner.close()  # noqa: SLF001 (the process ends: its lock goes)
+    first.close()
     with open(damaged, "r+b") as f:  # same size, one byte flipped: only the checksum tells
         f.seek(10)
         byte = f.read(1)
@@ -172,7 +172,7 @@ def test_a_second_process_caches_nothing_until_the_first_is_gone(engine, on_s3, 
     synced_standby = standby.sync  # a sync before it owns the directory does nothing
     synced_standby(visible_segments(engine, on_s3[0]))
     assert standby.stats.files == 0
-    first._owner.close()  # noqa: SLF001
+    first.close()
     assert standby.owned.wait(10)
 
 

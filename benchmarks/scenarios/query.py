@@ -28,7 +28,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from benchmarks.results_file import parse_args, save_results
@@ -66,10 +65,10 @@ QUERIES = {
 """Run unchanged by both engines (DuckDB reads ``"bench-query"`` as a view over the files)."""
 
 
-def spec() -> Any:
+def spec(datasource: str = DATASOURCE) -> Any:
     return load_supervisor_spec({"type": "kafka", "spec": {
         "dataSchema": {
-            "dataSource": DATASOURCE, "timestampSpec": {"column": "ts", "format": "millis"},
+            "dataSource": datasource, "timestampSpec": {"column": "ts", "format": "millis"},
             "dimensionsSpec": {"dimensions": list(DIMS)},
             "metricsSpec": [{"type": "count", "name": "count"},
                             {"type": "longSum", "name": "value_sum", "fieldName": "value"},
@@ -100,8 +99,11 @@ def segment_rows(rng: np.random.Generator, n: int, hour: datetime) -> pa.Table:
     return pa.table(columns)
 
 
-def build(engine: sa.Engine, storage: DeepStorage, rows: int, hours: int, tasks: int) -> int:
-    """Write and publish ``tasks`` x ``hours`` segments; return the number of rows written."""
+def build(engine: sa.Engine, storage: DeepStorage, rows: int, hours: int, tasks: int,
+          datasource: str = DATASOURCE) -> int:
+    """Write and publish ``tasks`` x ``hours`` segments; return the number of rows written (the same rows
+    every time).
+    """
     rng = np.random.default_rng(1)
     per_segment = rows // (hours * tasks)
     written = 0
@@ -110,16 +112,16 @@ def build(engine: sa.Engine, storage: DeepStorage, rows: int, hours: int, tasks:
         for h in range(hours):
             start = START + timedelta(hours=h)
             table = segment_rows(rng, per_segment, start)
-            path = storage.path_for(DATASOURCE, start, start + timedelta(hours=1), f"bench-task-{task:04d}", 0)
-            storage.makedirs_for(path)
-            pq.write_table(table, path, compression="zstd")
+            path = storage.path_for(datasource, start, start + timedelta(hours=1), f"bench-task-{task:04d}", 0)
+            written_file = storage.write_table(path, table)
             times = table["__time"]
             segments.append(SegmentDescriptor(
-                f"{DATASOURCE}_{task}_{h}", DATASOURCE, start, start + timedelta(hours=1), path, storage.size(path),
-                table.num_rows, {"min_time": pc.min(times).as_py().isoformat(),
-                                 "max_time": pc.max(times).as_py().isoformat()}))
+                f"{datasource}_{task}_{h}", datasource, start, start + timedelta(hours=1), path,
+                written_file.size_bytes, table.num_rows,
+                {"min_time": pc.min(times).as_py().isoformat(), "max_time": pc.max(times).as_py().isoformat(),
+                 **({"checksum": written_file.checksum} if written_file.checksum else {})}))
             written += table.num_rows
-        outcome = publish(engine, PublishRequest(DATASOURCE, "bench-query", f"bench-task-{task}", {0: task},
+        outcome = publish(engine, PublishRequest(datasource, "bench-query", f"bench-task-{task}", {0: task},
                                                  {0: task + 1}, {0: 0}, tuple(segments)))
         if not outcome.ok:
             raise RuntimeError(outcome.message)

@@ -9,7 +9,7 @@ footer of each queried datasource's newest segment file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -30,13 +30,23 @@ def _file_kinds(path: str, storage_options: Mapping[str, Any] | None) -> dict[st
 
 
 def column_kinds(timeline: VisibleSet, names: Iterable[str], columns: Iterable[str],
-                 storage_options: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """Of ``columns`` (lower case), those that are text or numbers in the datasources ``names``: name -> kind."""
+                 storage_options: Mapping[str, Any] | None = None,
+                 copy_of: Callable[[str], str | None] = lambda _path: None) -> dict[str, str]:
+    """Of ``columns`` (lower case), those that are text or numbers in the datasources ``names``: name -> kind.
+
+    ``copy_of`` names a local copy of a segment file (the segment cache's), read instead of the file if it exists.
+    """
     wanted, kinds = set(columns), dict[str, str]()
     for name in names:
         datasource = timeline.resolve(name)
         segments = timeline.segments.get(datasource or "", [])
         if segments and wanted:
             newest = max(segments, key=lambda s: (s.interval_end, s.path))
-            kinds.update((c, k) for c, k in _file_kinds(newest.path, storage_options).items() if c in wanted)
+            copy = copy_of(newest.path)
+            try:
+                found = _file_kinds(copy, None) if copy is not None else None
+            except OSError:  # evicted meanwhile
+                found = None
+            found = found if found is not None else _file_kinds(newest.path, storage_options)
+            kinds.update((c, k) for c, k in found.items() if c in wanted)
     return kinds

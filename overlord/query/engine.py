@@ -57,7 +57,7 @@ from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed,
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
 from segment_store.records import SegmentRecord
-from segment_store.segment_cache import SegmentCache
+from segment_store.segment_cache import SegmentCache, is_object_store
 from segment_store.timeline import VisibleSet, visible_set
 from segment_store.value_types import widest_types
 
@@ -263,7 +263,7 @@ def _read(session: SparkSession, paths: tuple[str, ...], storage_options: Mappin
                               else F.lit(None).cast(f.dataType).alias(f.name) for f in schema))
     if not paths and schema is not None:
         return session.createDataFrame([], schema)
-    if all("://" not in p or p.startswith(("file://", "hdfs://")) for p in paths):
+    if not any(map(is_object_store, paths)):
         if schema is not None:
             return session.read.schema(schema).parquet(*paths)
         return _with_pair_offsets(session.read.option("mergeSchema", "true").parquet(*paths))
@@ -394,9 +394,9 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
         raise QueryError(f"the query has {len(query):,} characters; the limit is {limits.max_length:,} "
                          "(OVERLORD_QUERY_MAX_LENGTH)", "QUERY_TOO_LONG")
     explain = _EXPLAIN.match(query)
-    translation, timeline = _translate(engine, query[explain.end():] if explain else query, storage_options)
-    cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     cache = local.cache if local is not None else None
+    translation, timeline = _translate(engine, query[explain.end():] if explain else query, storage_options, cache)
+    cut = limits.max_rows + 1 if outer_limit is None else min(outer_limit, limits.max_rows + 1)
     with ExitStack() as leases, running_query(spark, query_id or uuid.uuid4().hex, limits.timeout_ms / 1000) as running:
         table = None if local is None or explain else _run_local(local, engine, timeline, translation, parameters,
                                                                  cut, running, limits, leases)
@@ -416,8 +416,8 @@ def execute_sql(spark: SparkSession, engine: sa.Engine, query: str, parameters: 
     return result
 
 
-def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any] | None = None
-               ) -> tuple[Translation, VisibleSet]:
+def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any] | None = None,
+               cache: SegmentCache | None = None) -> tuple[Translation, VisibleSet]:
     """The query in Spark SQL and the one read of the timeline everything about the query comes from.
 
     The translation knows which of the columns it reads hold sketches, first/last pairs or lists,
@@ -432,7 +432,7 @@ def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any]
              or (name in translation.columns and kind == "multi_value")}
     if translation.typed_columns - found.keys():
         kinds |= column_kinds(timeline, translation.table_names, translation.typed_columns - found.keys(),
-                              storage_options)
+                              storage_options, cache.copy_of if cache is not None else lambda _path: None)
     return (translate(query, tuple(sorted(kinds.items()))) if kinds else translation), timeline
 
 
@@ -509,7 +509,8 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
     """The query's answer from DuckDB, or None when it is for Spark to answer.
 
     On an object store, the files it reads must be in the segment cache: those missing are
-    downloaded (and held in ``leases``) once the query is known to be DuckDB's.
+    downloaded first (all held in ``leases``). The query reads them whichever engine answers it:
+    Spark reads the copies too.
     """
     references = None if translation.metadata_tables else local.references(translation.sql)
     if not references:
@@ -528,6 +529,8 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
             for name, ds in known.items() if ds in every for segments in [every[ds]]}
     if sum(s.size_bytes for segments in kept.values() for s in segments) > local.max_bytes:
         return None
+    if local.cache is not None:
+        leases.enter_context(local.cache.lease(s for segments in kept.values() for s in segments))
     copies = _held_copies(local.cache, every.values(), leases)
     try:
         schemas = {ds: local.spark_schema([copies.get(s.path, s.path) for s in segments])
@@ -536,8 +539,6 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
         sql = local.plan(translation.sql, complete, parameters) if len(complete) == len(schemas) else None
         if sql is None or local.tables(sql) != {name.lower() for name in every}:
             return None
-        if local.cache is not None:  # the files it reads, downloaded if missing
-            copies |= leases.enter_context(local.cache.lease(s for segments in kept.values() for s in segments))
         views = {ds: ([copies.get(s.path, s.path) for s in segments], [copies.get(s.path, s.path) for s in kept[ds]])
                  for ds, segments in every.items()}
         if not local.fits([path for _, read in views.values() for path in read], 0):

@@ -36,6 +36,7 @@ def main() -> None:
     """Serve queries until stdin closes."""
     config = json.loads(sys.stdin.readline())
     configure_logging(logging.INFO, config["log_format"], process="query-engine")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line for each query's thread: its gateway connection
     os.nice(QUERY_NICENESS)  # before Spark starts: its JVM inherits it
     settings = Settings.model_validate(config["settings"])
     if settings.query_cpus is not None:
