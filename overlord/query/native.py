@@ -25,7 +25,8 @@ from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
-from overlord.query.query_errors import QueryError
+from overlord.query.native_checks import bad, field
+from overlord.query.native_having import parse_having
 from segment_store.timeline import visible_segments, visible_set
 from specs.filters import filter_condition, parse_intervals, time_condition
 from specs.spec_errors import SpecError, join_path
@@ -40,16 +41,7 @@ _TIME = "__time"
 _T = TypeVar("_T")
 
 
-def _bad(path: str, message: str) -> QueryError:
-    return QueryError(f"{path}: {message}", "INVALID_NATIVE_QUERY")
-
-
-def _field(query: Mapping[str, Any], key: str, path: str, kind: type | tuple[type, ...] = str) -> Any:
-    if key not in query:
-        raise _bad(f"{path}.{key}", "is required")
-    if not isinstance(query[key], kind):
-        raise _bad(f"{path}.{key}", f"expected {getattr(kind, '__name__', kind)}, got {query[key]!r}")
-    return query[key]
+_bad, _field = bad, field
 
 
 def _col(name: str) -> exp.Column:
@@ -272,8 +264,6 @@ class _Native:
                 raise _bad("$.dataSource.type", "only table datasources are supported")
             source = _field(source, "name", "$.dataSource")
         self.datasource: str = source
-        if query.get("having") is not None:
-            raise _bad("$.having", "having is not supported")
         optional = self.kind in ("timeBoundary", "dataSourceMetadata", "segmentMetadata")
         self.intervals = ([] if optional and query.get("intervals") is None
                           else _parse_intervals(query.get("intervals"), "$.intervals"))
@@ -286,6 +276,9 @@ class _Native:
         self.post_aggregators = _post_aggregators(
             [] if query.get("postAggregations") is None else query["postAggregations"],
             {name for name, _, _ in self.aggregators} | {output for _, output in self.dimensions})
+        self.having = None if query.get("having") is None else parse_having(
+            query["having"], {name for name, _, _ in self.aggregators} | {output for _, output in self.dimensions},
+            {name for name, _ in self.post_aggregators})
 
     def _granularity(self, value: Any) -> str | None:
         """The bucket period (ISO), ``"none"``, or None for ``all``."""
@@ -385,8 +378,10 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
             reverse=descending)[:threshold]} for t, entries in sorted(by_bucket.items())]
     if native.kind == "groupBy":
         dims = native.dimensions
-        events = sorted((finish(r) for r in rows(native.select(dims))),  # in the dimensions' order, as Druid's
-                        key=lambda e: [_sort_key(e.get(name)) for _, name in dims])
+        having = native.having
+        grouped = native.select(dims) if having is None else having.select(native.select(dims))
+        events = sorted((e for e in map(finish, rows(grouped)) if having is None or having.keep(e)),
+                        key=lambda e: [_sort_key(e.get(name)) for _, name in dims])  # the dimensions' order, as Druid's
         events = _limit(events, query.get("limitSpec"))
         return [{"version": "v1", "timestamp": e.pop("__bucket"), "event": e} for e in events]
     if native.kind in ("timeBoundary", "dataSourceMetadata"):
