@@ -27,6 +27,7 @@ from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
 from overlord.query.native_checks import bad, field
 from overlord.query.native_having import parse_having
+from overlord.query.native_search import run_search
 from segment_store.timeline import visible_segments, visible_set
 from specs.filters import filter_condition, parse_intervals, time_condition
 from specs.spec_errors import SpecError, join_path
@@ -243,6 +244,7 @@ _KEYS = {
     "groupBy": _AGGREGATING | {"dimensions", "limitSpec", "having"},
     "scan": _COMMON | {"columns", "order", "limit", "resultFormat", "batchSize"},
     "timeBoundary": _COMMON | {"bound"}, "dataSourceMetadata": _COMMON,
+    "search": _COMMON | {"granularity", "searchDimensions", "query", "sort", "limit"},
     "segmentMetadata": _COMMON | {"merge", "analysisTypes", "lenientAggregatorMerge"},
 }
 """The fields each query type takes here; any other (``virtualColumns``, ``toInclude``, ...) is refused."""
@@ -402,8 +404,10 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         return _scan(native, engine, run)
     if native.kind == "segmentMetadata":
         return _segment_metadata(native, spark, engine, limits)
+    if native.kind == "search":
+        return run_search(query, native.datasource, native.bucket(), native.where(), run)
     raise _bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, scan, timeBoundary, "
-                              "segmentMetadata, dataSourceMetadata are)")
+                              "segmentMetadata, dataSourceMetadata, search are)")
 
 
 def _events(result: QueryResult) -> list[dict[str, Any]]:
