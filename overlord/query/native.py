@@ -1,12 +1,13 @@
 """Druid's native queries at ``POST /druid/v2``, in Druid's response shapes.
 
-Supported: ``timeseries``, ``topN``, ``groupBy``, ``scan``, ``timeBoundary``, ``segmentMetadata``
-(merged) and ``dataSourceMetadata``.
+Supported: ``timeseries``, ``topN``, ``groupBy`` (with ``having``: :mod:`overlord.query.native_having`),
+``scan``, ``timeBoundary``, ``segmentMetadata`` (merged), ``dataSourceMetadata`` and ``search``
+(:mod:`overlord.query.native_search`).
 Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (names and values
 from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
 so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
 Post-aggregators and Druid's filled-in empty ``timeseries`` buckets are computed on the
-result. Anything else (other query types, extraction functions, sketches, ``having``) is a 400
+result. Anything else (other query types, extraction functions, sketch post-aggregators) is a 400
 naming the field.
 """
 
