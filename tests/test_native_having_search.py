@@ -175,6 +175,16 @@ def test_search_finds_values_counts_rows_and_sorts_as_druid_does(spark, engine, 
         ((d, v, n) for (d, v), n in found.items()), key=lambda t: (t[1], t[0]))  # every string dimension
 
 
+def test_search_reads_a_numeric_dimension_as_text_and_a_missing_one_as_no_values(spark, engine, rows):
+    """As Druid: SearchQueryRunnerTest#testSearchWithNotExistedDimension answers no hits."""
+    assert search(spark, engine, granularity="all", searchDimensions=["no_such_dimension"]) == []
+    [answer] = search(spark, engine, granularity="all", searchDimensions=["value_max", "no_such_dimension"],
+                      query={"type": "contains", "value": "99"}, sort={"type": "numeric"})
+    found = Counter(str(r["value_max"]) for r in rows if "99" in str(r["value_max"]))
+    assert answer["result"] == [{"dimension": "value_max", "value": v, "count": n}
+                                for v, n in sorted(found.items(), key=lambda kv: int(kv[0]))] and found
+
+
 def test_search_sorts_numbers_after_words_as_druids_numeric_order():
     from overlord.query.native_search import sort_key
 

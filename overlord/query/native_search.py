@@ -2,8 +2,8 @@
 
 One SQL statement (a ``UNION ALL`` of one grouped branch per searched dimension) counts the rows of
 each (time bucket, value) after the query's intervals and filter; the match is tested on each value
-after a multi-value row is split into its values (the inner ``WHERE`` only skips rows that cannot
-match). Matching, as Druid's ``SearchQuerySpec`` classes do: ``insensitive_contains`` and ``contains``
+after a multi-value row is split into its values (Spark moves a condition on a plain column below the
+grouping). Matching, as Druid's ``SearchQuerySpec`` classes do: ``insensitive_contains`` and ``contains``
 (``caseSensitive``, false unless given), ``fragment`` (every one of ``values``), ``regex`` (a match
 anywhere) never match null; ``all``, the default without ``query``, matches every value, null too.
 Hits are ordered by ``sort`` (``lexicographic``, the default, ``strlen`` or ``numeric``: Druid's
@@ -45,10 +45,13 @@ def run_search(query: Mapping[str, Any], datasource: str, bucket: exp.Expr, wher
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise bad("$.limit", f"expected a whole number, got {limit!r}")
     table = exp.Table(this=exp.to_identifier(datasource, quoted=True))
-    dimensions = _dimensions(query.get("searchDimensions"), lambda: run(exp.select(exp.Star()).from_(table).limit(0)))
+    schema = {f.name: f.type for f in run(exp.select(exp.Star()).from_(table).limit(0)).table.schema}
+    dimensions = [(column, output) for column, output in _dimensions(query.get("searchDimensions"), schema)
+                  if column in schema]  # a dimension the datasource lacks has no values (Druid: no hits)
     if not dimensions:
         return []
-    branches = [_branch(column, output, table, bucket.copy(), where, match) for column, output in dimensions]
+    branches = [_branch(column, output, _is_text(schema[column]), table, bucket.copy(), where, match)
+                for column, output in dimensions]
     statement: exp.Query = branches[0]
     for branch in branches[1:]:
         statement = exp.union(statement, branch, distinct=False)
@@ -60,17 +63,17 @@ def run_search(query: Mapping[str, Any], datasource: str, bucket: exp.Expr, wher
             for time, hits in sorted(by_bucket.items())]
 
 
-def _branch(column: str, output: str, table: exp.Table, bucket: exp.Expr, where: exp.Expr | None,
+def _branch(column: str, output: str, text: bool, table: exp.Table, bucket: exp.Expr, where: exp.Expr | None,
             match: _Match) -> exp.Select:
-    """(bucket, dimension, value, rows) of one dimension's matching values."""
-    value = exp.column(column, quoted=True)
+    """(bucket, dimension, value, rows) of one dimension's matching values (``text``: no cast needed)."""
+    value: exp.Expr = exp.column(column, quoted=True)
+    if not text:  # a numeric dimension is searched as its values' text, as Druid's
+        value = exp.cast(value, "VARCHAR")
     grouped = exp.select(exp.alias_(bucket, "__bucket", quoted=True),
                          exp.alias_(value, "value", quoted=True),
                          exp.alias_(exp.Count(this=exp.Star()), "count", quoted=True)).from_(table)
-    row_match = match(value.copy())
-    conditions = [c for c in (where.copy() if where is not None else None, row_match) if c is not None]
-    if conditions:
-        grouped = grouped.where(exp.and_(*conditions))
+    if where is not None:
+        grouped = grouped.where(where.copy())
     grouped = grouped.group_by(bucket.copy(), value.copy())
     outer = exp.select(exp.column("__bucket", quoted=True), exp.alias_(exp.Literal.string(output), "dimension",
                                                                       quoted=True),
@@ -80,13 +83,16 @@ def _branch(column: str, output: str, table: exp.Table, bucket: exp.Expr, where:
     return outer.where(value_match) if value_match is not None else outer
 
 
-def _dimensions(specs: Any, schema: Callable[[], QueryResult]) -> list[tuple[str, str]]:
+def _is_text(kind: pa.DataType) -> bool:
+    """A string column, or a multi-value one (a list of strings)."""
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)
+                or (pa.types.is_list(kind) and pa.types.is_string(kind.value_type)))
+
+
+def _dimensions(specs: Any, schema: Mapping[str, pa.DataType]) -> list[tuple[str, str]]:
     """(column, output name) per searched dimension; without ``searchDimensions``, every string column."""
     if specs is None:
-        table = schema().table
-        return [(f.name, f.name) for f in table.schema if f.name != "__time" and (
-            pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-            or (pa.types.is_list(f.type) and pa.types.is_string(f.type.value_type)))]
+        return [(name, name) for name, kind in schema.items() if name != "__time" and _is_text(kind)]
     if not isinstance(specs, list):
         raise bad("$.searchDimensions", f"expected a list of dimensions, got {specs!r}")
     out = []
