@@ -209,3 +209,20 @@ def test_a_search_we_cannot_answer_is_a_400_naming_its_path(spark, engine, rows,
     with pytest.raises(QueryError) as refused:
         search(spark, engine, granularity="all", **fields)
     assert refused.value.status == 400 and refused.value.message.startswith(f"{path}: "), refused.value.message
+
+
+def test_a_search_filter_matches_as_the_search_query_does(spark, engine, rows):
+    """Druid's ``search`` filter takes the search query specs: a row matches when its value does."""
+    def events(query: dict[str, Any]) -> Any:
+        [answer] = run_native(spark, engine, {
+            "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
+            "aggregations": [EVENTS], "filter": {"type": "search", "dimension": "device", "query": query}})
+        return answer["result"]["events"]
+
+    def expected(match: Any) -> int:
+        return sum(r["count"] for r in rows if match(r["device"]))
+
+    assert events({"type": "insensitive_contains", "value": "OB"}) == expected(lambda d: "ob" in d)
+    assert events({"type": "contains", "value": "OB", "caseSensitive": True}) is None  # no row: a null sum
+    assert events({"type": "fragment", "values": ["T", "a"]}) == expected(lambda d: "t" in d and "a" in d)
+    assert events({"type": "contains", "value": "%"}) is None  # a LIKE wildcard is a plain character here
