@@ -166,6 +166,10 @@ def check_filter_limits(spec: object) -> None:
             value = node.get(key)
             if isinstance(value, str | list):
                 limits.check_at_most(len(value), limit, what, join_path(path, key))
+        query = node.get("query")  # a search filter's fragments
+        if isinstance(query, Mapping) and isinstance(query.get("values"), list):
+            limits.check_at_most(len(query["values"]), limits.MAX_FILTER_VALUES, "values",
+                                 join_path(path, "query.values"))
         fields = node.get("fields")
         if isinstance(fields, list):
             todo.extend((item, join_path(path, f"fields[{index}]"), depth + 1) for index, item in enumerate(fields))
