@@ -1,7 +1,8 @@
 """Druid filters as SQL conditions on sqlglot's syntax tree, for native queries and ``transformSpec``.
 
 Supported: ``selector``, ``equals``, ``in``, ``bound`` and ``range`` (lexicographic or numeric),
-``like``, ``regex`` (a match anywhere, as Druid's), ``null``, ``interval``, ``and``/``or``/``not``
+``like``, ``regex`` (a match anywhere, as Druid's), ``null``, ``interval``, ``search`` (a ``contains``,
+``insensitive_contains`` or ``fragment`` query: a ``LIKE`` with the text escaped), ``and``/``or``/``not``
 and ``true``/``false``. A condition is NULL where SQL's three-valued logic says so, as in Druid's
 default (SQL-compatible) mode: a row is kept where it is true. Values compare as the column holds
 them (ingestion reads every field as text; Spark casts a literal to a typed column's type).
@@ -14,6 +15,7 @@ naming its path relative to the filter.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -41,6 +43,7 @@ _KEYS: dict[str, frozenset[str]] = {
     "regex": frozenset({"dimension", "pattern", "extractionFn"}),
     "null": frozenset({"column"}),
     "interval": frozenset({"dimension", "intervals", "extractionFn"}),
+    "search": frozenset({"dimension", "query", "extractionFn"}),
     "and": frozenset({"fields"}), "or": frozenset({"fields"}), "not": frozenset({"field"}),
     "true": frozenset(), "false": frozenset(),
 }
@@ -102,7 +105,39 @@ def filter_condition(spec: object, column: Column) -> exp.Expression:
     if kind == "regex":
         return exp.RegexpLike(this=text, expression=exp.Literal.string(check_regex(_required(spec, "pattern", str),
                                                                                    "pattern")))
+    if kind == "search":
+        return _search(_required(spec, "query", Mapping), text)
     return time_condition(parse_intervals(spec.get("intervals"), "intervals"), target)
+
+
+_SEARCH_KEYS = {"contains": {"value", "caseSensitive"}, "insensitive_contains": {"value"},
+                "fragment": {"values", "caseSensitive"}}
+"""The search query specs a ``search`` filter takes, and their keys (besides ``type``)."""
+
+
+def _search(spec: Mapping[str, Any], text: exp.Expression) -> exp.Expression:
+    """A value containing the spec's text (each of ``fragment``'s), ignoring case unless ``caseSensitive``."""
+    kind = spec.get("type")
+    if kind not in _SEARCH_KEYS:
+        raise SpecError.at("query.type", f"search query type {kind!r} is not supported; supported: "
+                                         f"{', '.join(_SEARCH_KEYS)}")
+    unknown = sorted(set(spec) - _SEARCH_KEYS[kind] - {"type"})
+    if unknown:
+        raise SpecError.at(f"query.{unknown[0]}", f"a {kind} search query does not take {unknown[0]!r}")
+    sensitive = spec.get("caseSensitive", False)
+    if not isinstance(sensitive, bool):
+        raise SpecError.at("query.caseSensitive", f"expected true or false, got {json_type_name(sensitive)}")
+    values = spec.get("values") if kind == "fragment" else [spec.get("value")]
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise SpecError.at("query.values" if kind == "fragment" else "query.value", "expected text")
+    parts: list[exp.Expression] = []
+    for value in values:
+        pattern: exp.Expression = exp.Literal.string("%" + re.sub(r"([\\%_])", r"\\\1", value) + "%")
+        target = text.copy()
+        if not sensitive:
+            target, pattern = exp.Lower(this=target), exp.Lower(this=pattern)
+        parts.append(exp.Escape(this=exp.Like(this=target, expression=pattern), expression=exp.Literal.string("\\")))
+    return exp.paren(exp.and_(*parts)) if parts else exp.Not(this=exp.Is(this=text, expression=exp.Null()))
 
 
 def check_filter_limits(spec: object) -> None:
@@ -131,6 +166,10 @@ def check_filter_limits(spec: object) -> None:
             value = node.get(key)
             if isinstance(value, str | list):
                 limits.check_at_most(len(value), limit, what, join_path(path, key))
+        query = node.get("query")  # a search filter's fragments
+        if isinstance(query, Mapping) and isinstance(query.get("values"), list):
+            limits.check_at_most(len(query["values"]), limits.MAX_FILTER_VALUES, "values",
+                                 join_path(path, "query.values"))
         fields = node.get("fields")
         if isinstance(fields, list):
             todo.extend((item, join_path(path, f"fields[{index}]"), depth + 1) for index, item in enumerate(fields))

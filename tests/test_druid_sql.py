@@ -461,9 +461,9 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
         "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
         "virtualColumns": [{"type": "expression", "name": "v", "expression": "count * 2"}]})
     assert virtual.status_code == 400 and virtual.json()["errorMessage"].startswith("$.virtualColumns: not supported")
-    unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "search", "dataSource": NAME,
+    unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "select", "dataSource": NAME,
                                                        "intervals": [INTERVAL]})
-    assert unknown.status_code == 400 and "'search' is not supported" in unknown.json()["errorMessage"]
+    assert unknown.status_code == 400 and "'select' is not supported" in unknown.json()["errorMessage"]
     for columns in (5, "country"):  # (a string was read as a list of one-letter columns)
         scan = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "scan", "dataSource": NAME,
                                                         "intervals": [INTERVAL], "columns": columns})

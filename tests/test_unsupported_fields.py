@@ -128,8 +128,10 @@ def test_message_rejection_windows_bound_the_event_times_a_task_keeps() -> None:
 
 
 @pytest.mark.parametrize(("filter_", "path", "fragment"), [
-    ({"type": "search", "dimension": "country", "query": {"type": "contains", "value": "D"}}, "filter.type",
-     "'search' is not supported"),
+    ({"type": "columnComparison", "dimensions": ["country", "device"]}, "filter.type",
+     "'columnComparison' is not supported"),
+    ({"type": "search", "dimension": "country", "query": {"type": "regex", "pattern": "D"}}, "filter.query.type",
+     "'regex' is not supported"),
     ({"type": "and", "fields": [{"type": "selector", "dimension": "country", "value": "DE",
                                  "extractionFn": {"type": "upper"}}]}, "filter.fields[0].extractionFn",
      "extraction functions"),
@@ -138,7 +140,8 @@ def test_message_rejection_windows_bound_the_event_times_a_task_keeps() -> None:
     ({"type": "not", "field": {"type": "in", "dimension": "country", "value": "DE"}}, "filter.field.value",
      "does not take 'value'"),
     ({"type": "interval", "dimension": "__time", "intervals": ["2026-11-01/yesterday"]}, "filter.intervals", ""),
-], ids=["unsupported-type", "extractionFn", "bound-without-bounds", "ordering", "misspelt-key", "bad-interval"])
+], ids=["unsupported-type", "unsupported-search-query", "extractionFn", "bound-without-bounds", "ordering",
+        "misspelt-key", "bad-interval"])
 def test_a_transform_filter_we_cannot_apply_exactly_is_refused_naming_its_path(filter_: Any, path: str,
                                                                                fragment: str) -> None:
     raw = spec_json("ds", "topic")
@@ -190,8 +193,8 @@ def test_a_transform_we_cannot_compute_exactly_is_refused_naming_its_path(transf
 @pytest.mark.parametrize(("metric", "path"), [
     ({"type": "filtered", "aggregator": {"type": "count", "name": "n"}}, "filter"),
     ({"type": "filtered", "filter": {"type": "true"}, "name": "n"}, "aggregator"),
-    ({"type": "filtered", "filter": {"type": "search", "dimension": "d"}, "aggregator": {"type": "count", "name": "n"}},
-     "filter.type"),
+    ({"type": "filtered", "filter": {"type": "spatial", "dimension": "d"},
+      "aggregator": {"type": "count", "name": "n"}}, "filter.type"),
     ({"type": "filtered", "filter": {"type": "true"}, "aggregator": {"type": "filtered", "name": "n", "filter": {
         "type": "true"}, "aggregator": {"type": "count", "name": "n"}}}, "aggregator.type"),
     ({"type": "longSum", "name": "n", "fieldName": "v", "filter": {"type": "true"}}, "filter"),

@@ -1,12 +1,13 @@
 """Druid's native queries at ``POST /druid/v2``, in Druid's response shapes.
 
-Supported: ``timeseries``, ``topN``, ``groupBy``, ``scan``, ``timeBoundary``, ``segmentMetadata``
-(merged) and ``dataSourceMetadata``.
+Supported: ``timeseries``, ``topN``, ``groupBy`` (with ``having``: :mod:`overlord.query.native_having`),
+``scan``, ``timeBoundary``, ``segmentMetadata`` (merged), ``dataSourceMetadata`` and ``search``
+(:mod:`overlord.query.native_search`).
 Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (names and values
 from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
 so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
 Post-aggregators and Druid's filled-in empty ``timeseries`` buckets are computed on the
-result. Anything else (other query types, extraction functions, sketches, ``having``) is a 400
+result. Anything else (other query types, extraction functions, sketch post-aggregators) is a 400
 naming the field.
 """
 
@@ -25,7 +26,9 @@ from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
-from overlord.query.query_errors import QueryError
+from overlord.query.native_checks import bad, field
+from overlord.query.native_having import parse_having
+from overlord.query.native_search import run_search
 from segment_store.timeline import visible_segments, visible_set
 from specs.filters import filter_condition, parse_intervals, time_condition
 from specs.spec_errors import SpecError, join_path
@@ -38,18 +41,6 @@ _GRANULARITIES = {"second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "te
 _AGGREGATES = {"Sum": "SUM", "Min": "MIN", "Max": "MAX"}
 _TIME = "__time"
 _T = TypeVar("_T")
-
-
-def _bad(path: str, message: str) -> QueryError:
-    return QueryError(f"{path}: {message}", "INVALID_NATIVE_QUERY")
-
-
-def _field(query: Mapping[str, Any], key: str, path: str, kind: type | tuple[type, ...] = str) -> Any:
-    if key not in query:
-        raise _bad(f"{path}.{key}", "is required")
-    if not isinstance(query[key], kind):
-        raise _bad(f"{path}.{key}", f"expected {getattr(kind, '__name__', kind)}, got {query[key]!r}")
-    return query[key]
 
 
 def _col(name: str) -> exp.Column:
@@ -76,7 +67,7 @@ def _parse_intervals(texts: Any, path: str) -> list[tuple[datetime, datetime]]:
     """A list of ISO-8601 intervals, or Druid's ``{"type": "intervals", "intervals": [...]}`` (Grafana's)."""
     if isinstance(texts, Mapping):
         if texts.get("type") != "intervals":
-            raise _bad(f"{path}.type", "only {\"type\": \"intervals\", \"intervals\": [...]} or a list of "
+            raise bad(f"{path}.type", "only {\"type\": \"intervals\", \"intervals\": [...]} or a list of "
                                        "intervals is supported")
         return _parse_intervals(texts.get("intervals"), f"{path}.intervals")
     return _checked(lambda: parse_intervals(texts, ""), path)
@@ -88,7 +79,7 @@ def _checked(build: Callable[[], _T], path: str) -> _T:
         return build()
     except SpecError as exc:
         where, message = exc.errors[0]
-        raise _bad(join_path(path, where), message) from None
+        raise bad(join_path(path, where), message) from None
 
 
 def _sql_time(ts: datetime) -> str:
@@ -101,23 +92,23 @@ def _sql_time(ts: datetime) -> str:
 def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
     """(output name, SQL aggregate, value of an empty bucket)."""
     if not isinstance(spec, Mapping):
-        raise _bad(path, f"expected an aggregator object, got {spec!r}")
+        raise bad(path, f"expected an aggregator object, got {spec!r}")
     kind = str(spec.get("type"))
     if kind == "filtered":
         name, inner, empty = _aggregator(spec.get("aggregator"), f"{path}.aggregator")
         condition = _filter(spec.get("filter"), f"{path}.filter")
         return str(spec.get("name") or name), _filtered(inner, condition), empty
-    name = _field(spec, "name", path)
+    name = field(spec, "name", path)
     if kind == "count":
         return name, exp.Count(this=exp.Star()), 0
     for prefix in ("long", "double", "float"):
         if kind.startswith(prefix) and kind[len(prefix):] in _AGGREGATES:
             function = _AGGREGATES[kind[len(prefix):]]
-            column = _col(_field(spec, "fieldName", path))
+            column = _col(field(spec, "fieldName", path))
             return name, exp.func(function, column), None  # over no rows: null, as in SQL-compatible Druid
     if kind in _DISTINCT or kind in _FIRST_LAST:
         return name, _druid_call(kind, spec, path), None if kind in _FIRST_LAST else 0
-    raise _bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
+    raise bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
                                "...Min, ...Max, ...First, ...Last, thetaSketch, HLLSketchBuild, HLLSketchMerge, "
                                "hyperUnique, cardinality of one field, and filtered are)")
 
@@ -145,22 +136,22 @@ def _druid_call(kind: str, spec: Mapping[str, Any], path: str) -> exp.Expr:
     if kind == "cardinality":
         fields = spec.get("fields")
         if not (isinstance(fields, list) and len(fields) == 1 and isinstance(fields[0], str)):
-            raise _bad(f"{path}.fields", "only a cardinality of one field (a name) is supported")
+            raise bad(f"{path}.fields", "only a cardinality of one field (a name) is supported")
         return exp.ApproxDistinct(this=_col(fields[0]))
-    column = _col(_field(spec, "fieldName", path))
+    column = _col(field(spec, "fieldName", path))
     if kind in _FIRST_LAST:
         function = "EARLIEST" if kind.endswith("First") else "LATEST"
         time = spec.get("timeColumn") or "__time"
         if time == "__time":
             return exp.Anonymous(this=function, expressions=[column])
         if not isinstance(time, str):
-            raise _bad(f"{path}.timeColumn", f"expected a column name, got {time!r}")
+            raise bad(f"{path}.timeColumn", f"expected a column name, got {time!r}")
         millis = exp.Anonymous(this="MILLIS_TO_TIMESTAMP", expressions=[_col(time)])  # a long column of millis
         return exp.Anonymous(this=f"{function}_BY", expressions=[column, millis])
     function, parameters = _DISTINCT[kind]
     arguments = [column, *(_value(spec[p]) for p in parameters if spec.get(p) is not None)]
     if parameters and len(arguments) > 1 and spec.get(parameters[0]) is None:
-        raise _bad(f"{path}.{parameters[0]}", f"required with {parameters[1]}")
+        raise bad(f"{path}.{parameters[0]}", f"required with {parameters[1]}")
     return exp.ApproxDistinct(this=column) if function == "APPROX_COUNT_DISTINCT" else exp.Anonymous(
         this=function, expressions=arguments)
 
@@ -189,12 +180,12 @@ def _post_aggregators(specs: Any, names: set[str]) -> list[tuple[str, _PostAggre
     the post-aggregators before it (Druid refuses a query naming any other field).
     """
     if not isinstance(specs, list):
-        raise _bad("$.postAggregations", f"expected a list of post-aggregators, got {specs!r}")
+        raise bad("$.postAggregations", f"expected a list of post-aggregators, got {specs!r}")
     known, checked = set(names), []
     for i, spec in enumerate(specs):
         path = f"$.postAggregations[{i}]"
         compute = _post_aggregator(spec, known, path)
-        name = _field(spec, "name", path)
+        name = field(spec, "name", path)
         known.add(name)
         checked.append((name, compute))
     return checked
@@ -203,31 +194,31 @@ def _post_aggregators(specs: Any, names: set[str]) -> list[tuple[str, _PostAggre
 def _post_aggregator(spec: Any, names: set[str], path: str) -> _PostAggregator:
     """One post-aggregator (nested ones included), every field checked; unknown types and functions refused."""
     if not isinstance(spec, Mapping):
-        raise _bad(path, f"expected a post-aggregator object, got {spec!r}")
+        raise bad(path, f"expected a post-aggregator object, got {spec!r}")
     kind = spec.get("type")
     if kind in ("fieldAccess", "finalizingFieldAccess"):
-        name = _field(spec, "fieldName", path)
+        name = field(spec, "fieldName", path)
         if name not in names:
-            raise _bad(f"{path}.fieldName", f"{name!r} is not an aggregator, dimension or earlier post-aggregator "
+            raise bad(f"{path}.fieldName", f"{name!r} is not an aggregator, dimension or earlier post-aggregator "
                                             f"of this query ({', '.join(sorted(names)) or 'none'})")
         return lambda row: row.get(name)
     if kind == "constant":
-        value = _field(spec, "value", path, (int, float))
+        value = field(spec, "value", path, (int, float))
         if isinstance(value, bool):
-            raise _bad(f"{path}.value", f"expected a number, got {value!r}")
+            raise bad(f"{path}.value", f"expected a number, got {value!r}")
         return lambda _row: value
     if kind == "arithmetic":
-        fn = _field(spec, "fn", path)
+        fn = field(spec, "fn", path)
         if fn not in _ARITHMETIC:
-            raise _bad(f"{path}.fn", f"{fn!r} is not an arithmetic function (+ - * / quotient pow are)")
+            raise bad(f"{path}.fn", f"{fn!r} is not an arithmetic function (+ - * / quotient pow are)")
         if spec.get("ordering") not in (None, "numericFirst"):
-            raise _bad(f"{path}.ordering", f"{spec['ordering']!r} is not an ordering (null or numericFirst)")
-        fields = _field(spec, "fields", path, list)
+            raise bad(f"{path}.ordering", f"{spec['ordering']!r} is not an ordering (null or numericFirst)")
+        fields = field(spec, "fields", path, list)
         if len(fields) < 2:
-            raise _bad(f"{path}.fields", f"an arithmetic post-aggregator takes 2 or more fields, got {len(fields)}")
+            raise bad(f"{path}.fields", f"an arithmetic post-aggregator takes 2 or more fields, got {len(fields)}")
         operands = [_post_aggregator(f, names, f"{path}.fields[{i}]") for i, f in enumerate(fields)]
         return lambda row: _arithmetic(_ARITHMETIC[fn], [operand(row) for operand in operands])
-    raise _bad(f"{path}.type", f"post-aggregator type {kind!r} is not supported (arithmetic, fieldAccess, "
+    raise bad(f"{path}.type", f"post-aggregator type {kind!r} is not supported (arithmetic, fieldAccess, "
                                "finalizingFieldAccess, constant are)")
 
 
@@ -251,6 +242,7 @@ _KEYS = {
     "groupBy": _AGGREGATING | {"dimensions", "limitSpec", "having"},
     "scan": _COMMON | {"columns", "order", "limit", "resultFormat", "batchSize"},
     "timeBoundary": _COMMON | {"bound"}, "dataSourceMetadata": _COMMON,
+    "search": _COMMON | {"granularity", "searchDimensions", "query", "sort", "limit"},
     "segmentMetadata": _COMMON | {"merge", "analysisTypes", "lenientAggregatorMerge"},
 }
 """The fields each query type takes here; any other (``virtualColumns``, ``toInclude``, ...) is refused."""
@@ -261,47 +253,48 @@ class _Native:
 
     def __init__(self, query: Mapping[str, Any]) -> None:
         self.query = query
-        self.kind = _field(query, "queryType", "$")
+        self.kind = field(query, "queryType", "$")
         unknown = sorted(set(query) - _KEYS.get(self.kind, set(query)))
         if unknown:
-            raise _bad(f"$.{unknown[0]}", f"not supported in a {self.kind} query here; ignoring it would answer "
+            raise bad(f"$.{unknown[0]}", f"not supported in a {self.kind} query here; ignoring it would answer "
                                           "another question than Druid does")
-        source = _field(query, "dataSource", "$", (str, dict))
+        source = field(query, "dataSource", "$", (str, dict))
         if isinstance(source, dict):
             if source.get("type") != "table":
-                raise _bad("$.dataSource.type", "only table datasources are supported")
-            source = _field(source, "name", "$.dataSource")
+                raise bad("$.dataSource.type", "only table datasources are supported")
+            source = field(source, "name", "$.dataSource")
         self.datasource: str = source
-        if query.get("having") is not None:
-            raise _bad("$.having", "having is not supported")
         optional = self.kind in ("timeBoundary", "dataSourceMetadata", "segmentMetadata")
         self.intervals = ([] if optional and query.get("intervals") is None
                           else _parse_intervals(query.get("intervals"), "$.intervals"))
         self.aggregators = [_aggregator(a, f"$.aggregations[{i}]") for i, a in enumerate(query.get("aggregations", []))]
         self.granularity = self._granularity(query.get("granularity", "all"))
         if self.kind == "topN":
-            self.dimensions = _dimensions(_field(query, "dimension", "$", (str, dict)), "$.dimension")
+            self.dimensions = _dimensions(field(query, "dimension", "$", (str, dict)), "$.dimension")
         else:
             self.dimensions = _dimensions(query.get("dimensions", []), "$.dimensions")
         self.post_aggregators = _post_aggregators(
             [] if query.get("postAggregations") is None else query["postAggregations"],
             {name for name, _, _ in self.aggregators} | {output for _, output in self.dimensions})
+        self.having = None if query.get("having") is None else parse_having(
+            query["having"], {name for name, _, _ in self.aggregators} | {output for _, output in self.dimensions},
+            {name for name, _ in self.post_aggregators})
 
     def _granularity(self, value: Any) -> str | None:
         """The bucket period (ISO), ``"none"``, or None for ``all``."""
         if isinstance(value, Mapping):
             if value.get("type") != "period" or value.get("origin") is not None:
-                raise _bad("$.granularity", "only {\"type\": \"period\", \"period\": ...} granularities (no origin) "
+                raise bad("$.granularity", "only {\"type\": \"period\", \"period\": ...} granularities (no origin) "
                                             "and the named ones are supported")
             zone = str(value.get("timeZone") or "UTC").upper()
             if zone not in ("UTC", "ETC/UTC"):
-                raise _bad("$.granularity.timeZone", f"{value.get('timeZone')!r} is not supported; times are UTC")
-            return str(_field(value, "period", "$.granularity"))
+                raise bad("$.granularity.timeZone", f"{value.get('timeZone')!r} is not supported; times are UTC")
+            return str(field(value, "period", "$.granularity"))
         name = str(value).lower()
         if name in ("all", "none"):
             return None if name == "all" else "none"
         if name not in _GRANULARITIES:
-            raise _bad("$.granularity", f"{value!r} is not a granularity")
+            raise bad("$.granularity", f"{value!r} is not a granularity")
         return _GRANULARITIES[name]
 
     def bucket(self) -> exp.Expr:
@@ -337,10 +330,10 @@ def _dimensions(specs: Any, path: str) -> list[tuple[str, str]]:
         if isinstance(spec, str):
             out.append((spec, spec))
         elif isinstance(spec, Mapping) and spec.get("type", "default") == "default":
-            column = _field(spec, "dimension", f"{path}[{i}]")
+            column = field(spec, "dimension", f"{path}[{i}]")
             out.append((column, str(spec.get("outputName") or column)))
         else:
-            raise _bad(f"{path}[{i}]", "only plain and default dimension specs are supported")
+            raise bad(f"{path}[{i}]", "only plain and default dimension specs are supported")
     return out
 
 
@@ -349,7 +342,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
     """Run a native query; Druid's response body (``local``: as for :func:`execute_sql`)."""
     limits = limits or QueryLimits()
     if not isinstance(query, Mapping):
-        raise _bad("$", "expected a native query object")
+        raise bad("$", "expected a native query object")
     native = _Native(query)
 
     def run(select: exp.Expr) -> QueryResult:
@@ -372,7 +365,7 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         return [{"timestamp": t, "result": finish(r)} for t, r in ordered]
     if native.kind == "topN":
         [(dimension, output)] = native.dimensions
-        threshold = _field(query, "threshold", "$", int)
+        threshold = field(query, "threshold", "$", int)
         metric, descending = _topn_metric(query.get("metric"), output)
         spec = query.get("metric")
         stop = spec.get("previousStop") if isinstance(spec, Mapping) else None  # the values after it
@@ -385,8 +378,10 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
             reverse=descending)[:threshold]} for t, entries in sorted(by_bucket.items())]
     if native.kind == "groupBy":
         dims = native.dimensions
-        events = sorted((finish(r) for r in rows(native.select(dims))),  # in the dimensions' order, as Druid's
-                        key=lambda e: [_sort_key(e.get(name)) for _, name in dims])
+        having = native.having
+        grouped = native.select(dims) if having is None else having.select(native.select(dims))
+        events = sorted((e for e in map(finish, rows(grouped)) if having is None or having.keep(e)),
+                        key=lambda e: [_sort_key(e.get(name)) for _, name in dims])  # the dimensions' order, as Druid's
         events = _limit(events, query.get("limitSpec"))
         return [{"version": "v1", "timestamp": e.pop("__bucket"), "event": e} for e in events]
     if native.kind in ("timeBoundary", "dataSourceMetadata"):
@@ -407,8 +402,10 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         return _scan(native, engine, run)
     if native.kind == "segmentMetadata":
         return _segment_metadata(native, spark, engine, limits)
-    raise _bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, scan, timeBoundary, "
-                              "segmentMetadata, dataSourceMetadata are)")
+    if native.kind == "search":
+        return run_search(query, native.datasource, native.bucket(), native.where(), run)
+    raise bad("$.queryType", f"{native.kind!r} is not supported (timeseries, topN, groupBy, scan, timeBoundary, "
+                              "segmentMetadata, dataSourceMetadata, search are)")
 
 
 def _events(result: QueryResult) -> list[dict[str, Any]]:
@@ -422,7 +419,7 @@ def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryRes
     table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
     columns = query.get("columns") or []
     if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)):
-        raise _bad("$.columns", f"expected a list of column names, got {columns!r}")
+        raise bad("$.columns", f"expected a list of column names, got {columns!r}")
     lists = {name for name, kind in visible_set(engine, [native.datasource]).complex_columns(
         [native.datasource]).items() if kind == "multi_value"}
     if lists and not columns:  # every column, named: the multi-value ones are read as lists
@@ -434,11 +431,11 @@ def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryRes
         select = select.where(where)
     order = query.get("order", "none")
     if order not in ("none", "ascending", "descending"):
-        raise _bad("$.order", f"expected none, ascending or descending, got {order!r}")
+        raise bad("$.order", f"expected none, ascending or descending, got {order!r}")
     if order != "none":
         select = select.order_by(exp.Ordered(this=_col(_TIME), desc=order == "descending"))
     if query.get("limit") is not None:
-        select = select.limit(_field(query, "limit", "$", int))
+        select = select.limit(field(query, "limit", "$", int))
     events = _events(run(select))
     for event in events:
         for name in lists.intersection(event):
@@ -449,7 +446,7 @@ def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryRes
     names = columns or (list(events[0]) if events else [])
     result_format = query.get("resultFormat", "list")
     if result_format not in ("list", "compactedList"):
-        raise _bad("$.resultFormat", f"expected list or compactedList, got {result_format!r}")
+        raise bad("$.resultFormat", f"expected list or compactedList, got {result_format!r}")
     shaped = events if result_format == "list" else [[e.get(n) for n in names] for e in events]
     return [{"segmentId": native.datasource, "columns": names, "events": shaped}] if events else []
 
@@ -462,7 +459,7 @@ def _segment_metadata(native: _Native, spark: SparkSession, engine: sa.Engine,
                       limits: QueryLimits) -> list[dict[str, Any]]:
     """One merged analysis of the datasource's visible segments in the intervals (``merge: true``)."""
     if native.query.get("merge") is not True:
-        raise _bad("$.merge", "only merged analyses (\"merge\": true) are supported")
+        raise bad("$.merge", "only merged analyses (\"merge\": true) are supported")
     segments = [s for s in visible_segments(engine, native.datasource) if not native.intervals
                 or any(s.interval_start < end and s.interval_end > start for start, end in native.intervals)]
     if not segments:
@@ -494,14 +491,14 @@ def _topn_metric(metric: Any, dimension: str) -> tuple[str, bool]:
         return inner, not descending
     if isinstance(metric, Mapping) and metric.get("type") in ("dimension", "lexicographic", "alphaNumeric"):
         return dimension, False
-    raise _bad("$.metric", f"expected a metric name or a numeric/inverted/dimension metric spec, got {metric!r}")
+    raise bad("$.metric", f"expected a metric name or a numeric/inverted/dimension metric spec, got {metric!r}")
 
 
 def _limit(events: list[dict[str, Any]], spec: Any) -> list[dict[str, Any]]:
     if spec is None:
         return sorted(events, key=lambda e: e["__bucket"])
     if not isinstance(spec, Mapping) or spec.get("type", "default") != "default":
-        raise _bad("$.limitSpec", "only the default limitSpec is supported")
+        raise bad("$.limitSpec", "only the default limitSpec is supported")
     for column in reversed(spec.get("columns") or []):
         name = column if isinstance(column, str) else column.get("dimension")
         descending = isinstance(column, Mapping) and column.get("direction") == "descending"
