@@ -28,6 +28,7 @@ always Spark's.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -53,6 +54,8 @@ from overlord.query.time_pruning import QuerySessionSpark
 from segment_store.segment_cache import SegmentCache
 
 __all__ = ["DUCKDB_FUNCTIONS", "SAME_ON_BOTH", "LocalEngine"]
+
+logger = logging.getLogger(__name__)
 
 SAME_ON_BOTH: frozenset[type[exp.Expr]] = frozenset({
     exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
@@ -119,8 +122,11 @@ class LocalEngine:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalEngine:
-        directory = settings.segment_cache
-        cache = SegmentCache(directory, settings.segment_cache_max_bytes) if directory is not None else None
+        directory, cache = settings.segment_cache, None
+        try:
+            cache = SegmentCache(directory, settings.segment_cache_max_bytes) if directory is not None else None
+        except OSError as exc:  # queries go on without it, reading the object store
+            logger.error("no segment cache: %s (OVERLORD_SEGMENT_CACHE_DIR)", exc)
         return cls(settings.deep_storage, settings.query_local_max_bytes, settings.query_local_memory_limit, cache)
 
     def references(self, spark_sql: str) -> Counter[str] | None:
