@@ -44,6 +44,7 @@ from overlord.query.druid_rewrite_rules import (
 from overlord.query.function_bounds import ALLOWED_FUNCTIONS
 from overlord.query.multi_value import MV_FUNCTIONS, has_mv_results, rewrite_multi_value
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
+from overlord.query.star_joins import expand_star_joins, star_join_tables
 
 __all__ = ["FUNCTIONS", "METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period",
            "translate"]
@@ -82,16 +83,20 @@ class Translation:
     complex_arguments: frozenset[str] = frozenset()
     """Columns (lower case) given to a function that reads sketch or first/last columns differently: if
     they are such columns, the query is translated again knowing their kind (``translate``'s ``complex_columns``)."""
-
+    star_tables: frozenset[str] = frozenset()
+    """Tables (lower case) under a ``*`` over a join in a subquery: the query is translated again knowing their
+    columns (``translate``'s ``table_columns``), so that the ``*`` names each column once, as Calcite does."""
 
 
 @lru_cache(maxsize=1024)
-def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> Translation:
+def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = (),
+              table_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> Translation:
     """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported.
 
     ``complex_columns`` are the sketch, first/last and multi-value columns of the tables queried:
     (lower-case name, kind as segment descriptors record it: a ``Sketch`` as text, ``pair:<type>``
-    or ``multi_value``).
+    or ``multi_value``). ``table_columns``: the columns of the tables :attr:`Translation.star_tables` names
+    (lower-case table name, its columns in order).
     """
     try:
         trees = sqlglot.parse(query, read=_DruidDialect)
@@ -100,7 +105,9 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
     if len(trees) != 1 or trees[0] is None:
         return Translation(query)
     tree = trees[0]
-    changed = check_constants(tree)
+    star_tables = star_join_tables(tree)
+    changed = expand_star_joins(tree, dict(table_columns)) if table_columns else False
+    changed = check_constants(tree) or changed
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
     arguments = {column.name.lower() for node in tree.walk() if (column := complex_argument(node)) is not None}
     columns = frozenset(column.name.lower() for column in tree.find_all(exp.Column))
@@ -121,7 +128,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
             else:
                 node.replace(new)
     return Translation(tree.sql(dialect="spark") if changed else query, frozenset(context.tables), frozenset(names),
-                       columns, typed, frozenset(arguments))
+                       columns, typed, frozenset(arguments), star_tables)
 
 
 def _rewrite(node: exp.Expr, context: RewriteContext) -> exp.Expr:

@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringType, StructField, StructType
 
 from overlord.config import Settings
-from overlord.query.column_types import column_kinds
+from overlord.query.column_types import column_kinds, table_columns
 from overlord.query.druid_sql import FUNCTIONS, UTC_NAMES, Translation, metadata_view, translate
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
 from overlord.query.local_engine import LocalEngine
@@ -423,13 +423,14 @@ def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any]
     timeline = visible_set(engine, None if translation.metadata_tables else translation.table_names)
     if not translation.columns or not translation.table_names:
         return translation, timeline
+    tables = tuple(sorted(table_columns(timeline, translation.star_tables, storage_options).items()))
     found = {name.lower(): kind for name, kind in timeline.complex_columns(translation.table_names).items()}
     kinds = {name: kind for name, kind in found.items() if name in translation.complex_arguments
              or (name in translation.columns and kind == "multi_value")}
     if translation.typed_columns - found.keys():
         kinds |= column_kinds(timeline, translation.table_names, translation.typed_columns - found.keys(),
                               storage_options)
-    return (translate(query, tuple(sorted(kinds.items()))) if kinds else translation), timeline
+    return (translate(query, tuple(sorted(kinds.items())), tables) if kinds or tables else translation), timeline
 
 
 def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
