@@ -298,6 +298,17 @@ def test_a_star_over_a_self_join_names_the_right_sides_columns_as_calcite_does(s
     assert got == [[country, n, sum(r["country"] == country for r in rows)] for country, n in sorted(expected.items())]
 
 
+def test_text_that_is_no_number_is_in_no_numbers_of_a_subquery(spark, engine, datasource):
+    """As in Druid's ``CalciteJoinQueryTest#testRegressionFilteredAggregatorsSubqueryJoins``: 'A' NOT IN numbers."""
+    name, table = datasource
+    counts = f'(SELECT "count" FROM "{name}")'
+    got = run_sql(spark, engine, f"SELECT COUNT(*) FILTER (WHERE 'A' NOT IN {counts}), "
+                                 f"COUNT(*) FILTER (WHERE 'A' IN {counts}), COUNT(*) FILTER (WHERE '1' IN {counts}) "
+                                 f'FROM "{name}"', "array")
+    assert 1 in table.column("count").to_pylist()
+    assert got == [[table.num_rows, 0, table.num_rows]]
+
+
 def test_information_schema_and_sys_tables(spark, engine, datasource, tmp_path):
     name, table = datasource
     # Found in CI: another datasource compacted to version 2 over the same hour made ours look overshadowed.

@@ -32,7 +32,7 @@ from overlord.query.query_errors import QueryError
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
 
 __all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "metadata_view", "text_aliases",
-           "top_n_column", "typed_operands"]
+           "text_in_numbers", "top_n_column", "typed_operands"]
 
 METADATA_TABLES = frozenset(SCHEMAS)
 """``schema.table`` names (lower case) of the metadata tables."""
@@ -112,6 +112,26 @@ def _over_complex_column(node: exp.Expr, context: RewriteContext) -> exp.Expr | 
 def _typed_comparison(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid reads a text column compared with a number, or summed, as a number; a number beside a FLOAT as one."""
     return _typed(node, context.complex_columns) if typed_operands(node) else None
+
+
+def _text_in_numbers(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid compares text with a subquery's numbers as numbers, and text that is no number equals none of them.
+
+    Spark would fail on the text: one that is a number is read as a DOUBLE; one that is not is compared
+    with the numbers as text (never equal: every number's text is a number).
+    """
+    column = text_in_numbers(node)
+    if column is None or context.complex_columns.get(column.name.lower()) not in ("long", "float", "double"):
+        return None
+    typed = node.copy()
+    column, text = text_in_numbers(typed) or column, typed.this
+    try:
+        float(text.name.strip())
+    except ValueError:
+        column.replace(exp.cast(column.copy(), "STRING"))
+    else:
+        text.replace(exp.cast(text.copy(), "DOUBLE"))
+    return typed
 
 
 def _top_n_nulls_first(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
@@ -456,7 +476,7 @@ def _timestamp_add_diff(node: exp.Expr, context: RewriteContext) -> exp.Expr | N
 
 
 RULES: tuple[Rule, ...] = (
-    _schema_table, _over_complex_column, _typed_comparison, _top_n_nulls_first, _estimate_of_filtered,
+    _schema_table, _over_complex_column, _typed_comparison, _text_in_numbers, _top_n_nulls_first, _estimate_of_filtered,
     _unicode_string, _array_constructor, _pi, _predicate_is, _empty_group_by, _refuse_split_subtotals,
     _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame, _safe_divide, _truncate,
     _whole_division, _refuse_array_concat_agg, _refuse_function, _sketch_object_function, _multi_value_function,
@@ -491,6 +511,18 @@ def typed_operands(node: exp.Expr) -> list[exp.Column]:
         return []
     return [x for x, y in ((node.this, node.expression), (node.expression, node.this))
             if isinstance(x, exp.Column) and _number(y)]
+
+
+def text_in_numbers(node: exp.Expr) -> exp.Column | None:
+    """The column of ``'text' [NOT] IN (SELECT column ...)``: the text's meaning depends on the column's type."""
+    if not (isinstance(node, exp.In) and isinstance(node.this, exp.Literal) and node.this.is_string):
+        return None
+    query = node.args.get("query")
+    select = query.this if isinstance(query, exp.Subquery) else query
+    if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+        return None
+    column = select.expressions[0]
+    return column if isinstance(column, exp.Column) else None
 
 
 _BY_BYTES = {"LATEST": 2, "EARLIEST": 2, "ANY_VALUE": 2, "LATEST_BY": 3, "EARLIEST_BY": 3}
