@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from indexing_task.compaction_job import compact
@@ -18,6 +21,7 @@ from overlord.supervisor.task_ranges import index_once
 from segment_store.timeline import visible_segments
 from specs import SpecError, load_supervisor_spec
 from tests.helpers import settings_for
+from tests.test_timeline import publish_segments, write_segment
 
 
 def tags_spec(datasource: str = "tags", topic: str = "tags", handling: str | None = None) -> dict[str, Any]:
@@ -167,3 +171,27 @@ def test_multi_value_dimensions_through_the_broker_query_as_in_druid_and_survive
         {"tags": "multi_value"}]
     expected["grouped_lists"] = [{"tags": [row["tags"]], "n": row["n"]} for row in expected["grouped"]]
     assert answers() == expected
+
+
+def publish_lists(engine, root: str, datasource: str) -> None:
+    """One segment of Druid's ``numfoo`` ``dim2``/``dim3`` values: ``dim3`` a multi-value column, ``dim2`` text."""
+    start = datetime(2000, 1, 1, tzinfo=UTC)
+    table = pa.table({"__time": pa.array([start] * 6, pa.timestamp("ms", tz="UTC")),
+                      "dim2": ["a", None, "", "a", "abc", None],
+                      "dim3": [["a", "b"], ["b", "c"], ["d"], [""], None, None], "cnt": [1] * 6})
+    segment = write_segment(root, datasource, start, table)
+    publish_segments(engine, datasource, replace(segment, details={"complex_columns": {"dim3": "multi_value"}}))
+
+
+def test_array_functions_take_a_multi_value_column_whole_and_a_text_column_as_one_value(
+        spark, engine, datasource, tmp_path):
+    """As in Druid's ``CalciteArraysQueryTest``: ``testSomeArrayFunctionsWithScanQuery`` (ARRAY_CONCAT of a text
+    and a multi-value column) and ``testArrayToStringToMultiValueString`` (ARRAY_LENGTH of the list compared).
+    """
+    publish_lists(engine, str(tmp_path), datasource)
+    concat = run_sql(spark, engine, f'SELECT dim2, ARRAY_CONCAT(dim2, dim3) FROM "{datasource}" '
+                                    "WHERE dim2 = 'a' ORDER BY 2", "array")
+    assert concat == [["a", ["a", ""]], ["a", ["a", "a", "b"]]]
+    grouped = run_sql(spark, engine, "SELECT STRING_TO_ARRAY(CONCAT(ARRAY_TO_STRING(dim3, ','), ',d'), ','), SUM(cnt) "
+                                     f'FROM "{datasource}" WHERE ARRAY_LENGTH(dim3) > 0 GROUP BY 1 ORDER BY 1', "array")
+    assert grouped == [[["", "d"], 1], [["a", "b", "d"], 1], [["b", "c", "d"], 1], [["d", "d"], 1]]
