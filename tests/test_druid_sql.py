@@ -282,6 +282,33 @@ def test_a_text_column_compared_with_a_number_is_read_as_a_number(spark, engine,
     assert got == [[table.num_rows, None, 0]]
 
 
+def test_a_star_over_a_self_join_names_the_right_sides_columns_as_calcite_does(spark, engine, datasource):
+    """Calcite makes a join's ``*`` unique (the right side's ``country`` is ``country0``): the left's is meant.
+
+    As in Druid's ``CalciteJoinQueryTest#testJoinOuterGroupByAndSubqueryNoLimit``.
+    """
+    name, table = datasource
+    rows = table.to_pylist()
+    got = run_sql(spark, engine, f'SELECT country, SUM("count"), COUNT(country0) FROM (SELECT * FROM "{name}" AS t1 '
+                                 f'INNER JOIN "{name}" AS t2 ON t1.__time = t2.__time AND t1.country = t2.country '
+                                 f'AND t1.device = t2.device) AS t3 GROUP BY country ORDER BY country', "array")
+    expected: Counter[str] = Counter()
+    for row in rows:
+        expected[row["country"]] += row["count"]
+    assert got == [[country, n, sum(r["country"] == country for r in rows)] for country, n in sorted(expected.items())]
+
+
+def test_text_that_is_no_number_is_in_no_numbers_of_a_subquery(spark, engine, datasource):
+    """As in Druid's ``CalciteJoinQueryTest#testRegressionFilteredAggregatorsSubqueryJoins``: 'A' NOT IN numbers."""
+    name, table = datasource
+    counts = f'(SELECT "count" FROM "{name}")'
+    got = run_sql(spark, engine, f"SELECT COUNT(*) FILTER (WHERE 'A' NOT IN {counts}), "
+                                 f"COUNT(*) FILTER (WHERE 'A' IN {counts}), COUNT(*) FILTER (WHERE '1' IN {counts}) "
+                                 f'FROM "{name}"', "array")
+    assert 1 in table.column("count").to_pylist()
+    assert got == [[table.num_rows, 0, table.num_rows]]
+
+
 def test_information_schema_and_sys_tables(spark, engine, datasource, tmp_path):
     name, table = datasource
     # Found in CI: another datasource compacted to version 2 over the same hour made ours look overshadowed.

@@ -17,7 +17,7 @@ import pyarrow as pa
 from overlord.query.segment_source import footer_schema
 from segment_store.timeline import VisibleSet
 
-__all__ = ["column_kinds"]
+__all__ = ["column_kinds", "table_columns"]
 
 _KINDS = {pa.string(): "string", pa.large_string(): "string", pa.float32(): "float", pa.float64(): "double",
           pa.int64(): "long"}
@@ -50,3 +50,20 @@ def column_kinds(timeline: VisibleSet, names: Iterable[str], columns: Iterable[s
             found = found if found is not None else _file_kinds(newest.path, storage_options)
             kinds.update((c, k) for c, k in found.items() if c in wanted)
     return kinds
+
+
+def table_columns(timeline: VisibleSet, names: Iterable[str], storage_options: Mapping[str, Any] | None = None
+                  ) -> dict[str, tuple[str, ...]]:
+    """The columns of each datasource of ``names`` (lower-case name -> its columns), those of all its files.
+
+    In the newest file's order, then those only older files have; a name that is no datasource is left out.
+    """
+    columns: dict[str, tuple[str, ...]] = {}
+    for name in names:
+        segments = timeline.segments.get(timeline.resolve(name) or "", [])
+        found: dict[str, None] = {}
+        for segment in sorted(segments, key=lambda s: (s.interval_end, s.path), reverse=True):
+            found.update(dict.fromkeys(footer_schema(segment.path, storage_options).names))
+        if found:
+            columns[name.lower()] = tuple(found)
+    return columns

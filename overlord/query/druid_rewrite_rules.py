@@ -31,8 +31,9 @@ from overlord.query.multi_value import MV_FUNCTIONS, is_mv
 from overlord.query.query_errors import QueryError
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
 
-__all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "metadata_view", "text_aliases",
-           "top_n_column", "typed_operands"]
+__all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "array_concat_columns",
+           "metadata_view", "text_aliases",
+           "text_in_numbers", "top_n_column", "typed_operands"]
 
 METADATA_TABLES = frozenset(SCHEMAS)
 """``schema.table`` names (lower case) of the metadata tables."""
@@ -60,6 +61,8 @@ _ESTIMATES = frozenset({"theta_sketch_estimate", "hll_sketch_estimate", "kll_ske
 _ROW_ORDER_FUNCTIONS = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead, exp.NthValue)
 """Window functions whose value depends on the order of the rows."""
 _ORDERINGS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_SCALARS = ("string", "float", "double", "long")
+"""Kinds of text and number columns."""
 _PLAIN_KINDS = ("multi_value", "string", "float", "double", "long")
 """Column kinds that are not complex (sketch or first/last) columns."""
 
@@ -112,6 +115,26 @@ def _over_complex_column(node: exp.Expr, context: RewriteContext) -> exp.Expr | 
 def _typed_comparison(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid reads a text column compared with a number, or summed, as a number; a number beside a FLOAT as one."""
     return _typed(node, context.complex_columns) if typed_operands(node) else None
+
+
+def _text_in_numbers(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid compares text with a subquery's numbers as numbers, and text that is no number equals none of them.
+
+    Spark would fail on the text: one that is a number is read as a DOUBLE; one that is not is compared
+    with the numbers as text (never equal: every number's text is a number).
+    """
+    column = text_in_numbers(node)
+    if column is None or context.complex_columns.get(column.name.lower()) not in ("long", "float", "double"):
+        return None
+    typed = node.copy()
+    column, text = text_in_numbers(typed) or column, typed.this
+    try:
+        float(text.name.strip())
+    except ValueError:
+        column.replace(exp.cast(column.copy(), "STRING"))
+    else:
+        text.replace(exp.cast(text.copy(), "DOUBLE"))
+    return typed
 
 
 def _top_n_nulls_first(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
@@ -354,6 +377,19 @@ def _array_contains(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     return None
 
 
+def _array_concat(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid's ARRAY_CONCAT reads a text or number column as a one-element array (null stays null)."""
+    scalars = [c for c in array_concat_columns(node) if context.complex_columns.get(c.name.lower()) in _SCALARS]
+    if not scalars:
+        return None
+    concat = node.copy()
+    for column in array_concat_columns(concat):
+        if any(column == scalar for scalar in scalars):
+            column.replace(exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(),
+                                  false=exp.Array(expressions=[column.copy()])))
+    return concat
+
+
 def _date_trunc(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """``DATE_TRUNC('unit', t)`` truncates a timestamp (sqlglot would write Spark's date-only TRUNC)."""
     if isinstance(node, exp.DateTrunc) and _written_unit(node.args.get("unit"), context.query):
@@ -456,11 +492,11 @@ def _timestamp_add_diff(node: exp.Expr, context: RewriteContext) -> exp.Expr | N
 
 
 RULES: tuple[Rule, ...] = (
-    _schema_table, _over_complex_column, _typed_comparison, _top_n_nulls_first, _estimate_of_filtered,
+    _schema_table, _over_complex_column, _typed_comparison, _text_in_numbers, _top_n_nulls_first, _estimate_of_filtered,
     _unicode_string, _array_constructor, _pi, _predicate_is, _empty_group_by, _refuse_split_subtotals,
     _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame, _safe_divide, _truncate,
     _whole_division, _refuse_array_concat_agg, _refuse_function, _sketch_object_function, _multi_value_function,
-    _any_value, _druid_function, _unnest_multi_value, _array_contains, _date_trunc, _string_to_array,
+    _any_value, _druid_function, _unnest_multi_value, _array_contains, _array_concat, _date_trunc, _string_to_array,
     _array_append_prepend, _array_slice, _array_to_string, _floor_ceil_to_unit, _regexp_extract, _lenient_cast,
     _substring, _trim_characters, _strpos, _timestamp_add_diff,
 )
@@ -491,6 +527,25 @@ def typed_operands(node: exp.Expr) -> list[exp.Column]:
         return []
     return [x for x, y in ((node.this, node.expression), (node.expression, node.this))
             if isinstance(x, exp.Column) and _number(y)]
+
+
+def array_concat_columns(node: exp.Expr) -> list[exp.Column]:
+    """The columns ARRAY_CONCAT ``node`` is given: a text or number one is read as a one-element array."""
+    if not isinstance(node, exp.ArrayConcat):
+        return []
+    return [a for a in (node.this, *node.expressions) if isinstance(a, exp.Column)]
+
+
+def text_in_numbers(node: exp.Expr) -> exp.Column | None:
+    """The column of ``'text' [NOT] IN (SELECT column ...)``: the text's meaning depends on the column's type."""
+    if not (isinstance(node, exp.In) and isinstance(node.this, exp.Literal) and node.this.is_string):
+        return None
+    query = node.args.get("query")
+    select = query.this if isinstance(query, exp.Subquery) else query
+    if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+        return None
+    column = select.expressions[0]
+    return column if isinstance(column, exp.Column) else None
 
 
 _BY_BYTES = {"LATEST": 2, "EARLIEST": 2, "ANY_VALUE": 2, "LATEST_BY": 3, "EARLIEST_BY": 3}

@@ -36,14 +36,17 @@ from overlord.query.druid_rewrite_rules import (
     METADATA_TABLES,
     RULES,
     RewriteContext,
+    array_concat_columns,
     metadata_view,
     text_aliases,
+    text_in_numbers,
     top_n_column,
     typed_operands,
 )
 from overlord.query.function_bounds import ALLOWED_FUNCTIONS
 from overlord.query.multi_value import MV_FUNCTIONS, has_mv_results, rewrite_multi_value
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
+from overlord.query.star_joins import expand_star_joins, star_join_tables
 
 __all__ = ["FUNCTIONS", "METADATA_TABLES", "MILLIS", "UTC_NAMES", "Translation", "metadata_view", "parse_period",
            "translate"]
@@ -82,16 +85,20 @@ class Translation:
     complex_arguments: frozenset[str] = frozenset()
     """Columns (lower case) given to a function that reads sketch or first/last columns differently: if
     they are such columns, the query is translated again knowing their kind (``translate``'s ``complex_columns``)."""
-
+    star_tables: frozenset[str] = frozenset()
+    """Tables (lower case) under a ``*`` over a join in a subquery: the query is translated again knowing their
+    columns (``translate``'s ``table_columns``), so that the ``*`` names each column once, as Calcite does."""
 
 
 @lru_cache(maxsize=1024)
-def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> Translation:
+def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = (),
+              table_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> Translation:
     """Druid SQL to Spark SQL; :class:`QueryError` names a Druid construct that is not supported.
 
     ``complex_columns`` are the sketch, first/last and multi-value columns of the tables queried:
     (lower-case name, kind as segment descriptors record it: a ``Sketch`` as text, ``pair:<type>``
-    or ``multi_value``).
+    or ``multi_value``). ``table_columns``: the columns of the tables :attr:`Translation.star_tables` names
+    (lower-case table name, its columns in order).
     """
     try:
         trees = sqlglot.parse(query, read=_DruidDialect)
@@ -100,12 +107,16 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
     if len(trees) != 1 or trees[0] is None:
         return Translation(query)
     tree = trees[0]
-    changed = check_constants(tree)
+    star_tables = star_join_tables(tree)
+    changed = expand_star_joins(tree, dict(table_columns)) if table_columns else False
+    changed = check_constants(tree) or changed
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
     arguments = {column.name.lower() for node in tree.walk() if (column := complex_argument(node)) is not None}
     columns = frozenset(column.name.lower() for column in tree.find_all(exp.Column))
     typed = frozenset(column.name.lower() for node in tree.walk() for column in typed_operands(node)) | {
-        column.name.lower() for select in tree.find_all(exp.Select) if (column := top_n_column(select, query))}
+        column.name.lower() for select in tree.find_all(exp.Select) if (column := top_n_column(select, query))} | {
+        column.name.lower() for node in tree.find_all(exp.In) if (column := text_in_numbers(node))} | {
+        column.name.lower() for node in tree.find_all(exp.ArrayConcat) for column in array_concat_columns(node)}
     kinds = dict(complex_columns)
     kinds |= text_aliases(tree, kinds)
     multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
@@ -121,7 +132,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = ()) -> 
             else:
                 node.replace(new)
     return Translation(tree.sql(dialect="spark") if changed else query, frozenset(context.tables), frozenset(names),
-                       columns, typed, frozenset(arguments))
+                       columns, typed, frozenset(arguments), star_tables)
 
 
 def _rewrite(node: exp.Expr, context: RewriteContext) -> exp.Expr:

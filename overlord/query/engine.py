@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringType, StructField, StructType
 
 from overlord.config import Settings
-from overlord.query.column_types import column_kinds
+from overlord.query.column_types import column_kinds, table_columns
 from overlord.query.druid_sql import FUNCTIONS, UTC_NAMES, Translation, metadata_view, translate
 from overlord.query.formats import CONTENT_TYPES, QueryResult, ResultFormat, format_result
 from overlord.query.local_engine import LocalEngine
@@ -56,6 +56,7 @@ from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
+from overlord.query.value_sizes import value_sizes
 from segment_store.records import SegmentRecord
 from segment_store.segment_cache import SegmentCache, is_object_store
 from segment_store.timeline import VisibleSet, visible_set
@@ -427,13 +428,14 @@ def _translate(engine: sa.Engine, query: str, storage_options: Mapping[str, Any]
     timeline = visible_set(engine, None if translation.metadata_tables else translation.table_names)
     if not translation.columns or not translation.table_names:
         return translation, timeline
+    tables = tuple(sorted(table_columns(timeline, translation.star_tables, storage_options).items()))
     found = {name.lower(): kind for name, kind in timeline.complex_columns(translation.table_names).items()}
     kinds = {name: kind for name, kind in found.items() if name in translation.complex_arguments
              or (name in translation.columns and kind == "multi_value")}
     if translation.typed_columns - found.keys():
         kinds |= column_kinds(timeline, translation.table_names, translation.typed_columns - found.keys(),
                               storage_options, cache.copy_of if cache is not None else lambda _path: None)
-    return (translate(query, tuple(sorted(kinds.items()))) if kinds else translation), timeline
+    return (translate(query, tuple(sorted(kinds.items())), tables) if kinds or tables else translation), timeline
 
 
 def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, translation: Translation,
@@ -458,11 +460,13 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
                 metadata = _register_metadata(qs, engine, timeline, translation.metadata_tables, storage_options)
                 frame = qs.session.sql(translation.sql, args=list(parameters) or None)
                 views = {name.lower() for name in qs.frames} | metadata
+                files = {datasource.lower(): qs.frames[datasource][0] for name in names
+                         if (datasource := timeline.resolve(name)) in qs.frames}
             finally:  # a view reached by a name no query registers (session.x) must not stay pruned
                 for datasource, (_, full) in qs.frames.items():
                     if datasource.lower() in ranges:
                         full.createOrReplaceTempView(_view(datasource))
-        check_analyzed(qs.walker, frame._jdf.queryExecution().analyzed(), views)
+        _check_analyzed(qs, frame._jdf.queryExecution().analyzed(), views, files, storage_options)
         if explain:
             return _plan(translation, timeline, ranges, frame._jdf.queryExecution().optimizedPlan().toString())
         table = frame.limit(cut).toArrow()
@@ -471,6 +475,22 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
     except (PySparkException, Py4JJavaError) as exc:
         _raise_if_stopped(running, limits)
         raise (_user_error(exc) if isinstance(exc, PySparkException) else _java_user_error(exc)) or exc from None
+
+
+def _check_analyzed(qs: _QuerySession, analyzed: Any, views: set[str], files: Mapping[str, tuple[str, ...]],
+                    storage_options: Mapping[str, Any] | None) -> None:
+    """The sandbox's check of the analyzed plan, with the datasources' files' bounds if the default's fail.
+
+    A value past the limit with every column at the default bound is checked again with the bounds the
+    files give (:mod:`overlord.query.value_sizes`): their footers are read only for such a query.
+    """
+    try:
+        check_analyzed(qs.walker, analyzed, views)
+    except QueryError as exc:
+        if exc.error_class != "VALUE_TOO_LARGE" or not files:
+            raise
+        sizes = {datasource: value_sizes(paths, storage_options) for datasource, paths in files.items()}
+        check_analyzed(qs.walker, analyzed, views, sizes)
 
 
 def _plan(translation: Translation, timeline: VisibleSet, ranges: Mapping[str, Any], spark_plan: str) -> pa.Table:

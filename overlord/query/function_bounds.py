@@ -30,7 +30,9 @@ counted in characters for strings, bytes for binaries, and for arrays and maps t
   :data:`FIXED_SIZE`, whatever computed it (its inputs are still checked);
 - a datasource column (or any attribute no plan node defines, such as a view's column) of a
   variable-width type: :data:`COLUMN_SIZE`, 1 MiB, Kafka's default largest record
-  (``message.max.bytes``), which no single value of a row can exceed;
+  (``message.max.bytes``), which no single value of a row can exceed; or less, when the query is past
+  the limit with that bound and the datasource's files bound the column's values lower
+  (:mod:`overlord.query.value_sizes`: a column chunk's uncompressed size);
 - an alias, a CTE reference, a union's column or a generator's output: the bound of what defines
   it (a union: the largest of its inputs);
 - a function or operator: from its inputs' bounds by its Catalyst class (:data:`MULTIPLIERS`,

@@ -286,10 +286,20 @@ def _any_value(node: exp.Expr, names: frozenset[str]) -> exp.Expr:
     return _null_or(column, test)
 
 
+_WHOLE_LIST = (exp.ArraySize, exp.ArrayToString, exp.ArrayConcat, exp.ArrayContains, exp.ArrayContainsAll,
+               exp.ArrayOverlaps, exp.ArraySlice, exp.ArrayAppend, exp.ArrayPrepend)
+"""Array functions that read a multi-value row as one list (compared, their value is compared, not each value's)."""
+
+
 def _mv_operands(node: exp.Expr, names: frozenset[str]) -> list[exp.Expr]:
-    """The multi-value columns and results in ``node``, outermost first (none inside another)."""
+    """The multi-value columns and results in ``node``, outermost first (none inside another).
+
+    Not those an array or ``MV_*`` function reads as a whole list: ``MV_LENGTH(tags) > 1`` compares a number.
+    """
     if is_mv(node, names) or _is_mv_result(node):
         return [node]
+    if isinstance(node, _WHOLE_LIST) or (isinstance(node, exp.Anonymous) and str(node.this).upper() in MV_FUNCTIONS):
+        return []
     return [found for child in node.iter_expressions() for found in _mv_operands(child, names)]
 
 

@@ -23,7 +23,7 @@ version's plan serialisation; a node an allow-list does not know is refused (fai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,17 +237,22 @@ def _check_function(name: str, functions: Collection[str]) -> None:
                          "this overlord translates)", "UNRESOLVED_ROUTINE")
 
 
-def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str]) -> None:
+def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str],
+                   value_sizes: Mapping[str, Mapping[str, int]] | None = None) -> None:
     """Refuse an analyzed plan with an operator, relation or expression outside the allow-lists.
 
     ``views``: the names (lower case) of the temporary views the overlord made over datasources;
-    their insides are the overlord's and are not walked.
+    their insides are the overlord's and are not walked. ``value_sizes``: by view, bounds of its
+    columns' values known from the data (lower-case names, :mod:`overlord.query.value_sizes`); a
+    column's bound is the smaller of its own and :data:`~overlord.query.function_bounds.COLUMN_SIZE`.
     """
     def ours(node: Node) -> bool:
         return node.name == "View" and str(node.obj.desc().identifier().table()).lower() in views
 
     bounds = _Bounds(walker)
     for node in walker.nodes(plan, stop=ours):
+        if ours(node) and (sizes := (value_sizes or {}).get(str(node.obj.desc().identifier().table()).lower())):
+            bounds.measured(node.obj.output(), sizes)
         if node.kind == "plan":
             if node.name not in ANALYZED_OPERATORS or (node.name == "View" and not ours(node)):
                 raise QueryError(f"only read-only queries over datasources are allowed; found {node.name}",
@@ -289,6 +294,7 @@ class _Bounds:
         self._attributes: dict[int, int] = {}
         self._active: set[int] = set()
         self._lambdas: dict[int, int] = {}
+        self._measured: dict[int, int] = {}  # a datasource column's attribute -> its values' bound from the data
         self._ours: Callable[[Node], bool] = lambda _node: False
 
     def define(self, attribute: Any, source: Any, extra: bool = False) -> None:
@@ -296,6 +302,13 @@ class _Bounds:
         if self._walker.simple_name(source) == "AttributeReference" and source.exprId().id() == key:
             return
         (self._extra if extra else self._defs).setdefault(key, []).append(source)
+
+    def measured(self, output: Any, sizes: Mapping[str, int]) -> None:
+        """A datasource view's columns (its output) hold values within ``sizes`` (by lower-case name)."""
+        for i in range(output.length()):
+            attribute = output.apply(i)
+            if (size := sizes.get(str(attribute.name()).lower())) is not None:
+                self._measured[attribute.exprId().id()] = min(size, COLUMN_SIZE)
 
     def collect(self, node: Node) -> None:
         obj = node.obj
@@ -334,7 +347,12 @@ class _Bounds:
                 self.bound(node.obj)
 
     def _default(self, expr: Any) -> int:
-        return FIXED_SIZE if self._fixed(expr) else COLUMN_SIZE
+        if self._fixed(expr):
+            return FIXED_SIZE
+        try:
+            return self._measured.get(expr.exprId().id(), COLUMN_SIZE)
+        except Exception:  # noqa: BLE001 - an expression without an id is no datasource column
+            return COLUMN_SIZE
 
     def _fixed(self, expr: Any) -> bool:
         try:
@@ -419,8 +437,8 @@ class _Bounds:
             except Exception:  # noqa: BLE001 - not every expression has a pretty name
                 what = self._walker.simple_name(expr)
             raise QueryError(f"{what} may build a value of up to {value:,} characters, more than the query limit "
-                             f"of {MAX_VALUE_SIZE:,} (datasource columns count as {COLUMN_SIZE:,} each): build "
-                             "smaller values", "VALUE_TOO_LARGE")
+                             f"of {MAX_VALUE_SIZE:,} (a datasource column counts as its files' largest column "
+                             f"chunk, at most {COLUMN_SIZE:,}): build smaller values", "VALUE_TOO_LARGE")
         return value
 
 
