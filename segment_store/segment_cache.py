@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -96,30 +96,14 @@ class CacheStats:
 
 @dataclass
 class _Copy:
+    local: str
     size: int
     pins: int = 0
-    local: str = field(default="")
+    """Leases holding it: it is not deleted while any does."""
 
 
 class SegmentCache:
     """Copies of segment files under ``directory``, at most ``max_bytes`` of them."""
-
-    def keep_in_sync(self, engine: sa.Engine, interval_s: float = 1.0) -> None:
-        """Sync with the timeline (:meth:`sync`) whenever it has changed, checked every ``interval_s``, forever."""
-        def run() -> None:
-            self.owned.wait()
-            last = None
-            while not self._closed.is_set():
-                try:
-                    mark = timeline_mark(engine)
-                    if mark != last:
-                        self.sync(s for records in visible_set(engine).segments.values() for s in records)
-                        last = mark
-                except Exception:
-                    logger.warning("segment cache: sync failed; trying again", exc_info=True)
-                self._closed.wait(interval_s)
-
-        threading.Thread(target=run, name="segment-cache-sync", daemon=True).start()
 
     def __init__(self, directory: str, max_bytes: int, storage_options: Mapping[str, Any] | None = None,
                  download_threads: int = 8) -> None:
@@ -139,6 +123,23 @@ class SegmentCache:
         self._owner = open(os.path.join(self.directory, ".lock"), "a+")  # noqa: SIM115 (held for the process's life)
         self.owned = threading.Event()
         threading.Thread(target=self._take_ownership, name="segment-cache-owner", daemon=True).start()
+
+    def keep_in_sync(self, engine: sa.Engine, interval_s: float = 1.0) -> None:
+        """Sync with the timeline (:meth:`sync`) whenever it has changed, checked every ``interval_s``, forever."""
+        def run() -> None:
+            self.owned.wait()
+            last = None
+            while not self._closed.is_set():
+                try:
+                    mark = timeline_mark(engine)
+                    if mark != last:
+                        self.sync(s for records in visible_set(engine).segments.values() for s in records)
+                        last = mark
+                except Exception:
+                    logger.warning("segment cache: sync failed; trying again", exc_info=True)
+                self._closed.wait(interval_s)
+
+        threading.Thread(target=run, name="segment-cache-sync", daemon=True).start()
 
     def _take_ownership(self) -> None:
         fcntl.flock(self._owner, fcntl.LOCK_EX)  # blocks while another process owns the directory
@@ -314,7 +315,7 @@ class SegmentCache:
 
     def _add(self, path: str, local: str, size: int) -> None:
         """Record a copy (caller holds the lock)."""
-        self._copies[path] = _Copy(size, local=local)
+        self._copies[path] = _Copy(local, size)
         self.stats.size_bytes += size
         self.stats.files += 1
 
