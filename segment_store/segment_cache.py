@@ -155,16 +155,18 @@ class SegmentCache:
         logger.info("segment cache %s: %d files from before, verified at the first sync", self.directory, len(found))
 
     @contextmanager
-    def lease(self, segments: Iterable[SegmentRecord], download: bool = True) -> Iterator[dict[str, str]]:
+    def lease(self, segments: Iterable[SegmentRecord], download: bool = True,
+              timeout_s: float | None = None) -> Iterator[dict[str, str]]:
         """Pin copies of ``segments`` for the block: their local paths by deep-storage path.
 
-        With ``download``, missing copies are downloaded first (in parallel); a segment without a
-        copy at the end (too big for the cache, a failed download) is left out of the answer.
+        With ``download``, missing copies are downloaded first (in parallel, waited for at most
+        ``timeout_s``); a segment without a copy then (too big for the cache, a failed or slow
+        download) is left out of the answer.
         """
         wanted = {s.path: s for s in segments if is_object_store(s.path)}
         if download and self.owned.is_set():
             futures = [self._download(s) for s in wanted.values() if s.path not in self._copies]
-            wait([f for f in futures if f is not None])
+            wait([f for f in futures if f is not None], timeout_s)
         pinned: dict[str, str] = {}
         with self._lock:
             for path in wanted:

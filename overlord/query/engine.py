@@ -549,8 +549,9 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
             for name, ds in known.items() if ds in every for segments in [every[ds]]}
     if sum(s.size_bytes for segments in kept.values() for s in segments) > local.max_bytes:
         return None
-    if local.cache is not None:
-        leases.enter_context(local.cache.lease(s for segments in kept.values() for s in segments))
+    if local.cache is not None:  # waited for within the query's time (the rest is then read from the object store)
+        leases.enter_context(local.cache.lease((s for segments in kept.values() for s in segments),
+                                               timeout_s=limits.timeout_ms / 1000))
     copies = _held_copies(local.cache, every.values(), leases)
     try:
         schemas = {ds: local.spark_schema([copies.get(s.path, s.path) for s in segments])
