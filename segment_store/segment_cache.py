@@ -128,15 +128,21 @@ class SegmentCache:
         """Sync with the timeline (:meth:`sync`) whenever it has changed, checked every ``interval_s``, forever."""
         def run() -> None:
             self.owned.wait()
-            last = None
+            last, failing = None, False
             while not self._closed.is_set():
                 try:
                     mark = timeline_mark(engine)
                     if mark != last:
                         self.sync(s for records in visible_set(engine).segments.values() for s in records)
                         last = mark
+                    if failing:
+                        logger.info("segment cache: in sync again")
+                    failing = False
                 except Exception:
-                    logger.warning("segment cache: sync failed; trying again", exc_info=True)
+                    if not failing:  # once, not every second while the metadata store is away
+                        logger.warning("segment cache: sync failed; trying again every %g s", interval_s,
+                                       exc_info=True)
+                    failing = True
                 self._closed.wait(interval_s)
 
         threading.Thread(target=run, name="segment-cache-sync", daemon=True).start()

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import tempfile
 import threading
 import time
@@ -46,7 +47,7 @@ from benchmarks.latency_proxy import LatencyProxy
 from benchmarks.results_file import parse_args, save_results
 from benchmarks.scenarios.freshness import watch_commits
 from benchmarks.scenarios.live_freshness import LiveProducer, live_freshness
-from benchmarks.scenarios.query import DATASOURCE, QUERIES, START, build, same, segment_rows, spec, timed
+from benchmarks.scenarios.query import DATASOURCE, QUERIES, START, build, same, segment_rows, spec
 from benchmarks.suite import machine
 from indexing_task.compaction_job import compact
 from indexing_task.spark import get_spark
@@ -124,16 +125,34 @@ def requests_of(proxy: LatencyProxy, run: Callable[[], Any]) -> tuple[Any, int, 
     return result, after[0] - gets, after[1] - downloaded
 
 
+def alternately(runs: int, *queries: Callable[[], Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """Each query's first result and the p50/p95 of ``runs`` more, the queries run in turn (the machine's load
+    meets them alike).
+    """
+    results = [query() for query in queries]
+    times: list[list[float]] = [[] for _ in queries]
+    for _ in range(runs):
+        for query, taken in zip(queries, times, strict=True):
+            started = time.monotonic()
+            query()
+            taken.append(time.monotonic() - started)
+    return [(result, {"p50_s": round(statistics.median(taken), 3),
+                      "p95_s": round(sorted(taken)[min(len(taken) - 1, round(0.95 * (len(taken) - 1)))], 3),
+                      "runs": runs}) for result, taken in zip(results, times, strict=True)]
+
+
 def measure(spark: Any, engine: sa.Engine, proxy: LatencyProxy, local: LocalEngine, on_s3: LocalEngine,
             no_cache: LocalEngine, runs: int, baseline_runs: int) -> dict[str, Any]:
     figures = {}
     for name in QUERIES:
         here, there = on(DATASOURCE)[name], on(S3_DS)[name]
-        local_result, local_s = timed(lambda sql=here: execute_sql(spark, engine, sql, local=local), runs)
-        (s3_result, s3_s), gets, downloaded = requests_of(proxy, lambda sql=there: timed(
-            lambda: execute_sql(spark, engine, sql, local=on_s3), runs))
-        (base_result, base_s), base_gets, base_bytes = requests_of(proxy, lambda sql=there: timed(
-            lambda: execute_sql(spark, engine, sql, local=no_cache), baseline_runs))
+        gets, downloaded = proxy.counts()
+        (local_result, local_s), (s3_result, s3_s) = alternately(
+            runs, lambda sql=here: execute_sql(spark, engine, sql, local=local),
+            lambda sql=there: execute_sql(spark, engine, sql, local=on_s3))
+        gets, downloaded = proxy.counts()[0] - gets, proxy.counts()[1] - downloaded  # local deep storage makes none
+        ((base_result, base_s),), base_gets, base_bytes = requests_of(proxy, lambda sql=there: alternately(
+            baseline_runs, lambda: execute_sql(spark, engine, sql, local=no_cache)))
         spark_local = execute_sql(spark, engine, here).rows()
         figures[name] = {
             "local": local_s | {"engine": local_result.engine}, "s3_cached": s3_s | {"engine": s3_result.engine},
@@ -268,7 +287,7 @@ def dashboard(stack: DevStack, settings: Settings, engine: sa.Engine, spark: Any
                                              for p, f in result["per_panel"].items())
           + f" | statuses {result['statuses']} | freshness p50 {result['freshness_p50_s']} "
           f"p95 {result['freshness_p95_s']} max {result['freshness_max_s']} | exact {result['exact']}", flush=True)
-    result["overlord"] = (overlord, server, http)
+    result["overlord"] = (overlord, server, http, app.state.queries)
     return result
 
 
@@ -360,7 +379,7 @@ def run(rows: int, hours: int, tasks: int, runs: int, baseline_runs: int, latenc
         expected = {name: json.loads(json.dumps(execute_sql(spark, engine, sql).rows(), default=_iso))
                     for name, sql in panels(DATASOURCE, last_hour).items()}
         board = dashboard(stack, settings, engine, spark, clients, refresh_s, dashboard_s, rate, expected, last_hour)
-        overlord, server, http = board.pop("overlord")
+        overlord, server, http, query_engine = board.pop("overlord")
         results["dashboard"] = board
 
         dropped = [s.path for s in visible_segments(engine, S3_DS) if s.interval_start == START]
@@ -380,6 +399,7 @@ def run(rows: int, hours: int, tasks: int, runs: int, baseline_runs: int, latenc
         cache.close()
         bounded.close()
         server.should_exit = True
+        query_engine.stop()
         overlord.stop()
         spark.stop()
         engine.dispose()
