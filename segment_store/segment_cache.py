@@ -197,6 +197,11 @@ class SegmentCache:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._owner.close()
 
+    @property
+    def downloading(self) -> int:
+        """Downloads under way."""
+        return len(self._downloads)
+
     def copy_of(self, path: str) -> str | None:
         """The local path of ``path``'s copy if the cache holds one now (not held: it may go at any time)."""
         copy = self._copies.get(path)
