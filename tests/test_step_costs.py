@@ -82,3 +82,6 @@ def test_a_real_task_is_counted_step_by_step(stack, make_topic, datasource, make
     assert steps["task.publish"].cpu_s > 0
     assert all(cost.cpu_s >= 0 for cost in steps.values())
     assert STEP_COSTS.snapshot()["task.publish"].count >= finished
+    exposition = overlord.metrics.exposition().decode()
+    assert 'overlord_control_plane_cpu_seconds_total{step="task.publish"}' in exposition
+    assert 'overlord_control_plane_steps_total{step="launch.submit"}' in exposition

@@ -74,7 +74,7 @@ class Overlord:
             statuses=lambda: [sup.status for sup in list(self.supervisors.values())],
             leader_epoch=lambda: self.elector.epoch, slot_use=self.runner.slot_use,
             resident_use=self.runner.resident_use,
-            visible_totals=lambda: visible_totals(engine)))
+            visible_totals=lambda: visible_totals(engine), step_costs=STEP_COSTS.snapshot))
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
                                                                    min_task_interval_s=settings.task_min_interval_s),
