@@ -37,11 +37,11 @@ class StepWindow:
             self.sampler.start()
 
     def stop(self) -> None:
+        after = thread_cpu()  # while the sampler's thread still runs: one that just ended may linger unnamed
         if self.sampler is not None:
             self.sampler.stop()
         self._cpu, self._wall = time.process_time() - self._cpu, time.monotonic() - self._wall
         self._steps = since(self._steps, STEP_COSTS.snapshot())
-        after = thread_cpu()
         self._threads = {name: after[name] - self._threads.get(name, 0.0) for name in after}
 
     def report(self) -> dict[str, Any]:
