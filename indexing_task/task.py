@@ -27,6 +27,7 @@ from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup_schema import RollupSchema
 from indexing_task.spark_worker import TaskPayload, run_splits
+from indexing_task.step_costs import STEP_COSTS
 from indexing_task.task_errors import TaskStopped, TooManyParseErrors, TopicRecreated
 from indexing_task.watermarks import topic_id_changes
 from segment_store import (
@@ -138,27 +139,32 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     enough for one Spark task runs on an idle ``resident`` runner if there is one.
     """
     spec, io, tuning = request.spec, request.spec.spec.io_config, request.spec.spec.tuning_config
-    properties = _consumer_properties(request)
-    splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism,
-                         request.min_split_records)
-    payload = _task_payload(request, properties, splits)
-    logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
-                io.topic or io.topic_pattern, request.start_offsets.to_json(), request.end_offsets.to_json(),
-                len(splits))
+    step = STEP_COSTS.step
+    with step("task.plan"):
+        properties = _consumer_properties(request)
+        splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism,
+                             request.min_split_records)
+        payload = _task_payload(request, properties, splits)
+        logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
+                    io.topic or io.topic_pattern, request.start_offsets.to_json(), request.end_offsets.to_json(),
+                    len(splits))
     started = time.monotonic()
     results = _index_splits(spark, request, payload, splits, stop, resident)
     index_seconds = time.monotonic() - started
 
-    records = sum(r.records for r in results)
-    unparseable = sum(r.unparseable for r in results)
-    samples = tuple(s for r in results for s in r.bad_samples)
-    _require_parse_budget(request, unparseable, samples)
-    columns = recorded_columns(spec)
-    segments = tuple(s.descriptor(spec.datasource, columns) for r in results for s in r.segments)
-    _check_before_publishing(engine, request, properties, stop, before_publish)
+    with step("task.results"):
+        records = sum(r.records for r in results)
+        unparseable = sum(r.unparseable for r in results)
+        samples = tuple(s for r in results for s in r.bad_samples)
+        _require_parse_budget(request, unparseable, samples)
+        columns = recorded_columns(spec)
+        segments = tuple(s.descriptor(spec.datasource, columns) for r in results for s in r.segments)
+    with step("task.check_topic"):
+        _check_before_publishing(engine, request, properties, stop, before_publish)
 
     started = time.monotonic()
-    outcome = _publish(engine, request, segments)
+    with step("task.publish"):
+        outcome = _publish(engine, request, segments)
     report = TaskReport(
         task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,
         end_offsets=request.end_offsets, records=records, rows_out=sum(r.rows_out for r in results),
@@ -202,10 +208,12 @@ def _index_splits(spark: SparkSession, request: IndexTaskRequest, payload: TaskP
     results: list[WorkerResult] | None = None
     tasks = spark_tasks(splits, request.min_split_records)
     if splits and resident is not None and tasks == 1:
-        results = resident.run(payload, range(len(splits)), stop)  # None: no runner came back in time
+        with STEP_COSTS.step("task.resident_round_trip"):
+            results = resident.run(payload, range(len(splits)), stop)  # None: no runner came back in time
     if results is None and splits:
-        spark.sparkContext.setJobDescription(f"index {request.spec.datasource} task {request.task_id}")
-        results = run_on_workers(spark, len(splits), partial(run_splits, payload), tasks)
+        with STEP_COSTS.step("task.spark_job"):
+            spark.sparkContext.setJobDescription(f"index {request.spec.datasource} task {request.task_id}")
+            results = run_on_workers(spark, len(splits), partial(run_splits, payload), tasks)
     return results or []
 
 

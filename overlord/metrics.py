@@ -34,6 +34,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from indexing_task.step_costs import StepCost
 from indexing_task.task import TaskReport
 from overlord.supervisor_status import SupervisorStatus
 from segment_store.offsets import Partition, kafka_partition
@@ -71,6 +72,8 @@ class ScrapeSources:
     """(requests sent to the resident runners, tasks in them)."""
     visible_totals: Callable[[], Mapping[str, tuple[int, int]]]
     """Visible segments and bytes per datasource."""
+    step_costs: Callable[[], Mapping[str, StepCost]] = dict
+    """The control plane's runs and CPU seconds by step (:mod:`indexing_task.step_costs`)."""
 
 
 class Metrics:
@@ -190,6 +193,7 @@ class _ScrapeCollector(Collector):
                                     value=slots)
             yield GaugeMetricFamily(f"overlord_{kind}_slots_used", f"{what} slots running a task", value=running)
             yield GaugeMetricFamily(f"overlord_{kind}s_waiting", f"{what}s waiting for a slot", value=waiting)
+        yield from self._steps(self._sources.step_costs())
         requests, tasks = self._sources.resident_use()
         yield CounterMetricFamily("overlord_resident_runner_requests", "Requests sent to the resident runners",
                                   value=requests)
@@ -209,6 +213,18 @@ class _ScrapeCollector(Collector):
             size.add_metric([datasource], total)
         yield count
         yield size
+
+    @staticmethod
+    def _steps(steps: Mapping[str, StepCost]) -> Iterator[Metric]:
+        cpu = CounterMetricFamily("overlord_control_plane_cpu_seconds", "CPU seconds the overlord's process spent in "
+                                  "each step of the control plane (its own, without the steps inside it)",
+                                  labels=["step"])
+        runs = CounterMetricFamily("overlord_control_plane_steps", "Runs of each step of the control plane",
+                                   labels=["step"])
+        for step, cost in sorted(steps.items()):
+            cpu.add_metric([step], cost.cpu_s)
+            runs.add_metric([step], cost.count)
+        yield from (cpu, runs)
 
     @staticmethod
     def _supervisors(statuses: list[SupervisorStatus]) -> Iterator[Metric]:

@@ -24,7 +24,7 @@ from overlord.dev.stack import DevStack
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(p.stem for p in (REPO / "benchmarks" / "scenarios").glob("*.py") if p.stem != "__init__")
-MODES = {"ab --worker": ("ab", "--worker")}
+MODES = {"ab --worker": ("ab", "--worker"), "cost --steps": ("cost", "--steps")}
 """Modes of a scenario that take another code path, each run too (the name is the check's key in SANE)."""
 
 Check = Callable[[dict[str, Any]], bool]
@@ -35,6 +35,8 @@ SANE: dict[str, Check] = {
     "broker_cost": lambda r: set(r["broker_cores"]) == {"producer_only", "tailing_consumer", "indexer_cycle"},
     "cluster": lambda r: [run["records"] for run in r["runs"]] == [r["events"]] * 2 and r["cluster_over_local"] > 0,
     "cost": lambda r: r["records_measured"] > 0 and r["cores_overlord_tree"] > 0 and r["freshness_p95_s"] > 0,
+    "cost --steps": lambda r: r["control_plane"]["main_process_ms_per_task"] > 0
+    and "supervisor.run" in r["control_plane"]["steps"],
     "formats": lambda r: r["shapes"]["1 low"]["csv_over_json"] > 0 and r["shapes"]["1 low"]["avro_over_json"] > 0,
     "freshness": lambda r: r["records"] > 0 and r["tasks"] > 0 and 0 < r["freshness_p50_s"] <= r["freshness_max_s"],
     "hostile_load": lambda r: r["hostile_queries"]["answers_by_status"] != {} and r["health_after"][0] == 200,

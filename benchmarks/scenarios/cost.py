@@ -10,6 +10,10 @@ Freshness is the time from a record's acknowledgement to the commit that makes i
 
     python -m benchmarks.scenarios.cost --rate 500 --seconds 300
     python -m benchmarks.scenarios.cost --supervisors 20 --rate 500 --seconds 300
+
+``--steps`` adds the overlord's main-process CPU per task by step (issue 51;
+:mod:`benchmarks.step_window`) and a CPU-weighted profile of its threads, and keeps one run per
+(supervisors, rate) in the results file (``--out``, default ``cost_steps.json``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import psutil
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from benchmarks.results_file import parse_args, save_results
+from benchmarks.results_file import RESULTS, parse_args, save_results
+from benchmarks.step_window import StepWindow
 from indexing_task.spark import get_spark
 from overlord.dev.sample_data import COUNTRIES, DEVICES, create_topic
 from overlord.dev.stack import dev_stack
@@ -205,7 +210,7 @@ def _p95(values: list[float]) -> float:
 
 
 def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_runners: int | None = None,
-        linger_ms: int = 5) -> dict[str, Any]:
+        linger_ms: int = 5, steps: bool = False) -> dict[str, Any]:
     started = datetime.now(UTC).isoformat()
     with dev_stack() as stack:
         engine = sa.create_engine(stack.database_url)
@@ -234,6 +239,12 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_r
         sampler.start()
         print(f"{supervisors} supervisor(s) at {rate} events/s each: {warmup_s:.0f} s warm-up, "
               f"{seconds:.0f} s measured")
+        window = StepWindow() if steps else None
+        if window is not None:  # the same window as the sampling process's, near enough
+            time.sleep(warmup_s)
+            window.start()
+            time.sleep(seconds)
+            window.stop()
         wall_s, used = measured.get(timeout=warmup_s + seconds + 120)
         freshness = results.get(timeout=300)
         freshness.pop("sent_by_hour")
@@ -258,7 +269,17 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_r
         "task_medians": _task_times(tasks, 0.5),
         "task_p95": _task_times(tasks, 0.95),
         **freshness,
+        **({"control_plane": window.report()} if window is not None else {}),
     }
+
+
+def _with_earlier_runs(result: dict[str, Any], out: str) -> dict[str, Any]:
+    """``--steps``: the results file's runs of other (supervisors, rate) pairs, and this one."""
+    path = RESULTS / out
+    earlier = json.loads(path.read_text()).get("runs", []) if path.exists() else []
+    key = (result["supervisors"], result["rate_per_s_each"])
+    runs = [r for r in earlier if (r["supervisors"], r["rate_per_s_each"]) != key] + [result]
+    return {"benchmark": "cost_steps", "runs": sorted(runs, key=lambda r: (r["supervisors"], r["rate_per_s_each"]))}
 
 
 def _task_times(tasks: list[Any], quantile: float) -> dict[str, float]:
@@ -289,10 +310,17 @@ def main() -> None:
     parser.add_argument("--resident-runners", type=int, help="OVERLORD_RESIDENT_RUNNERS (default: its default)")
     parser.add_argument("--linger-ms", type=int, default=5, help="the load's producer linger.ms (librdkafka's "
                         "default, 5, is what the embedded broker spends most on: ~0.75 core at 20 x 500 events/s)")
-    parser.add_argument("--out", help="results file name under benchmarks/results, or a path (default cost.json)")
+    parser.add_argument("--steps", action="store_true", help="also the main process's CPU per task by step, "
+                        "and a profile of it (issue 51)")
+    parser.add_argument("--out", help="results file name under benchmarks/results, or a path (default cost.json; "
+                        "cost_steps.json with --steps)")
     args = parse_args(parser, {"supervisors": 1, "rate": 100, "seconds": 5, "warmup_s": 2})
-    save_results(run(args.supervisors, args.rate, args.seconds, args.warmup_s, args.resident_runners, args.linger_ms),
-                 args.out or "cost.json", args.smoke)
+    result = run(args.supervisors, args.rate, args.seconds, args.warmup_s, args.resident_runners, args.linger_ms,
+                 args.steps)
+    out = args.out or ("cost_steps.json" if args.steps else "cost.json")
+    if args.steps and not args.smoke:
+        result = _with_earlier_runs(result, out)
+    save_results(result, out, args.smoke)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from indexing_task.step_costs import STEP_COSTS
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
 from overlord.config import Settings
@@ -198,16 +199,25 @@ class Supervisor:
 
     def run_once(self) -> None:
         """One pass of the loop; failures are recorded, never raised (the next pass retries)."""
-        with self.lock:
+        step = STEP_COSTS.step
+        with self.lock, step("supervisor.run"):
             try:
-                self.update_task_status()
-                self.read_committed_offsets()
-                if self.topic_worth_asking():
-                    self.refresh_partitions()
-                    self.check_offsets_in_range()
+                with step("supervisor.task_status"):
+                    self.update_task_status()
+                with step("supervisor.read_offsets"):
+                    self.read_committed_offsets()
+                with step("supervisor.topic_check"):
+                    worth_asking = self.topic_worth_asking()
+                if worth_asking:
+                    with step("supervisor.watermarks"):
+                        self.refresh_partitions()
+                    with step("supervisor.offsets_in_range"):
+                        self.check_offsets_in_range()
                 if self.launching:
-                    self.pin_initial_offsets()
-                    self.create_new_tasks()
+                    with step("supervisor.pin_offsets"):
+                        self.pin_initial_offsets()
+                    with step("supervisor.plan"):
+                        self.create_new_tasks()
                 else:
                     self.detailed_state = "SUSPENDED" if self.suspended else "STOPPING"
                 if self.failed_runs:
@@ -220,7 +230,8 @@ class Supervisor:
                 logger.warning("supervisor %s: run failed (%d in a row): %s", self.id, self.failed_runs, exc)
             finally:
                 self.runs += 1
-                self.publish_status()
+                with step("supervisor.status"):
+                    self.publish_status()
 
     def topic_worth_asking(self) -> bool:
         """Whether this run reads the topic's watermarks: a task group may launch now, or they are old or new.
@@ -318,7 +329,8 @@ class Supervisor:
         for task_id, task in list(self.active.items()):
             if task.future.done():
                 del self.active[task_id]
-                self._handle_finished(task)
+                with STEP_COSTS.step("finish.bookkeeping"):
+                    self._handle_finished(task)
             elif task.started is not None and now - task.started > timeout:
                 self.ctx.runner.stop(task_id)
                 self.record_error(f"task {task_id} exceeded completionTimeout ({timeout:.0f}s); stopped",
@@ -427,7 +439,8 @@ class Supervisor:
             if todo.empty:
                 continue
             self.groups[group].launched = now
-            self._launch(group, todo)
+            with STEP_COSTS.step("launch.submit"):
+                self._launch(group, todo)
         self.detailed_state = "RUNNING" if self.active else "IDLE"
 
     def _groups(self) -> Iterator[tuple[int, list[Partition]]]:
@@ -483,7 +496,8 @@ class Supervisor:
                 generation=self.stored.version if self.stored is not None else 0,
                 epoch=self.stored.epoch if self.stored is not None else 0, leader_epoch=self.ctx.leader_epoch,
                 bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)
-            self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
+            with STEP_COSTS.step("launch.task_row"):
+                self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
             self.active[request.task_id] = task
             task.future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id),
@@ -524,14 +538,17 @@ class Supervisor:
             self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)", f"task failed: {detail}")
         log = logger.info if status == "SUCCESS" else logger.warning
         log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail, extra={"task_id": task_id})
-        self.ctx.store.finish_task(task_id, status, detail, _report_json(report), self.ctx.runner.logs.take(task_id))
+        with STEP_COSTS.step("finish.task_row"):
+            self.ctx.store.finish_task(task_id, status, detail, _report_json(report),
+                                       self.ctx.runner.logs.take(task_id))
         duration = round(self.ctx.clock() - task.launched, 3)
         self.recent_tasks.appendleft(FinishedTaskStatus(
             task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.launched_at,
             duration))
         self.series.task(self.ctx.now().timestamp(), status == "SUCCESS", duration)
         if self.ctx.metrics is not None:
-            self.ctx.metrics.task_finished(self.spec.datasource, report, duration)
+            with STEP_COSTS.step("finish.metrics"):
+                self.ctx.metrics.task_finished(self.spec.datasource, report, duration)
 
     def record_error(self, message: str, key: str | None = None, *, run: bool = False) -> None:
         """Note an error for the status (``key``: what makes two the same error; see :class:`RecentErrors`)."""

@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.published_columns import check_against_segments
 from indexing_task.reader import resolved_consumer_properties
+from indexing_task.step_costs import STEP_COSTS, StepCost
 from indexing_task.task import BeforePublish
 from indexing_task.watermarks import close_metadata_clients
 from overlord.config import Settings
@@ -73,7 +74,7 @@ class Overlord:
             statuses=lambda: [sup.status for sup in list(self.supervisors.values())],
             leader_epoch=lambda: self.elector.epoch, slot_use=self.runner.slot_use,
             resident_use=self.runner.resident_use,
-            visible_totals=lambda: visible_totals(engine)))
+            visible_totals=lambda: visible_totals(engine), step_costs=STEP_COSTS.snapshot))
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
                                                                    min_task_interval_s=settings.task_min_interval_s),
@@ -194,21 +195,28 @@ class Overlord:
         sup = self.supervisors.get(supervisor_id)
         if sup is None:
             return
-        with self._wake_lock:
-            self._pending_wake.discard(supervisor_id)
-        sup.run_once()
-        with self._wake_lock:
-            again = supervisor_id in self._pending_wake
-        if again:
-            self.wake(supervisor_id)
-        elif (wait_s := sup.next_run_in_s()) is not None:
-            self._run_at(supervisor_id, datetime.now(UTC) + timedelta(seconds=wait_s))
+        with STEP_COSTS.step("schedule.run"):
+            with self._wake_lock:
+                self._pending_wake.discard(supervisor_id)
+            sup.run_once()
+            with self._wake_lock:
+                again = supervisor_id in self._pending_wake
+            if again:
+                self.wake(supervisor_id)
+            elif (wait_s := sup.next_run_in_s()) is not None:
+                self._run_at(supervisor_id, datetime.now(UTC) + timedelta(seconds=wait_s))
 
     def wake(self, supervisor_id: str) -> None:
         """Run a supervisor as soon as possible (now, or right after its current run)."""
-        with self._wake_lock:
-            self._pending_wake.add(supervisor_id)
-        self._run_at(supervisor_id, datetime.now(UTC))
+        with STEP_COSTS.step("schedule.wake"):
+            with self._wake_lock:
+                self._pending_wake.add(supervisor_id)
+            self._run_at(supervisor_id, datetime.now(UTC))
+
+    @staticmethod
+    def step_costs() -> dict[str, StepCost]:
+        """The control plane's CPU time so far by step, in this process (see :mod:`indexing_task.step_costs`)."""
+        return STEP_COSTS.snapshot()
 
     def _run_at(self, supervisor_id: str, when: datetime) -> None:
         if self._stopped:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from indexing_task.low_priority import LowPriorityProcesses
 from indexing_task.resident import ResidentRunners
 from indexing_task.spark import INGEST_POOL, use_pool
+from indexing_task.step_costs import STEP_COSTS
 from indexing_task.task import BeforePublish, IndexTaskRequest, TaskReport, run_index_task
 from overlord.supervisor.fair_executor import FairExecutor
 from overlord.supervisor.task_logs import TaskLogs
@@ -99,11 +100,13 @@ class TaskRunner:
         self.logs.open(task_id)
 
         def run() -> T:
-            on_start(task_id)
-            self.spark.sparkContext.setJobGroup(task_id, description, interruptOnCancel=True)
-            use_pool(self.spark, INGEST_POOL)
-            with self.logs.running(task_id):
-                return work(stop)
+            with STEP_COSTS.step("task.run"):
+                with STEP_COSTS.step("task.start"):
+                    on_start(task_id)
+                    self.spark.sparkContext.setJobGroup(task_id, description, interruptOnCancel=True)
+                    use_pool(self.spark, INGEST_POOL)
+                with self.logs.running(task_id):
+                    return work(stop)
 
         pool = self._compaction_pool if compaction else self._pool
         future = pool.submit(owner or task_id, run)
@@ -111,12 +114,13 @@ class TaskRunner:
         return future
 
     def _finished(self, task_id: str, on_done: Callable[[str], None]) -> None:
-        with self._lock:
-            self._stops.pop(task_id, None)
-        try:
-            on_done(task_id)
-        except Exception:
-            logger.exception("task %s: completion callback failed", task_id)
+        with STEP_COSTS.step("task.done"):
+            with self._lock:
+                self._stops.pop(task_id, None)
+            try:
+                on_done(task_id)
+            except Exception:
+                logger.exception("task %s: completion callback failed", task_id)
 
     def stop(self, task_id: str) -> bool:
         """Stop a running task: it will not publish. Returns False if it is not running."""
