@@ -68,10 +68,16 @@ def copy_name(path: str) -> str:
 
 
 def keep_incoming(directory: str, path: str, data: bytes) -> None:
-    """Leave a copy of a file just written to deep storage, for the cache to adopt once it is visible."""
+    """Leave a copy of a file just written to deep storage, for the cache to adopt once it is visible.
+
+    A courtesy: a copy that cannot be written (a full disk) is logged, never the writer's failure.
+    """
     incoming = os.path.join(directory, INCOMING)
-    os.makedirs(incoming, exist_ok=True)
-    _write_atomically(os.path.join(incoming, copy_name(path)), data)
+    try:
+        os.makedirs(incoming, exist_ok=True)
+        _write_atomically(os.path.join(incoming, copy_name(path)), data)
+    except OSError as exc:
+        logger.warning("segment cache: no copy of %s left in %s: %s", path, incoming, exc)
 
 
 @dataclass
@@ -242,8 +248,8 @@ class SegmentCache:
         now = time.time()
         for entry in os.scandir(incoming):
             segment = names.get(entry.name)
-            if segment is None:
-                if entry.name.endswith(".tmp") or now - entry.stat().st_mtime > INCOMING_MAX_AGE_S:
+            if segment is None:  # not published yet (or being written: ``.tmp``), or never will be
+                if now - entry.stat().st_mtime > INCOMING_MAX_AGE_S:
                     _unlink(entry.path)
                 continue
             local = os.path.join(self.directory, entry.name)

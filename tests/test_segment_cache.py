@@ -227,3 +227,18 @@ def cache_metric(http: httpx.Client, name: str) -> float:
     families = text_string_to_metric_families(http.get("/metrics").text)
     return next((s.value for f in families if f.name == f"overlord_segment_cache_{name}" for s in f.samples
                  if not s.name.endswith("_created")), -1.0)
+
+
+def test_a_copy_being_written_is_left_alone_and_a_failed_copy_never_fails_its_task(engine, on_s3, tmp_path):
+    """A sync used to delete a publisher's half-written copy (its rename then failed, and the task with it)."""
+    datasource, _ = on_s3
+    directory = tmp_path / "cache"
+    cache = synced(SegmentCache(str(directory), 10**9), engine, datasource)
+    writing = directory / "incoming" / f"{copy_name('s3://x/y.parquet')}.123.tmp"
+    writing.write_bytes(b"half")
+    synced(cache, engine, datasource)
+    assert writing.exists()
+
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    keep_incoming(str(blocked), "s3://x/y.parquet", b"data")  # no error: the copy is a courtesy
