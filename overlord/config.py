@@ -113,8 +113,11 @@ class Settings(BaseSettings):
 
     @property
     def publishers_segment_cache(self) -> str | None:
-        """The segment cache's directory, for tasks whose workers run on this machine (a local Spark)."""
-        return self.segment_cache if self.spark_master.startswith("local") else None
+        """The segment cache's directory for tasks whose workers run on this machine (a local Spark).
+
+        Only while a query engine runs from the start (``query_engine_eager``) to take their copies.
+        """
+        return self.segment_cache if self.spark_master.startswith("local") and self.query_engine_eager else None
 
     @field_validator("query_cpus")
     @classmethod

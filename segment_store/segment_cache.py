@@ -121,7 +121,8 @@ class SegmentCache:
         self._copies: OrderedDict[str, _Copy] = OrderedDict()  # by path, least recently used first
         self._downloads: dict[str, Future[bool]] = {}
         self._reserved = 0  # bytes of copies being written, counted against max_bytes
-        self._pool = ThreadPoolExecutor(download_threads, thread_name_prefix="segment-cache")
+        self._pool = ThreadPoolExecutor(download_threads, thread_name_prefix="segment-cache-prefetch")
+        self._query_pool = ThreadPoolExecutor(download_threads, thread_name_prefix="segment-cache-query")
         self._found: dict[str, int] | None = None  # copies on disk at start, by name: claimed at the first sync
         self._seen: set[str] = set()
         self.stats = CacheStats(max_bytes=max_bytes)
@@ -177,8 +178,9 @@ class SegmentCache:
         """
         wanted = {s.path: s for s in segments if is_object_store(s.path)}
         if download and self.owned.is_set():
-            futures = [self._download(s) for s in wanted.values() if s.path not in self._copies]
+            futures = [self._download(s, for_query=True) for s in wanted.values() if s.path not in self._copies]
             wait([f for f in futures if f is not None], timeout_s)
+        held: list[_Copy] = []
         pinned: dict[str, str] = {}
         with self._lock:
             for path in wanted:
@@ -188,19 +190,21 @@ class SegmentCache:
                     continue
                 copy.pins += 1
                 self._copies.move_to_end(path)
+                held.append(copy)
                 pinned[path] = copy.local
             self.stats.hits += len(pinned)
         try:
             yield pinned
         finally:
             with self._lock:
-                for path in pinned:
-                    self._copies[path].pins -= 1
+                for copy in held:
+                    copy.pins -= 1
 
     def close(self) -> None:
         """Stop syncing and give the directory up (to another process); the copies stay for the next owner."""
         self._closed.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._query_pool.shutdown(wait=True, cancel_futures=True)
         self._owner.close()
 
     @property
@@ -236,24 +240,32 @@ class SegmentCache:
             with self._lock:
                 self._evict_for(0)  # the limit may be lower than before the restart
         self._adopt_incoming(names)
-        new = [s for path, s in segments.items() if path not in self._seen]
-        first = not self._seen
+        new = [s for path, s in segments.items() if path not in self._seen and path not in self._copies]
+        budget = self._free() if not self._seen else self.max_bytes  # at start, no eviction for a prefetch
         self._seen = set(segments)
+        chosen = []
         for segment in sorted(new, key=lambda s: (s.interval_end, s.created_at), reverse=True):
-            if segment.path not in self._copies and (not first or self._free() >= segment.size_bytes):
-                self._download(segment)
+            if segment.size_bytes <= budget:
+                chosen.append(segment)
+                budget -= segment.size_bytes
+        for segment in reversed(chosen):  # the newest downloaded last: the most recently used of them
+            self._download(segment)
 
     def _adopt_incoming(self, names: Mapping[str, SegmentRecord]) -> None:
         incoming = os.path.join(self.directory, INCOMING)
         now = time.time()
         for entry in os.scandir(incoming):
             segment = names.get(entry.name)
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:  # a publisher's rename, or an earlier sync's delete
+                continue
             if segment is None:  # not published yet (or being written: ``.tmp``), or never will be
-                if now - entry.stat().st_mtime > INCOMING_MAX_AGE_S:
+                if now - stat.st_mtime > INCOMING_MAX_AGE_S:
                     _unlink(entry.path)
                 continue
             local = os.path.join(self.directory, entry.name)
-            if segment.path in self._copies or not self._verified(entry.path, segment, entry.stat().st_size):
+            if segment.path in self._copies or not self._verified(entry.path, segment, stat.st_size):
                 _unlink(entry.path)
                 continue
             with self._reservation(segment.size_bytes) as fits:
@@ -265,15 +277,19 @@ class SegmentCache:
                     self._add(segment.path, local, segment.size_bytes)
                     self.stats.adopted += 1
 
-    def _download(self, segment: SegmentRecord) -> Future[bool] | None:
-        """The download of ``segment``'s file (started if none runs); None if it cannot fit."""
+    def _download(self, segment: SegmentRecord, for_query: bool = False) -> Future[bool] | None:
+        """The download of ``segment``'s file (started if none runs); None if it cannot fit.
+
+        A query's downloads have threads of their own: they never queue behind prefetches (a
+        prefetch of the file not yet started is taken over).
+        """
         with self._lock:
             running = self._downloads.get(segment.path)
-            if running is not None:
+            if running is not None and not (for_query and running.cancel()):
                 return running
             if segment.size_bytes > self.max_bytes:
                 return None
-            future = self._pool.submit(self._fetch, segment)
+            future = (self._query_pool if for_query else self._pool).submit(self._fetch, segment)
             self._downloads[segment.path] = future
             return future
 
@@ -333,7 +349,9 @@ class SegmentCache:
         return self.max_bytes - self.stats.size_bytes - self._reserved
 
     def _add(self, path: str, local: str, size: int) -> None:
-        """Record a copy (caller holds the lock)."""
+        """Record a copy (caller holds the lock); one recorded already (the same file) stays as it is."""
+        if path in self._copies:
+            return
         self._copies[path] = _Copy(local, size)
         self.stats.size_bytes += size
         self.stats.files += 1

@@ -10,8 +10,10 @@ import random
 import threading
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import fsspec
 import httpx
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -23,8 +25,9 @@ from overlord.dev.sample_data import make_sample_events, produce
 from overlord.http.app import create_app
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.local_engine import LocalEngine
-from segment_store import visible_segments
-from segment_store.segment_cache import SegmentCache, copy_name, keep_incoming
+from segment_store import segment_cache, visible_segments
+from segment_store.records import SegmentRecord
+from segment_store.segment_cache import SegmentCache, checksum, copy_name, keep_incoming
 from tests.helpers import committed_total, served, spec_json, start_overlord, wait_until
 from tests.test_timeline import HOUR, T0, fake_compact, publish_segments, random_rows, write_segment
 
@@ -242,3 +245,62 @@ def test_a_copy_being_written_is_left_alone_and_a_failed_copy_never_fails_its_ta
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("")
     keep_incoming(str(blocked), "s3://x/y.parquet", b"data")  # no error: the copy is a courtesy
+
+
+def _memory_segment(name: str, data: bytes, day: int = 1) -> SegmentRecord:
+    """A segment whose file is in fsspec's in-memory file system (an object store to the cache)."""
+    path = f"memory://bucket/ds/{name}.parquet"
+    fsspec.filesystem("memory").pipe_file(path.removeprefix("memory:/"), data)
+    start = datetime(2024, 1, day, tzinfo=UTC)
+    return SegmentRecord(name, "ds", start, start + timedelta(days=1), 1, 0, path, len(data), 1, True,
+                         datetime.now(UTC), {"checksum": checksum(data)})
+
+
+def test_a_copy_adopted_while_its_download_runs_is_counted_once_and_kept_while_held(tmp_path, monkeypatch):
+    """Before, both added it: its bytes counted twice, and a sync deleted it under a lease (whose exit then failed)."""
+    data = b"x" * 1000
+    segment = _memory_segment("race", data)
+    cache = SegmentCache(str(tmp_path / "cache"), 10_000)
+    assert cache.owned.wait(5)
+    keep_incoming(cache.directory, segment.path, data)  # a publisher's copy
+    gate, entered = threading.Event(), threading.Event()
+    real = segment_cache.url_to_fs
+
+    def slow(url: str, **options):
+        fs, file = real(url, **options)
+        cat = fs.cat_file
+
+        def held_back(path, *args, **kwargs):
+            entered.set()
+            gate.wait()
+            return cat(path, *args, **kwargs)
+        monkeypatch.setattr(fs, "cat_file", held_back)
+        return fs, file
+
+    monkeypatch.setattr(segment_cache, "url_to_fs", slow)
+    download = cache._download(segment)  # noqa: SLF001 (a query's download, held back mid-way)
+    assert entered.wait(5)
+    cache.sync([segment])  # adopts the publisher's copy meanwhile
+    with cache.lease([segment], download=False) as held:
+        gate.set()
+        download.result(5)
+        cache.sync([])  # replaced: its copy goes once no lease holds it
+        assert os.path.exists(held[segment.path])
+    assert (cache.stats.files, cache.stats.size_bytes) == (1, 1000)
+    cache.sync([])
+    assert (cache.stats.files, cache.stats.size_bytes) == (0, 0) and not os.path.exists(held[segment.path])
+
+
+def test_prefetch_keeps_the_newest_segments_that_fit(tmp_path):
+    """Before, every segment was fetched and the oldest were kept (the newest, fetched first, were evicted)."""
+    segments = [_memory_segment(f"day{day}", bytes([day]) * 1000, day) for day in range(1, 11)]
+    cache = SegmentCache(str(tmp_path / "cache"), 3_000, download_threads=1)
+    assert cache.owned.wait(5)
+    cache.sync(segments)
+    cache._pool.submit(lambda: None).result()  # noqa: SLF001 (the prefetches queued before it have run)
+    assert cache.stats.downloads == 3 and cache.stats.evictions == 0
+    assert {path for path in segments_held(cache, segments)} == {s.path for s in segments[-3:]}
+
+
+def segments_held(cache: SegmentCache, segments: list[SegmentRecord]) -> set[str]:
+    return {s.path for s in segments if cache.copy_of(s.path) is not None}

@@ -450,7 +450,7 @@ def _run_spark(spark: SparkSession, engine: sa.Engine, timeline: VisibleSet, tra
     nodes = check_parsed(qs.walker, qs.parse(translation.sql), qs.functions)
     names = relations(nodes)
     timeline = _covering(engine, timeline, names)
-    if leases is not None:
+    if leases is not None and (spark.sparkContext.master or "").startswith("local"):  # executors elsewhere: no copies
         timeline = _localized(timeline, _held_copies(cache, timeline.segments.values(), leases))
     ranges = time_ranges(translation.sql, Counter(name.lower() for name in names))
     try:
@@ -551,7 +551,7 @@ def _run_local(local: LocalEngine, engine: sa.Engine, timeline: VisibleSet, tran
         return None
     if local.cache is not None:  # waited for within the query's time (the rest is then read from the object store)
         leases.enter_context(local.cache.lease((s for segments in kept.values() for s in segments),
-                                               timeout_s=limits.timeout_ms / 1000))
+                                               timeout_s=running.left_s()))
     copies = _held_copies(local.cache, every.values(), leases)
     try:
         schemas = {ds: local.spark_schema([copies.get(s.path, s.path) for s in segments])

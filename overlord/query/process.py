@@ -163,7 +163,7 @@ class QueryProcess:
                                  status=503, retry_after=1)
             deadline = left_ms / 1000 + GRACE_S
             request: dict[str, Any] = {"kind": kind, "body": body, "queryId": query_id}
-            if not ready:  # it waited for an engine to start: only what is left of its timeout remains
+            if not ready or queued_s > 0.01:  # it waited (for an engine or a turn): it has what is left of its time
                 request["timeoutMs"] = left_ms
             exchange = child.ask(request)
             try:

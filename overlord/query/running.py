@@ -8,6 +8,7 @@ by it.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,8 @@ class RunningQuery:
         self._job_group = f"sql_{uuid.uuid4().hex[:12]}"
         self._finished = threading.Event()
         self._interrupts: list[Callable[[], None]] = []
+        self.timeout_at: float | None = None
+        """When its timeout is up (``time.monotonic``), once it runs."""
 
     def stop(self, reason: Reason) -> None:
         """Cancel the query's jobs until it returns (in a thread of its own); the first reason stays."""
@@ -67,6 +70,10 @@ class RunningQuery:
         self._context.setJobGroup(self._job_group, f"SQL query {self.query_id}", interruptOnCancel=True)
         use_pool(self._spark, QUERY_POOL)
 
+    def left_s(self) -> float | None:
+        """Seconds left before its timeout (None: no timeout)."""
+        return None if self.timeout_at is None else max(0.0, self.timeout_at - time.monotonic())
+
     def end(self) -> None:
         """The query has returned: stop cancelling."""
         self._finished.set()
@@ -84,6 +91,7 @@ def running_query(spark: SparkSession, query_id: str, timeout_s: float) -> Itera
     timer.daemon = True
     try:
         query.begin()
+        query.timeout_at = time.monotonic() + timeout_s
         timer.start()
         yield query
     finally:
