@@ -4,9 +4,13 @@ A finished task asks to commit its segments and its end offsets. In one transact
 
 1. lock the datasource's offsets row (``SELECT ... FOR UPDATE``; created empty if missing);
 2. validate the preconditions (:class:`AssertLeader`, :class:`AssertEpoch`, :class:`AssertTopic`,
-   :class:`AssertStartOffsets`), each an "expected X, found Y" check;
+   :class:`AssertTopicIds`, :class:`AssertStartOffsets`), each an "expected X, found Y" check;
 3. write the merged end offsets and bump the row's version;
 4. insert the segment rows at their intervals' current versions, used.
+
+Tasks of several datasources that finish together publish in one such transaction
+(:func:`publish_many`): every statement covers all of them, each datasource's checks are its
+own, and a refusal leaves out only its own rows.
 
 The row lock is the one concurrency mechanism: every writer of a datasource's offsets or
 segments (publish, compaction swap, reset) takes it first, so the offsets read in step 1 are
@@ -19,23 +23,27 @@ Outcomes are values; only infrastructure faults and bugs raise.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import psycopg.errors
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.database import is_bounded_wait_timeout
 from segment_store.deep_storage import DeepStorage
 from segment_store.descriptors import SegmentDescriptor
 from segment_store.leadership import current_leader_epoch
-from segment_store.offsets import OffsetRange, Offsets
-from segment_store.records import CommittedOffsets, lock_offsets_row
+from segment_store.offsets import OffsetRange, Offsets, Partition
+from segment_store.records import OFFSETS_COLUMNS, CommittedOffsets, committed_row, lock_offsets_row
 from segment_store.schema import datasource_offsets as offsets_t
+from segment_store.schema import partition_topic_ids as ids_t
 from segment_store.schema import segments as segments_t
 
-__all__ = ["AssertEpoch", "AssertLeader", "AssertStartOffsets", "AssertTopic", "PublishOutcome", "PublishRequest",
-           "Status", "publish"]
+__all__ = ["AssertEpoch", "AssertLeader", "AssertStartOffsets", "AssertTopic", "AssertTopicIds", "Publication",
+           "PublishOutcome", "PublishRequest", "Status", "publish", "publish_many"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +73,8 @@ class PublishRequest:
     leader_epoch: int | None = None
     """The leader epoch of the overlord that planned the task (None: not planned by a leader, e.g.
     ``overlord index`` by hand)."""
+    topic_ids: Mapping[Partition, str] = field(default_factory=dict)
+    """The broker's topic ID of each partition's topic after the task read it (empty: not checked)."""
 
     def __post_init__(self) -> None:
         who = f"task {self.task_id} of datasource {self.datasource!r}"
@@ -91,6 +101,8 @@ class PublishOutcome:
     status: Status
     message: str
     committed: Offsets
+    row: CommittedOffsets | None = None
+    """The offsets row as committed (ok only): what a supervisor plans its next task against."""
 
     @property
     def ok(self) -> bool:
@@ -204,42 +216,76 @@ class AssertStartOffsets:
         return None
 
 
-def _insert_segments(conn: sa.Connection, request: PublishRequest) -> None:
-    """Append the segments at their interval's current version, after its last partition."""
-    slots: dict[tuple[Any, Any], tuple[int, int]] = {}
-    published_by = {"task_id": request.task_id, "topic": request.topic,
-                    "start_offsets": request.start_offsets.to_json(),
-                    "end_offsets": request.end_offsets.to_json()}
-    rows: list[dict[str, Any]] = []
-    for seg in request.segments:
-        key = (seg.interval_start, seg.interval_end)
-        version, last = slots.get(key) or _last_slot(conn, request.datasource, *key)
-        slots[key] = (version, last + 1)
-        rows.append({"id": seg.id, "datasource": seg.datasource, "interval_start": seg.interval_start,
-                     "interval_end": seg.interval_end, "version": version, "partition_num": last + 1,
-                     "path": seg.path, "size_bytes": seg.size_bytes, "num_rows": seg.num_rows, "used": True,
-                     "descriptor": {**seg.details, "published_by": published_by}})
-    if rows:
-        conn.execute(segments_t.insert(), rows)
+@dataclass(frozen=True)
+class AssertTopicIds:
+    """Each partition's topic has the ID recorded when its offsets were pinned: the topic was not re-created.
+
+    ``current`` is what the broker said after the task read its records: a topic re-created before or
+    while the task read it has a new ID, and what was read may be the new topic's records under the old
+    topic's offsets. A partition with no recorded ID is not refused (its ID is recorded with the publish).
+    """
+
+    datasource: str
+    current: Mapping[Partition, str]
+    recorded: Mapping[str, str]
+
+    def validate(self, found: CommittedOffsets) -> PublishOutcome | None:
+        changed = {p: (self.recorded[str(p)], now) for p, now in self.current.items()
+                   if self.recorded.get(str(p), now) != now}
+        if not changed:
+            return None
+        return PublishOutcome("fatal", f"datasource {self.datasource!r}: the topic of partitions "
+                              f"{sorted(map(str, changed))} was re-created since their offsets were committed "
+                              f"(topic IDs {', '.join(f'{o} -> {n}' for o, n in changed.values())})", found.offsets)
 
 
-def _last_slot(conn: sa.Connection, datasource: str, start: Any, end: Any) -> tuple[int, int]:
-    """The interval's current version (1 if new) and its highest partition number (-1 if none)."""
-    s = segments_t.c
-    same = (s.datasource == datasource) & (s.interval_start == start) & (s.interval_end == end)
-    version = conn.execute(sa.select(sa.func.coalesce(sa.func.max(s.version), 1)).where(same)).scalar_one()
-    last = conn.execute(sa.select(sa.func.max(s.partition_num)).where(same & (s.version == version))).scalar()
-    return int(version), -1 if last is None else int(last)
+Publication = tuple[PublishRequest, "DeepStorage | None"]
+"""A request and the deep storage its files must still be in once the lock is held (None: not checked)."""
 
 
-def _publish_in(conn: sa.Connection, request: PublishRequest, storage: DeepStorage | None) -> PublishOutcome:
-    found = lock_offsets_row(conn, request.datasource, request.topic)
-    leader: tuple[Requirement, ...] = () if request.leader_epoch is None else (AssertLeader(
-        request.datasource, request.leader_epoch, current_leader_epoch(conn, lock=True)),)
+def _lock_rows(conn: sa.Connection, batch: Sequence[PublishRequest], wait: bool) -> dict[str, CommittedOffsets]:
+    """Lock and read the batch's datasources' offsets rows, in name order (writers of several never deadlock).
+
+    A missing row is created. With ``wait`` False, a row another transaction holds is left out (its
+    request waits alone): one datasource's long writer never holds the others' publishes back.
+    """
+    names = sorted({request.datasource for request in batch})
+    query = (sa.select(offsets_t.c.datasource, *OFFSETS_COLUMNS).where(offsets_t.c.datasource.in_(names))
+             .order_by(offsets_t.c.datasource).with_for_update(skip_locked=not wait))
+    found = {row.datasource: committed_row(row) for row in conn.execute(query)}
+    missing = [request for request in batch if request.datasource not in found]
+    if wait:
+        for request in missing:
+            found[request.datasource] = lock_offsets_row(conn, request.datasource, request.topic)
+    elif missing:  # new rows are ours; rows that exist were locked by another writer
+        created = conn.execute(pg_insert(offsets_t).values(
+            [{"datasource": r.datasource, "topic": r.topic, "offsets": {}, "version": 0} for r in missing])
+            .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]).returning(offsets_t.c.datasource))
+        for name in created.scalars():
+            found[name] = CommittedOffsets(next(r.topic for r in missing if r.datasource == name), Offsets(), 0)
+    return found
+
+
+def _recorded_topic_ids(conn: sa.Connection, batch: Sequence[PublishRequest]) -> dict[str, dict[str, str]]:
+    """``{datasource: {partition: topic ID}}`` recorded for the batch's datasources that carry the broker's IDs."""
+    names = sorted({request.datasource for request in batch if request.topic_ids})
+    recorded: dict[str, dict[str, str]] = {name: {} for name in names}
+    if names:
+        query = sa.select(ids_t.c.datasource, ids_t.c.partition, ids_t.c.topic_id).where(ids_t.c.datasource.in_(names))
+        for row in conn.execute(query):
+            recorded[row.datasource][row.partition] = row.topic_id
+    return recorded
+
+
+def _refusal(request: PublishRequest, storage: DeepStorage | None, found: CommittedOffsets, leader: int | None,
+             recorded: Mapping[str, str]) -> PublishOutcome | None:
+    """The outcome that refuses ``request`` as ``found`` under the lock; None if it may commit."""
     requirements: tuple[Requirement, ...] = (
-        *leader,
+        *(() if request.leader_epoch is None or leader is None
+          else (AssertLeader(request.datasource, request.leader_epoch, leader),)),
         AssertEpoch(request.datasource, request.epoch),
         AssertTopic(request.datasource, request.topic),
+        AssertTopicIds(request.datasource, request.topic_ids, recorded),
         AssertStartOffsets(request.datasource, request.start_offsets, request.end_offsets,
                            request.initial_offsets))
     for requirement in requirements:
@@ -250,18 +296,86 @@ def _publish_in(conn: sa.Connection, request: PublishRequest, storage: DeepStora
     if missing:  # cleanup swept them as orphans before this publish took the lock
         return PublishOutcome("fatal", f"datasource {request.datasource!r}: segment files missing (removed "
                               f"by cleanup?): {', '.join(missing[:3])}", found.offsets)
-    merged = found.offsets.merged(request.end_offsets)
-    conn.execute(offsets_t.update().where(offsets_t.c.datasource == request.datasource).values(
-        topic=request.topic, offsets=merged.to_json(), version=offsets_t.c.version + 1, updated_at=sa.func.now()))
-    try:
-        _insert_segments(conn, request)
-    except sa.exc.IntegrityError as exc:
-        if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
-            raise
-        return PublishOutcome("fatal", f"datasource {request.datasource!r}: segment already published "
-                              f"({exc.orig.diag.message_detail or exc.orig})", found.offsets)
-    return PublishOutcome("ok", f"datasource {request.datasource!r}: published {len(request.segments)} "
-                          "segment(s)", merged)
+    return None
+
+
+def _last_slots(conn: sa.Connection, keys: set[tuple[str, Any, Any]]) -> dict[tuple[str, Any, Any], tuple[int, int]]:
+    """Each (datasource, interval)'s current version and highest partition number there; absent if it has none."""
+    if not keys:
+        return {}
+    s = segments_t.c
+    query = (sa.select(s.datasource, s.interval_start, s.interval_end, s.version, s.partition_num)
+             .where(sa.tuple_(s.datasource, s.interval_start, s.interval_end).in_(sorted(keys)))
+             .order_by(s.datasource, s.interval_start, s.interval_end, s.version.desc(), s.partition_num.desc())
+             .ext(distinct_on(s.datasource, s.interval_start, s.interval_end)))
+    return {(row.datasource, row.interval_start, row.interval_end): (int(row.version), int(row.partition_num))
+            for row in conn.execute(query)}
+
+
+def _segment_rows(accepted: Sequence[PublishRequest], slots: dict[tuple[str, Any, Any], tuple[int, int]],
+                  ) -> list[dict[str, Any]]:
+    """The accepted requests' segment rows, each appended at its interval's current version after its last one."""
+    rows: list[dict[str, Any]] = []
+    for request in accepted:
+        published_by = {"task_id": request.task_id, "topic": request.topic,
+                        "start_offsets": request.start_offsets.to_json(), "end_offsets": request.end_offsets.to_json()}
+        for seg in request.segments:
+            key = (seg.datasource, seg.interval_start, seg.interval_end)
+            version, last = slots.get(key, (1, -1))
+            slots[key] = (version, last + 1)
+            rows.append({"id": seg.id, "datasource": seg.datasource, "interval_start": seg.interval_start,
+                         "interval_end": seg.interval_end, "version": version, "partition_num": last + 1,
+                         "path": seg.path, "size_bytes": seg.size_bytes, "num_rows": seg.num_rows, "used": True,
+                         "descriptor": {**seg.details, "published_by": published_by}})
+    return rows
+
+
+def _publish_round(conn: sa.Connection, batch: Sequence[Publication], wait: bool) -> dict[int, PublishOutcome]:
+    """Publish ``batch`` (one request per datasource) in ``conn``'s transaction: each outcome by its index.
+
+    Requests whose row another writer held (``wait`` False) get no outcome. Every statement covers
+    the whole batch: a handful of round trips however many datasources publish together.
+    """
+    requests = [request for request, _ in batch]
+    found = _lock_rows(conn, requests, wait)
+    leader = (current_leader_epoch(conn, lock=True)
+              if any(r.leader_epoch is not None for r in requests if r.datasource in found) else None)
+    recorded = _recorded_topic_ids(conn, [r for r in requests if r.datasource in found])
+    outcomes: dict[int, PublishOutcome] = {}
+    accepted: list[tuple[int, PublishRequest, CommittedOffsets]] = []
+    for i, (request, storage) in enumerate(batch):
+        row = found.get(request.datasource)
+        if row is None:
+            continue
+        refused = _refusal(request, storage, row, leader, recorded.get(request.datasource, {}))
+        if refused is not None:
+            outcomes[i] = refused
+        else:
+            accepted.append((i, request, row))
+    if not accepted:
+        return outcomes
+    ds: sa.BindParameter[str] = sa.bindparam("ds")
+    conn.execute(offsets_t.update().where(offsets_t.c.datasource == ds).values(
+        topic=sa.bindparam("new_topic"), offsets=sa.bindparam("new_offsets"), version=offsets_t.c.version + 1,
+        updated_at=sa.func.now()),
+        [{"ds": r.datasource, "new_topic": r.topic, "new_offsets": row.offsets.merged(r.end_offsets).to_json()}
+         for _, r, row in accepted])
+    requests_in = [r for _, r, _ in accepted]
+    slots = _last_slots(conn, {(s.datasource, s.interval_start, s.interval_end)
+                               for r in requests_in for s in r.segments})
+    rows = _segment_rows(requests_in, slots)
+    if rows:
+        conn.execute(segments_t.insert(), rows)
+    new_ids = [{"datasource": r.datasource, "partition": str(p), "topic_id": topic_id} for r in requests_in
+               for p, topic_id in r.topic_ids.items() if str(p) not in recorded.get(r.datasource, {})]
+    if new_ids:
+        conn.execute(pg_insert(ids_t).values(new_ids).on_conflict_do_nothing())
+    for i, request, row in accepted:
+        merged = row.offsets.merged(request.end_offsets)
+        outcomes[i] = PublishOutcome("ok", f"datasource {request.datasource!r}: published {len(request.segments)} "
+                                     "segment(s)", merged, CommittedOffsets(request.topic, merged, row.version + 1,
+                                                                            row.epoch))
+    return outcomes
 
 
 def publish(engine: sa.Engine, request: PublishRequest, storage: DeepStorage | None = None) -> PublishOutcome:
@@ -276,21 +390,72 @@ def publish(engine: sa.Engine, request: PublishRequest, storage: DeepStorage | N
     past it the outcome is retryable. Raises only on infrastructure faults (e.g. the database
     is unreachable).
     """
+    return publish_many(engine, [(request, storage)])[0]
+
+
+def publish_many(engine: sa.Engine, batch: Sequence[Publication]) -> list[PublishOutcome]:
+    """:func:`publish` each request, those of different datasources in one transaction: their outcomes in order.
+
+    Each request is still its own guarded commit: its checks are its datasource's alone, and a
+    refusal only leaves its own rows out. What is checked per datasource under its lock is the
+    same as alone, so publishing together changes nothing but the number of round trips. A
+    second request of one datasource (a replica) goes in a later transaction; one whose row
+    another writer holds, or a batch that hits a duplicate segment id, is published alone.
+    """
+    outcomes: dict[int, PublishOutcome] = {}
+    pending, alone = list(range(len(batch))), list[int]()
+    while pending:
+        together = _one_per_datasource(batch, pending)
+        pending = [i for i in pending if i not in together]
+        try:
+            done = _transaction(engine, [batch[i] for i in together], wait=len(together) == 1)
+        except sa.exc.IntegrityError as exc:
+            if len(together) == 1 or not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+                raise
+            done = {}
+        outcomes.update({i: done[j] for j, i in enumerate(together) if j in done})
+        alone.extend(i for j, i in enumerate(together) if j not in done)
+    for i in alone:
+        outcomes[i] = _transaction(engine, [batch[i]], wait=True)[0]
+    for i, (request, _storage) in enumerate(batch):
+        _log(request, outcomes[i])
+    return [outcomes[i] for i in range(len(batch))]
+
+
+def _one_per_datasource(batch: Sequence[Publication], indexes: list[int]) -> list[int]:
+    """The first of ``indexes`` of each datasource."""
+    first: dict[str, int] = {}
+    for i in indexes:
+        first.setdefault(batch[i][0].datasource, i)
+    return sorted(first.values())
+
+
+def _transaction(engine: sa.Engine, batch: Sequence[Publication], wait: bool) -> dict[int, PublishOutcome]:
+    """One transaction of :func:`_publish_round`; a lone request's duplicate segment id or lock timeout as outcomes."""
+    request = batch[0][0]
     try:
         with engine.connect().execution_options(isolation_level="READ COMMITTED") as conn:
             with conn.begin() as tx:
-                outcome = _publish_in(conn, request, storage)
-                if not outcome.ok:
+                outcomes = _publish_round(conn, batch, wait)
+                if not any(outcome.ok for outcome in outcomes.values()):
                     tx.rollback()
+        return outcomes
+    except sa.exc.IntegrityError as exc:
+        if not wait or not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+            raise
+        return {0: PublishOutcome("fatal", f"datasource {request.datasource!r}: segment already published "
+                                  f"({exc.orig.diag.message_detail or exc.orig})", Offsets())}
     except sa.exc.OperationalError as exc:
         if not is_bounded_wait_timeout(exc):
             raise
-        outcome = PublishOutcome("retryable", f"datasource {request.datasource!r}: gave up waiting for the "
-                                 f"datasource lock or a statement ({type(exc.orig).__name__}): another "
-                                 "writer holds it", Offsets())
+        return {j: PublishOutcome("retryable", f"datasource {r.datasource!r}: gave up waiting for the datasource "
+                                  f"lock or a statement ({type(exc.orig).__name__}): another writer holds it",
+                                  Offsets())
+                for j, (r, _storage) in enumerate(batch)}
+
+
+def _log(request: PublishRequest, outcome: PublishOutcome) -> None:
     log = logger.warning if outcome.status == "fatal" else logger.info
     log("publish %s: datasource=%s task=%s epoch=%d start=%s end=%s segments=%d committed=%s: %s",
         outcome.status, request.datasource, request.task_id, request.epoch, request.start_offsets.to_json(),
         request.end_offsets.to_json(), len(request.segments), outcome.committed.to_json(), outcome.message)
-    return outcome
-

@@ -22,8 +22,9 @@ from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import segments as segments_t
 from segment_store.topic_ids import forget_topic_ids
 
-__all__ = ["CommittedOffsets", "SegmentRecord", "committed_offsets", "lock_offsets_row", "pin_offsets",
-           "read_committed", "skip_offsets", "reset_offsets", "segment_record", "used_segments"]
+__all__ = ["OFFSETS_COLUMNS", "CommittedOffsets", "SegmentRecord", "committed_offsets", "committed_row",
+           "lock_offsets_row", "pin_offsets", "read_committed", "skip_offsets", "reset_offsets", "segment_record",
+           "used_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +62,12 @@ class SegmentRecord:
     used_status_updated_at: datetime | None = None
 
 
-def _committed(row: Any) -> CommittedOffsets:
+def committed_row(row: Any) -> CommittedOffsets:
+    """A row of :data:`OFFSETS_COLUMNS` as a record."""
     return CommittedOffsets(row.topic, Offsets.from_json(row.offsets), int(row.version), int(row.epoch))
 
 
-_COLUMNS = (offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version, offsets_t.c.epoch)
+OFFSETS_COLUMNS = (offsets_t.c.topic, offsets_t.c.offsets, offsets_t.c.version, offsets_t.c.epoch)
 
 
 def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) -> CommittedOffsets:
@@ -77,14 +79,14 @@ def lock_offsets_row(conn: sa.Connection, datasource: str, topic: str | None) ->
     conn.execute(pg_insert(offsets_t)
                  .values(datasource=datasource, topic=topic, offsets={}, version=0)
                  .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]))
-    query = sa.select(*_COLUMNS).where(offsets_t.c.datasource == datasource).with_for_update()
-    return _committed(conn.execute(query).one())
+    query = sa.select(*OFFSETS_COLUMNS).where(offsets_t.c.datasource == datasource).with_for_update()
+    return committed_row(conn.execute(query).one())
 
 
 def read_committed(conn: sa.Connection, datasource: str) -> CommittedOffsets | None:
     """The datasource's committed offsets as ``conn`` sees them, or None if it has none."""
-    row = conn.execute(sa.select(*_COLUMNS).where(offsets_t.c.datasource == datasource)).one_or_none()
-    return None if row is None else _committed(row)
+    row = conn.execute(sa.select(*OFFSETS_COLUMNS).where(offsets_t.c.datasource == datasource)).one_or_none()
+    return None if row is None else committed_row(row)
 
 
 def committed_offsets(engine: sa.Engine, datasource: str) -> CommittedOffsets | None:
@@ -127,7 +129,7 @@ def reset_offsets(engine: sa.Engine, datasource: str, offsets: Mapping[Partition
                            forget_topic=offsets is None)
     logger.info("reset offsets: datasource=%s %s, epoch %d", datasource,
                 "emptied" if offsets is None else f"partitions={dict(offsets)}", row.epoch)
-    return found.offsets, _committed(row)
+    return found.offsets, committed_row(row)
 
 
 def skip_offsets(engine: sa.Engine, datasource: str, moves: Mapping[Partition, tuple[int, int]],
@@ -152,7 +154,7 @@ def skip_offsets(engine: sa.Engine, datasource: str, moves: Mapping[Partition, t
         row = _write_reset(conn, datasource, found.offsets.merged(Offsets({p: to for p, (_, to) in moves.items()})),
                            forget_topic=False)
     logger.info("skipped offsets: datasource=%s %s, epoch %d", datasource, dict(moves), row.epoch)
-    return _committed(row)
+    return committed_row(row)
 
 
 def _write_reset(conn: sa.Connection, datasource: str, offsets: Offsets, *, forget_topic: bool) -> Any:
@@ -162,7 +164,7 @@ def _write_reset(conn: sa.Connection, datasource: str, offsets: Offsets, *, forg
     if forget_topic:
         values["topic"] = None
     return conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(**values)
-                        .returning(*_COLUMNS)).one()
+                        .returning(*OFFSETS_COLUMNS)).one()
 
 
 def pin_offsets(engine: sa.Engine, datasource: str, topic: str, offsets: Mapping[Partition, int]) -> CommittedOffsets:
@@ -176,6 +178,6 @@ def pin_offsets(engine: sa.Engine, datasource: str, topic: str, offsets: Mapping
         new = Offsets({p: o for p, o in offsets.items() if p not in found.offsets})
         row = conn.execute(offsets_t.update().where(offsets_t.c.datasource == datasource).values(
             offsets=found.offsets.merged(new).to_json(), topic=found.topic or topic,
-            version=offsets_t.c.version + 1, updated_at=sa.func.now()).returning(*_COLUMNS)).one()
+            version=offsets_t.c.version + 1, updated_at=sa.func.now()).returning(*OFFSETS_COLUMNS)).one()
     logger.info("pinned starting offsets: datasource=%s topic=%s partitions=%s", datasource, topic, dict(new))
-    return _committed(row)
+    return committed_row(row)

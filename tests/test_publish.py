@@ -23,6 +23,7 @@ from segment_store import (
     PublishOutcome,
     PublishRequest,
     SegmentDescriptor,
+    check_topic_ids,
     committed_offsets,
     pin_offsets,
     publish,
@@ -32,6 +33,7 @@ from segment_store import (
 )
 from segment_store.database import metadata_engine
 from segment_store.leadership import claim_leadership
+from segment_store.publish import publish_many
 from segment_store.schema import segments as segments_t
 from specs import SEVERAL_TOPICS
 from tests.helpers import wait_for_lock_waiter
@@ -633,3 +635,85 @@ def test_the_files_of_a_large_publish_are_checked_within_an_idle_transactions_bo
         assert second.status == "fatal" and "segment files missing" in second.message and paths[999] in second.message
     finally:
         bounded.dispose()
+
+
+# --- several datasources in one transaction (group commit) ----------------------------------------
+
+def _count_statements(hooked_engine: Callable[..., sa.Engine], statements: list[str]) -> sa.Engine:
+    return hooked_engine("before_cursor_execute", lambda _c, _cur, statement, *_: statements.append(statement))
+
+
+def test_publishes_of_several_datasources_together_are_each_their_own_guarded_commit(
+        engine: sa.Engine, hooked_engine: Callable[..., sa.Engine]) -> None:
+    ok, behind, reset, new = (f"ds-{uuid.uuid4().hex[:8]}" for _ in range(4))
+    for ds in (ok, behind, reset):
+        assert publish(engine, req(ds, {0: 0}, {0: 10}, initial={0: 0})).ok
+    reset_offsets(engine, reset, {0: 10})  # epoch 1: a task planned under epoch 0 is refused
+    statements: list[str] = []
+    outcomes = publish_many(_count_statements(hooked_engine, statements), [
+        (req(ok, {0: 10}, {0: 20}, names=("a", "b")), None),
+        (req(behind, {0: 20}, {0: 30}, names=("a",)), None),
+        (req(reset, {0: 10}, {0: 20}, names=("a",)), None),
+        (req(new, {0: 0}, {0: 5}, initial={0: 0}, names=("a",)), None)])
+    assert [o.status for o in outcomes] == ["ok", "retryable", "fatal", "ok"]
+    assert "expected offsets epoch 0, found 1" in outcomes[2].message
+    assert sum("FOR UPDATE" in s for s in statements) == 1  # one lock statement for all four
+    assert sum(s.lstrip().upper().startswith("INSERT INTO SEGMENTS") for s in statements) == 1
+    assert stored_offsets(engine, ok) == {0: 20} and used_names(engine, ok) == [("a", 1, 0), ("b", 1, 1)]
+    assert stored_offsets(engine, behind) == {0: 10} and used_names(engine, behind) == []
+    assert stored_offsets(engine, reset) == {0: 10} and used_names(engine, reset) == []
+    assert stored_offsets(engine, new) == {0: 5} and used_names(engine, new) == [("a", 1, 0)]
+    row = outcomes[0].row
+    assert row is not None and row == committed_offsets(engine, ok)  # what the supervisor plans against next
+
+
+def test_a_datasource_another_writer_holds_never_holds_the_others_publish_back(engine: sa.Engine) -> None:
+    held, free = (f"ds-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for ds in (held, free):
+        assert publish(engine, req(ds, {0: 0}, {0: 10}, initial={0: 0})).ok
+    with engine.connect() as holder, ThreadPoolExecutor(1) as pool:
+        tx = holder.begin()
+        holder.exec_driver_sql("SELECT 1 FROM datasource_offsets WHERE datasource = %s FOR UPDATE", (held,))
+        together = pool.submit(publish_many, engine, [(req(held, {0: 10}, {0: 20}, names=("a",)), None),
+                                                      (req(free, {0: 10}, {0: 20}, names=("a",)), None)])
+        deadline = time.monotonic() + 20
+        while stored_offsets(engine, free) != {0: 20} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stored_offsets(engine, free) == {0: 20}  # committed while the other datasource is still held
+        wait_for_lock_waiter(engine)  # and the held one waits for its lock, alone
+        assert not together.done() and stored_offsets(engine, held) == {0: 10}
+        tx.rollback()
+        assert [o.status for o in together.result(20)] == ["ok", "ok"]
+    assert stored_offsets(engine, held) == {0: 20}
+
+
+def test_replicas_published_together_exactly_one_wins(engine: sa.Engine, datasource: str) -> None:
+    segments = (seg(datasource, "same"),)
+    outcomes = publish_many(engine, [(req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=segments), None),
+                                     (req(datasource, {0: 0}, {0: 10}, initial={0: 0}, segments=segments), None)])
+    assert [o.status for o in outcomes] == ["ok", "already_published"]
+    assert stored_offsets(engine, datasource) == {0: 10} and used_names(engine, datasource) == [("same", 1, 0)]
+
+
+def test_a_duplicate_segment_id_in_a_batch_fails_only_its_own_request(engine: sa.Engine) -> None:
+    dup, other = (f"ds-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    assert publish(engine, req(dup, {0: 0}, {0: 10}, initial={0: 0}, names=("x",))).ok
+    outcomes = publish_many(engine, [(req(dup, {0: 10}, {0: 20}, names=("x",)), None),
+                                     (req(other, {0: 0}, {0: 10}, initial={0: 0}, names=("y",)), None)])
+    assert [o.status for o in outcomes] == ["fatal", "ok"] and "already published" in outcomes[0].message
+    assert stored_offsets(engine, dup) == {0: 10} and stored_offsets(engine, other) == {0: 10}
+    assert used_names(engine, other) == [("y", 1, 0)]
+
+
+def test_a_topic_re_created_since_its_offsets_were_committed_refuses_the_publish(
+        engine: sa.Engine, datasource: str) -> None:
+    """The broker's topic IDs after the read are checked under the lock; an ID seen first is recorded."""
+    assert publish(engine, req(datasource, {0: 0}, {0: 10}, initial={0: 0})).ok
+    assert check_topic_ids(engine, datasource, {0: "id-a"}) == {}
+    changed = publish(engine, replace(req(datasource, {0: 10}, {0: 20}, names=("a",)), topic_ids={0: "id-b"}))
+    assert changed.status == "fatal" and "re-created" in changed.message and "id-a -> id-b" in changed.message
+    assert stored_offsets(engine, datasource) == {0: 10} and used_names(engine, datasource) == []
+    same = publish(engine, replace(req(datasource, {0: 10, 1: 0}, {0: 20, 1: 5}, initial={1: 0}, names=("a",)),
+                                   topic_ids={0: "id-a", 1: "id-a"}))
+    assert same.ok and stored_offsets(engine, datasource) == {0: 20, 1: 5}
+    assert check_topic_ids(engine, datasource, {1: "id-c"}) == {1: ("id-a", "id-c")}  # recorded by the publish
