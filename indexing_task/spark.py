@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from indexing_task.child_processes import SAFE_PATH
 
-__all__ = ["DEEP_STORAGE_ENV", "INGEST_POOL", "QUERY_POOL", "get_spark", "use_pool"]
+__all__ = ["DEEP_STORAGE_ENV", "INGEST_POOL", "QUERY_POOL", "default_parallelism", "get_spark", "use_pool"]
 
 INGEST_POOL = "ingest"
 QUERY_POOL = "query"
@@ -36,6 +37,23 @@ def _pools_file() -> str:
     path = Path(tempfile.gettempdir()) / f"overlord-fair-pools-{os.getpid()}.xml"
     path.write_text(_POOLS, encoding="utf-8")
     return str(path)
+
+
+_PARALLELISM_MAX_AGE_S = 10.0
+_parallelism: dict[int, tuple[float, int]] = {}
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """``defaultParallelism``, asked of the JVM at most every 10 s: a py4j round trip per task otherwise.
+
+    Executors come and go slowly; a plan a few seconds old splits a backlog as well.
+    """
+    now = time.monotonic()
+    asked, value = _parallelism.get(id(spark), (float("-inf"), 0))
+    if now - asked >= _PARALLELISM_MAX_AGE_S:
+        value = spark.sparkContext.defaultParallelism
+        _parallelism[id(spark)] = (now, value)
+    return value
 
 
 def use_pool(spark: SparkSession, pool: str) -> None:

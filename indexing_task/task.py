@@ -20,16 +20,18 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from indexing_task.group_commit import GroupCommit
 from indexing_task.offset_ranges import Split, plan_splits, spark_tasks
 from indexing_task.published_columns import recorded_columns
 from indexing_task.reader import consumer_config, resolved_consumer_properties
 from indexing_task.resident import ResidentRunners
 from indexing_task.results import WorkerResult, run_on_workers
 from indexing_task.rollup_schema import RollupSchema
+from indexing_task.spark import INGEST_POOL, default_parallelism, use_pool
 from indexing_task.spark_worker import TaskPayload, run_splits
 from indexing_task.step_costs import STEP_COSTS
-from indexing_task.task_errors import TaskStopped, TooManyParseErrors, TopicRecreated
-from indexing_task.watermarks import topic_id_changes
+from indexing_task.task_errors import TaskStopped, TooManyParseErrors
+from indexing_task.watermarks import partition_topic_ids
 from segment_store import (
     DeepStorage,
     Offsets,
@@ -116,33 +118,21 @@ def _high_watermarks(payload: TaskPayload, results: list[WorkerResult]) -> dict[
     return highs
 
 
-def _require_same_topics(engine: sa.Engine, request: IndexTaskRequest, properties: Mapping[str, Any]) -> None:
-    """:class:`TopicRecreated` if a partition's topic has another ID now than when its offsets were committed.
-
-    Checked after reading: a topic re-created before or while the task read it has a new ID now,
-    and what the task read may be the new topic's records under the old topic's offsets.
-    """
-    changed = topic_id_changes(engine, request.spec.datasource, properties, request.spec.spec.io_config.topic,
-                               request.start_offsets)
-    if changed:
-        raise TopicRecreated(f"task {request.task_id}: the topic of partitions {sorted(map(str, changed))} was "
-                             "re-created since their offsets were committed; nothing was published")
-
-
 def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskRequest,
                    stop: threading.Event | None = None, before_publish: BeforePublish | None = None,
-                   resident: ResidentRunners | None = None) -> TaskReport:
+                   resident: ResidentRunners | None = None, publisher: GroupCommit | None = None) -> TaskReport:
     """Index the request's ranges and publish them. Raises on a failed job or too many bad records.
 
     A set ``stop`` event (shutdown, reset) makes the task raise :class:`TaskStopped` instead of
     publishing. ``before_publish`` runs between writing the files and publishing. A task small
-    enough for one Spark task runs on an idle ``resident`` runner if there is one.
+    enough for one Spark task runs on an idle ``resident`` runner if there is one. ``publisher``
+    publishes it with the other tasks that finish meanwhile (else it publishes alone).
     """
     spec, io, tuning = request.spec, request.spec.spec.io_config, request.spec.spec.tuning_config
     step = STEP_COSTS.step
     with step("task.plan"):
         properties = _consumer_properties(request)
-        splits = plan_splits(request.start_offsets, request.end_offsets, spark.sparkContext.defaultParallelism,
+        splits = plan_splits(request.start_offsets, request.end_offsets, default_parallelism(spark),
                              request.min_split_records)
         payload = _task_payload(request, properties, splits)
         logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
@@ -160,11 +150,12 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         columns = recorded_columns(spec)
         segments = tuple(s.descriptor(spec.datasource, columns) for r in results for s in r.segments)
     with step("task.check_topic"):
-        _check_before_publishing(engine, request, properties, stop, before_publish)
+        _check_before_publishing(request, stop, before_publish)
+        topic_ids = partition_topic_ids(properties, io.topic, request.start_offsets)
 
     started = time.monotonic()
     with step("task.publish"):
-        outcome = _publish(engine, request, segments)
+        outcome = _publish(engine, request, segments, topic_ids, publisher)
     report = TaskReport(
         task_id=request.task_id, datasource=spec.datasource, start_offsets=request.start_offsets,
         end_offsets=request.end_offsets, records=records, rows_out=sum(r.rows_out for r in results),
@@ -212,6 +203,8 @@ def _index_splits(spark: SparkSession, request: IndexTaskRequest, payload: TaskP
             results = resident.run(payload, range(len(splits)), stop)  # None: no runner came back in time
     if results is None and splits:
         with STEP_COSTS.step("task.spark_job"):
+            spark.sparkContext.setJobGroup(request.task_id, f"indexing task {request.task_id}", interruptOnCancel=True)
+            use_pool(spark, INGEST_POOL)
             spark.sparkContext.setJobDescription(f"index {request.spec.datasource} task {request.task_id}")
             results = run_on_workers(spark, len(splits), partial(run_splits, payload), tasks)
     return results or []
@@ -226,21 +219,27 @@ def _require_parse_budget(request: IndexTaskRequest, unparseable: int, samples: 
             f"first: {samples[:3]}")
 
 
-def _check_before_publishing(engine: sa.Engine, request: IndexTaskRequest, properties: Mapping[str, Any],
-                             stop: threading.Event | None, before_publish: BeforePublish | None) -> None:
-    """Run ``before_publish``, then raise instead of publishing once ``stop`` is set or a topic was re-created."""
+def _check_before_publishing(request: IndexTaskRequest, stop: threading.Event | None,
+                             before_publish: BeforePublish | None) -> None:
+    """Run ``before_publish``, then raise instead of publishing once ``stop`` is set."""
     if before_publish is not None:
         before_publish(request)
     if stop is not None and stop.is_set():
         raise TaskStopped(f"task {request.task_id} was stopped before publishing; nothing was published")
-    _require_same_topics(engine, request, properties)
 
 
-def _publish(engine: sa.Engine, request: IndexTaskRequest, segments: tuple[SegmentDescriptor, ...]) -> PublishOutcome:
-    """Publish ``segments`` and the request's end offsets in one transaction."""
-    return publish(engine, PublishRequest(
+def _publish(engine: sa.Engine, request: IndexTaskRequest, segments: tuple[SegmentDescriptor, ...],
+             topic_ids: Mapping[Partition, str], publisher: GroupCommit | None) -> PublishOutcome:
+    """Publish ``segments`` and the request's end offsets in one transaction.
+
+    ``topic_ids``, the broker's after the read, must be those recorded when the offsets were
+    committed: a topic re-created before or while the task read it has a new ID, and what the
+    task read may be the new topic's records under the old topic's offsets.
+    """
+    publication = PublishRequest(
         datasource=request.spec.datasource, topic=request.spec.spec.io_config.stream, task_id=request.task_id,
         start_offsets=request.start_offsets, end_offsets=request.end_offsets,
         initial_offsets=request.initial_offsets, segments=segments, epoch=request.epoch,
-        leader_epoch=request.leader_epoch),
-        DeepStorage(request.deep_storage, dict(request.storage_options)))
+        leader_epoch=request.leader_epoch, topic_ids=topic_ids)
+    storage = DeepStorage(request.deep_storage, dict(request.storage_options))
+    return publisher.publish(publication, storage) if publisher is not None else publish(engine, publication, storage)

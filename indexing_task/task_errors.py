@@ -1,7 +1,6 @@
 """Errors of the indexing task."""
 
-__all__ = ["IndexingError", "RangeNotReadableError", "SchemaRegistryUnavailable", "TaskStopped", "TooManyParseErrors",
-           "TopicRecreated"]
+__all__ = ["IndexingError", "RangeNotReadableError", "SchemaRegistryUnavailable", "TaskStopped", "TooManyParseErrors"]
 
 
 class IndexingError(Exception):
@@ -18,10 +17,6 @@ class TooManyParseErrors(IndexingError):
 
 class TaskStopped(IndexingError):
     """The task was asked to stop (shutdown, reset, shutdown request) and did not publish."""
-
-
-class TopicRecreated(IndexingError):
-    """A partition's topic has another ID than when its offsets were committed: the task does not publish."""
 
 
 class SchemaRegistryUnavailable(IndexingError):

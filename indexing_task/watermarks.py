@@ -25,7 +25,8 @@ from indexing_task.task_errors import IndexingError
 from segment_store import Partition, TopicPartitionId, check_topic_ids, kafka_partition
 from specs import KafkaIOConfigSpec
 
-__all__ = ["TopicIdSource", "close_metadata_clients", "stream_topic_ids", "stream_watermarks", "topic_id_changes"]
+__all__ = ["TopicIdSource", "close_metadata_clients", "partition_topic_ids", "stream_topic_ids", "stream_watermarks",
+           "topic_id_changes"]
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -159,6 +160,16 @@ TopicIdSource = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str]]
 """``(consumer properties, topics) -> {topic: topic ID}``, for the topics the broker gives an ID."""
 
 
+def partition_topic_ids(consumer_properties: Mapping[str, Any], topic: str | None, partitions: Iterable[Partition],
+                        topic_ids: TopicIdSource = stream_topic_ids) -> dict[Partition, str]:
+    """The broker's topic ID of each partition's topic (``topic``: the spec's one topic, None for a pattern)."""
+    topics = {p: kafka_partition(p, topic)[0] for p in partitions}
+    if not topics:
+        return {}
+    ids = topic_ids(consumer_properties, set(topics.values()))
+    return {p: ids[t] for p, t in topics.items() if t in ids}
+
+
 def topic_id_changes(engine: sa.Engine, datasource: str, consumer_properties: Mapping[str, Any], topic: str | None,
                      partitions: Iterable[Partition], topic_ids: TopicIdSource = stream_topic_ids,
                      ) -> dict[Partition, tuple[str, str]]:
@@ -167,8 +178,5 @@ def topic_id_changes(engine: sa.Engine, datasource: str, consumer_properties: Ma
     ``topic`` is the spec's one topic (None for a ``topicPattern``). IDs seen for the first time
     are recorded (:func:`segment_store.check_topic_ids`).
     """
-    topics = {p: kafka_partition(p, topic)[0] for p in partitions}
-    if not topics:
-        return {}
-    ids = topic_ids(consumer_properties, set(topics.values()))
-    return check_topic_ids(engine, datasource, {p: ids[t] for p, t in topics.items() if t in ids})
+    current = partition_topic_ids(consumer_properties, topic, partitions, topic_ids)
+    return check_topic_ids(engine, datasource, current) if current else {}
