@@ -770,3 +770,32 @@ def test_a_rate_in_the_first_minute_divides_by_the_time_counted_not_the_whole_wi
         counters.count_processed(now=1000.0 + (i + 1) / 2, records=250)
     assert counters.rate(1030.0, 60) == pytest.approx(500, rel=0.02)
     assert counters.rate(1030.0, 900) == pytest.approx(500, rel=0.02)
+
+
+def test_a_supervisor_plans_from_its_own_publish_and_reads_the_offsets_only_when_they_may_have_moved(
+        stack, engine, world, runner, datasource):
+    """Issue 51: every run read the committed offsets (~1 ms of the leader's CPU each, three runs a task)."""
+    reads: list[str] = []
+    counting = sa.create_engine(engine.url)
+    sa.event.listen(counting, "before_cursor_execute", lambda _c, _cur, statement, *_: reads.append(statement)
+                    if "FROM datasource_offsets" in statement and "FOR UPDATE" not in statement else None)
+    try:
+        world.marks = {0: (0, 10)}
+        sup = make_supervisor(stack, counting, world, runner, datasource, useEarliestOffset=True)
+        sup.run_once()
+        assert len(reads) == 1
+        finish(runner, runner.running()[0], really_publish=True, engine=engine)
+        world.marks = {0: (0, 25)}
+        for _ in range(3):
+            sup.run_once()
+        (task,) = runner.running()
+        assert (dict(task.start_offsets), task.generation) == ({0: 10}, 2)  # planned from the publish's row
+        assert len(reads) == 1
+        world.time += POLICY.watermarks_max_age_s
+        sup.run_once()
+        assert len(reads) == 2  # and again once they are that old
+        finish(runner, task, "retryable")
+        sup.run_once()
+        assert len(reads) == 3  # and after a task failed
+    finally:
+        counting.dispose()

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 
 from indexing_task.step_costs import STEP_COSTS
 from indexing_task.task import IndexTaskRequest, TaskReport
-from indexing_task.watermarks import TopicIdSource, stream_topic_ids, stream_watermarks, topic_id_changes
+from indexing_task.watermarks import TopicIdSource, partition_topic_ids, stream_topic_ids, stream_watermarks
 from overlord.config import Settings
 from overlord.overlord_errors import error_summary
 from overlord.recent_errors import RecentErrors
@@ -58,6 +58,7 @@ from segment_store import (
     OffsetRange,
     Offsets,
     Partition,
+    check_topic_ids,
     committed_offsets,
     kafka_partition,
     skip_offsets,
@@ -178,6 +179,10 @@ class Supervisor:
         self.arrivals: dict[Partition, deque[tuple[int, float]]] = {}
         """Per partition, (latest offset, clock time a refresh or a task's read first saw it): how long records wait."""
         self.stored: CommittedOffsets | None = None
+        self.offsets_read: float | None = None
+        """When :attr:`stored` was last read or set from a publish of this supervisor's (monotonic); None: read it."""
+        self.recorded_ids: dict[Partition, str] | None = None
+        """The topic IDs recorded for the committed partitions, as last read; None: read them."""
         self.offsets_updated: datetime | None = None
         self.refreshed: float | None = None
         """When the watermarks were last read (monotonic)."""
@@ -225,6 +230,7 @@ class Supervisor:
                 self.failed_runs = 0
             except Exception as exc:  # broker or PostgreSQL unreachable, topic changed, and the like
                 self.failed_runs += 1
+                self.offsets_changed()  # read again: a reset may be what it waits for
                 self.detailed_state = "UNABLE_TO_CONNECT"
                 self.record_error(f"{type(exc).__name__}: {exc}", run=True)
                 logger.warning("supervisor %s: run failed (%d in a row): %s", self.id, self.failed_runs, exc)
@@ -342,9 +348,32 @@ class Supervisor:
                                   "meanwhile", "waiting for a task slot")
 
     def read_committed_offsets(self) -> None:
-        """Read the committed offsets; refuse offsets of another topic (a reset is needed)."""
-        self.stored = committed_offsets(self.ctx.engine, self.spec.datasource)
+        """Read the committed offsets unless known; refuse offsets of another topic (a reset is needed).
+
+        They are known after this supervisor's own publish (its outcome is the row as committed) for
+        ``policy.watermarks_max_age_s``; read again after a failed task or run, a reset, that long (another
+        writer: ``overlord index`` by hand, a deposed leader's last publish), and every run while a
+        partition is stopped (a reset is what it waits for).
+        """
+        now = self.ctx.clock()
+        if (self.offsets_read is None or now - self.offsets_read >= self.ctx.policy.watermarks_max_age_s
+                or self.stopped_partitions):
+            before, self.stored = self.stored, committed_offsets(self.ctx.engine, self.spec.datasource)
+            self.offsets_read = now
+            if before is not None and (self.stored is None or self.stored.epoch != before.epoch):
+                self.recorded_ids = None  # reset by another process: it may have forgotten topic IDs
         committed_for(self.spec, self.stored)
+
+    def offsets_changed(self) -> None:
+        """Another writer moved the committed offsets (a reset): read them and the recorded topic IDs again."""
+        self.offsets_read = None
+        self.recorded_ids = None
+
+    def _published(self, row: CommittedOffsets | None) -> None:
+        """A task of this supervisor's committed ``row``: the offsets to plan from, unless a newer one is known."""
+        if row is not None and (self.stored is None or (row.epoch, row.version) > (self.stored.epoch,
+                                                                                  self.stored.version)):
+            self.stored = row
 
     def check_offsets_in_range(self) -> None:
         """Committed offsets must belong to the topic as it is and lie within what it has; else the partition stops.
@@ -390,9 +419,19 @@ class Supervisor:
                 for p, (old, new) in changed.items()}
 
     def _check_topic_ids(self, partitions: list[Partition]) -> dict[Partition, tuple[str, str]]:
+        """``{partition: (recorded, now)}`` for those whose topic ID changed; IDs seen first are recorded.
+
+        The broker is asked every time; the recorded IDs are read again only when one is new to this
+        supervisor (first sight, or recorded by a publish) or after a reset.
+        """
         properties = consumer_properties(self.spec, self.ctx.settings)
-        return topic_id_changes(self.ctx.engine, self.spec.datasource, properties, self.spec.spec.io_config.topic,
-                                partitions, self.ctx.topic_ids)
+        current = partition_topic_ids(properties, self.spec.spec.io_config.topic, partitions, self.ctx.topic_ids)
+        recorded = self.recorded_ids
+        if recorded is None or not current.keys() <= recorded.keys():
+            changed = check_topic_ids(self.ctx.engine, self.spec.datasource, current)
+            self.recorded_ids = {**(recorded or {}), **current, **{p: old for p, (old, _) in changed.items()}}
+            return changed
+        return {p: (recorded[p], now) for p, now in current.items() if recorded[p] != now}
 
     def _skip_lost(self, lost: dict[Partition, tuple[int, int]]) -> None:
         """``resetOffsetAutomatically``: move past records deleted before they were read, on the record."""
@@ -518,6 +557,7 @@ class Supervisor:
             self._grown(report.high_watermarks)
         if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
+            self._published(report.outcome.row)
             state.failures = 0
             self.recent_errors.resolve(self.ctx.now())  # ingestion works again
             self.counters.count_processed(self.ctx.clock(), report.processed)
@@ -533,6 +573,7 @@ class Supervisor:
                       else error_summary(error) if error is not None else "failed")
             state.failures += 1
             self.lows_asked = None
+            self.offsets_changed()  # what refused it (a reset, another writer, a re-created topic) is read again
             delay = self.ctx.policy.backoff_s(state.failures)
             state.retry_after = self.ctx.clock() + delay
             self.record_error(f"task {task_id}: {detail} (retrying in {delay:.0f}s)", f"task failed: {detail}")
@@ -580,7 +621,7 @@ class Supervisor:
         When a group held back is due, or the idle poll; None when only a task's end (or ``period``) matters.
         """
         waits = [self.next_due - self.ctx.clock()] if self.next_due is not None and self.launching else []
-        if self.idle:
+        if self.idle and not waits:  # a group due looks at the topic then
             waits.append(self.ctx.policy.idle_poll_s)
         return max(0.0, min(waits)) if waits else None
 

@@ -304,6 +304,7 @@ class Overlord:
             stopped = [task for task_id, task in sup.active.items() if self.runner.stop(task_id)]
             futures_wait([task.future for task in stopped], timeout=wait_s)
             before, after = reset_offsets(self.engine, sup.spec.datasource, offsets)
+            sup.offsets_changed()
         what = "initial" if offsets is None else ", ".join(f"{p}:{o}" for p, o in dict(offsets).items())
         self.store.record_reset(supervisor_id, sup.spec.datasource, before, after.offsets,
                                 f"reset by an operator to {what} (epoch {after.epoch})")
