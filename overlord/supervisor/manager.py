@@ -178,6 +178,10 @@ class Overlord:
         for sup in self.supervisors.values():
             with sup.lock:
                 sup.update_task_status()
+        try:
+            self.store.task_rows.close()
+        except Exception as exc:  # PostgreSQL unreachable: the next leader marks the rows left RUNNING failed
+            logger.warning("overlord: could not write the last task rows: %s", exc)
         self.elector.stop()  # only now may a standby take over
         logger.info("overlord stopped")
 

@@ -2,7 +2,8 @@
 
 Specs are append-only: every create, update, suspend, resume and terminate adds a row, and
 the newest row of an id is its current state (a terminate row is a tombstone). Tasks are
-one row each, written at launch and updated when they finish. The audit log has a row per change
+one row each, written at launch and updated when they finish (written behind, in batches:
+:mod:`overlord.supervisor.task_rows`). The audit log has a row per change
 made through the API (see :mod:`overlord.http.audit`).
 """
 
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from overlord.supervisor.task_rows import TaskRows
 from segment_store import Offsets, Partition
 from specs import SpecError, SupervisorSpec, load_supervisor_spec
 
@@ -128,6 +130,8 @@ class MetadataStore:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        self.task_rows = TaskRows(engine, tasks)
+        """Indexing tasks' rows, written behind (:mod:`overlord.supervisor.task_rows`); readers flush first."""
 
     def append_spec(self, supervisor_id: str, spec: Mapping[str, Any], *, suspended: bool = False,
                     terminated: bool = False, author: str | None = None) -> SupervisorRecord:
@@ -212,20 +216,19 @@ class MetadataStore:
 
     def insert_task(self, task_id: str, supervisor_id: str, datasource: str, start_offsets: Mapping[Partition, int],
                     end_offsets: Mapping[Partition, int], task_type: str = "index_kafka") -> None:
-        with self.engine.begin() as conn:
-            conn.execute(tasks.insert().values(
-                id=task_id, type=task_type, supervisor_id=supervisor_id, datasource=datasource, status="RUNNING",
-                start_offsets=Offsets(start_offsets).to_json(), end_offsets=Offsets(end_offsets).to_json()))
+        self.task_rows.insert({
+            "id": task_id, "type": task_type, "supervisor_id": supervisor_id, "datasource": datasource,
+            "status": "RUNNING", "start_offsets": Offsets(start_offsets).to_json(),
+            "end_offsets": Offsets(end_offsets).to_json()})
 
     def finish_task(self, task_id: str, status: str, detail: str | None, report: Mapping[str, Any] | None,
                     log: str | None = None) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(tasks.update().where(tasks.c.id == task_id).values(
-                status=status, status_detail=detail, report=dict(report) if report else None,
-                finished_at=sa.func.now(), log=log))
+        self.task_rows.update(task_id, {"status": status, "status_detail": detail,
+                                        "report": dict(report) if report else None, "log": log})
 
     def task_log(self, task_id: str) -> str | None:
         """A finished task's log (None if it has none, or there is no such task)."""
+        self.task_rows.flush()
         with self.engine.connect() as conn:
             return conn.execute(sa.select(tasks.c.log).where(tasks.c.id == task_id)).scalar()
 
@@ -244,6 +247,7 @@ class MetadataStore:
 
         A batch per transaction: a large backlog holds no long lock.
         """
+        self.task_rows.flush()
         old = sa.select(tasks.c.id).where(tasks.c.created_at < created_before, tasks.c.type != "reset_offsets",
                                           tasks.c.status.in_(("SUCCESS", "FAILED"))).limit(batch)
         deleted = 0
@@ -256,6 +260,7 @@ class MetadataStore:
 
     def fail_running_tasks(self, detail: str) -> int:
         """Mark tasks left RUNNING by a previous overlord process as FAILED (they never published)."""
+        self.task_rows.flush()
         with self.engine.begin() as conn:
             result = conn.execute(tasks.update().where(tasks.c.status == "RUNNING").values(
                 status="FAILED", status_detail=detail, finished_at=sa.func.now()))
@@ -264,6 +269,7 @@ class MetadataStore:
     def tasks(self, *, status: str | None = None, datasource: str | None = None, task_type: str | None = None,
               since: datetime | None = None, limit: int = 200, offset: int = 0) -> list[TaskRecord]:
         """Tasks newest first, filtered; ``offset`` skips that many (a page of the list)."""
+        self.task_rows.flush()
         query = sa.select(*_TASK_COLUMNS).order_by(tasks.c.created_at.desc(), tasks.c.id).limit(limit).offset(offset)
         if since is not None:
             query = query.where(tasks.c.created_at >= since)
@@ -277,6 +283,7 @@ class MetadataStore:
             return [_task(row) for row in conn.execute(query)]
 
     def task(self, task_id: str) -> TaskRecord | None:
+        self.task_rows.flush()
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(*_TASK_COLUMNS).where(tasks.c.id == task_id)).one_or_none()
         return _task(row) if row is not None else None
