@@ -78,7 +78,8 @@ class Dataset:
                 "timestampSpec": {"column": "t", "format": "auto"},
                 "dimensionsSpec": {"dimensions": self.dimensions},
                 "metricsSpec": self.metrics,
-                "granularitySpec": {"segmentGranularity": self.segment_granularity, "queryGranularity": "NONE", "rollup": False}},
+                "granularitySpec": {"segmentGranularity": self.segment_granularity, "queryGranularity": "NONE",
+                                    "rollup": False}},
             "ioConfig": {"type": "kafka", "topic": topic, "inputFormat": {"type": "json"},
                          "useEarliestOffset": True, "period": "PT1S"},
             "tuningConfig": {"type": "kafka"}}}
