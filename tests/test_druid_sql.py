@@ -67,6 +67,11 @@ def one(spark, engine, expression: str) -> Any:
     ("TIME_PARSE('not a time')", None),
     ("TIME_PARSE('04/11/2026', 'dd/MM/yyyy')", "2026-11-04T00:00:00.000Z"),
     (f"TIME_FORMAT({TS})", "2026-11-04T13:47:12.000Z"),
+    # an interval's start may be a year or a month (CalciteQueryTest#testTimeFilterOnSubquery: '2000/P1D')
+    ("TIME_IN_INTERVAL(TIMESTAMP '2001-01-01 12:00:00', '2001/P1D')", True),
+    ("TIME_IN_INTERVAL(TIMESTAMP '2001-01-02 00:00:00', '2001/P1D')", False),
+    ("TIME_IN_INTERVAL(TIMESTAMP '2001-02-15 00:00:00', '2001-02/P1M')", True),
+    ("TIME_IN_INTERVAL(TIMESTAMP '2001-01-01 00:00:00', '2000-12-31T23:00/2001-01-01T01:00')", True),
     (f"TIME_FORMAT({TS}, 'yyyy-MM-dd HH')", "2026-11-04 13"),
     ("MILLIS_TO_TIMESTAMP(86400000)", "1970-01-02T00:00:00.000Z"),
     (f"TIMESTAMP_TO_MILLIS({TS})", int(AT.timestamp()) * 1000),

@@ -168,6 +168,13 @@ def _time_format(args: list[exp.Expr]) -> exp.Expr:
     return spark_sql("date_format(_t, _p)", _t=args[0], _p=exp.Literal.string(pattern))
 
 
+def _iso_instant(text: str) -> datetime:
+    """An ISO 8601 instant as Druid reads one: a bare year or year-month is its first day; no offset is UTC."""
+    padded = text + ("-01-01" if len(text) == 4 else "-01" if len(text) == 7 else "")
+    moment = datetime.fromisoformat(padded)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def _time_in_interval(args: list[exp.Expr]) -> exp.Expr:
     """TIME_IN_INTERVAL(t, 'start/end'): ``start <= t < end``; either end may be a period from the other."""
     check_arity("TIME_IN_INTERVAL", args, 2, 2)
@@ -177,8 +184,7 @@ def _time_in_interval(args: list[exp.Expr]) -> exp.Expr:
     try:
         if len(parts) != 2 or all(periods):
             raise ValueError(text)
-        times = [None if period else datetime.fromisoformat(p).astimezone(UTC) for p, period in zip(
-            parts, periods, strict=True)]
+        times = [None if period else _iso_instant(p) for p, period in zip(parts, periods, strict=True)]
     except ValueError:
         raise QueryError(f"TIME_IN_INTERVAL: {text!r} is not an ISO 8601 interval (start/end, start/period or "
                          "period/end)", "UNSUPPORTED_DRUID_SQL") from None
