@@ -39,6 +39,7 @@ from segment_store.leadership import current_leader_epoch
 from segment_store.offsets import OffsetRange, Offsets, Partition
 from segment_store.records import OFFSETS_COLUMNS, CommittedOffsets, committed_row, lock_offsets_row
 from segment_store.schema import datasource_offsets as offsets_t
+from segment_store.schema import leadership as leadership_t
 from segment_store.schema import partition_topic_ids as ids_t
 from segment_store.schema import segments as segments_t
 
@@ -243,46 +244,73 @@ Publication = tuple[PublishRequest, "DeepStorage | None"]
 """A request and the deep storage its files must still be in once the lock is held (None: not checked)."""
 
 
-def _lock_rows(conn: sa.Connection, batch: Sequence[PublishRequest], wait: bool) -> dict[str, CommittedOffsets]:
-    """Lock and read the batch's datasources' offsets rows, in name order (writers of several never deadlock).
+_LEADER_EPOCH = (sa.select(leadership_t.c.epoch).where(leadership_t.c.id == 1).with_for_update(read=True)
+                 .scalar_subquery())
+"""The leader epoch, held until commit: a leader elected meanwhile waits, so a deposed leader's task never commits."""
+_RECORDED_IDS = (sa.select(sa.func.jsonb_object_agg(ids_t.c.partition, ids_t.c.topic_id))
+                 .where(ids_t.c.datasource == offsets_t.c.datasource).scalar_subquery())
+_LOCK = {wait: sa.select(offsets_t.c.datasource, *OFFSETS_COLUMNS, _LEADER_EPOCH.label("leader_epoch"),
+                         _RECORDED_IDS.label("recorded_ids"))
+         .where(offsets_t.c.datasource.in_(sa.bindparam("names", expanding=True)))
+         .order_by(offsets_t.c.datasource).with_for_update(of=offsets_t, skip_locked=not wait)
+         for wait in (True, False)}
+"""Lock the named datasources' offsets rows in name order (writers of several never deadlock), and read them with
+the leader epoch and each one's recorded topic IDs: one round trip."""
 
-    A missing row is created. With ``wait`` False, a row another transaction holds is left out (its
-    request waits alone): one datasource's long writer never holds the others' publishes back.
+
+@dataclass
+class _Locked:
+    """What a round's transaction holds: the offsets rows it locked, the leader epoch, the recorded topic IDs."""
+
+    rows: dict[str, CommittedOffsets] = field(default_factory=dict)
+    leader: int = 0
+    recorded: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def _lock_rows(conn: sa.Connection, batch: Sequence[PublishRequest], wait: bool) -> _Locked:
+    """Lock and read the batch's datasources' offsets rows; a missing one is created.
+
+    With ``wait`` False, a row another transaction holds is left out (its request waits alone):
+    one datasource's long writer never holds the others' publishes back.
     """
-    names = sorted({request.datasource for request in batch})
-    query = (sa.select(offsets_t.c.datasource, *OFFSETS_COLUMNS).where(offsets_t.c.datasource.in_(names))
-             .order_by(offsets_t.c.datasource).with_for_update(skip_locked=not wait))
-    found = {row.datasource: committed_row(row) for row in conn.execute(query)}
-    missing = [request for request in batch if request.datasource not in found]
+    locked = _Locked()
+    for row in conn.execute(_LOCK[wait], {"names": sorted({r.datasource for r in batch})}):
+        locked.rows[row.datasource] = committed_row(row)
+        locked.leader = int(row.leader_epoch or 0)
+        locked.recorded[row.datasource] = row.recorded_ids or {}
+    leader_read = bool(locked.rows)
+    missing = [request for request in batch if request.datasource not in locked.rows]
     if wait:
         for request in missing:
-            found[request.datasource] = lock_offsets_row(conn, request.datasource, request.topic)
+            locked.rows[request.datasource] = lock_offsets_row(conn, request.datasource, request.topic)
     elif missing:  # new rows are ours; rows that exist were locked by another writer
         created = conn.execute(pg_insert(offsets_t).values(
             [{"datasource": r.datasource, "topic": r.topic, "offsets": {}, "version": 0} for r in missing])
             .on_conflict_do_nothing(index_elements=[offsets_t.c.datasource]).returning(offsets_t.c.datasource))
         for name in created.scalars():
-            found[name] = CommittedOffsets(next(r.topic for r in missing if r.datasource == name), Offsets(), 0)
-    return found
+            locked.rows[name] = CommittedOffsets(next(r.topic for r in missing if r.datasource == name), Offsets(), 0)
+    if missing:  # rare: a datasource's first publish
+        locked.recorded.update(_recorded_topic_ids(conn, [r for r in missing if r.datasource in locked.rows]))
+        if not leader_read:
+            locked.leader = current_leader_epoch(conn, lock=True)
+    return locked
 
 
 def _recorded_topic_ids(conn: sa.Connection, batch: Sequence[PublishRequest]) -> dict[str, dict[str, str]]:
-    """``{datasource: {partition: topic ID}}`` recorded for the batch's datasources that carry the broker's IDs."""
-    names = sorted({request.datasource for request in batch if request.topic_ids})
-    recorded: dict[str, dict[str, str]] = {name: {} for name in names}
-    if names:
-        query = sa.select(ids_t.c.datasource, ids_t.c.partition, ids_t.c.topic_id).where(ids_t.c.datasource.in_(names))
-        for row in conn.execute(query):
-            recorded[row.datasource][row.partition] = row.topic_id
+    """``{datasource: {partition: topic ID}}`` recorded for the batch's datasources."""
+    recorded: dict[str, dict[str, str]] = {request.datasource: {} for request in batch}
+    query = sa.select(ids_t.c.datasource, ids_t.c.partition, ids_t.c.topic_id).where(
+        ids_t.c.datasource.in_(sorted(recorded)))
+    for row in conn.execute(query):
+        recorded[row.datasource][row.partition] = row.topic_id
     return recorded
 
 
-def _refusal(request: PublishRequest, storage: DeepStorage | None, found: CommittedOffsets, leader: int | None,
+def _refusal(request: PublishRequest, storage: DeepStorage | None, found: CommittedOffsets, leader: int,
              recorded: Mapping[str, str]) -> PublishOutcome | None:
     """The outcome that refuses ``request`` as ``found`` under the lock; None if it may commit."""
     requirements: tuple[Requirement, ...] = (
-        *(() if request.leader_epoch is None or leader is None
-          else (AssertLeader(request.datasource, request.leader_epoch, leader),)),
+        *(() if request.leader_epoch is None else (AssertLeader(request.datasource, request.leader_epoch, leader),)),
         AssertEpoch(request.datasource, request.epoch),
         AssertTopic(request.datasource, request.topic),
         AssertTopicIds(request.datasource, request.topic_ids, recorded),
@@ -336,18 +364,15 @@ def _publish_round(conn: sa.Connection, batch: Sequence[Publication], wait: bool
     Requests whose row another writer held (``wait`` False) get no outcome. Every statement covers
     the whole batch: a handful of round trips however many datasources publish together.
     """
-    requests = [request for request, _ in batch]
-    found = _lock_rows(conn, requests, wait)
-    leader = (current_leader_epoch(conn, lock=True)
-              if any(r.leader_epoch is not None for r in requests if r.datasource in found) else None)
-    recorded = _recorded_topic_ids(conn, [r for r in requests if r.datasource in found])
+    locked = _lock_rows(conn, [request for request, _ in batch], wait)
+    found, recorded = locked.rows, locked.recorded
     outcomes: dict[int, PublishOutcome] = {}
     accepted: list[tuple[int, PublishRequest, CommittedOffsets]] = []
     for i, (request, storage) in enumerate(batch):
         row = found.get(request.datasource)
         if row is None:
             continue
-        refused = _refusal(request, storage, row, leader, recorded.get(request.datasource, {}))
+        refused = _refusal(request, storage, row, locked.leader, recorded.get(request.datasource, {}))
         if refused is not None:
             outcomes[i] = refused
         else:
