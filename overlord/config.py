@@ -231,6 +231,11 @@ class Settings(BaseSettings):
         "topic trickles: a steady stream is indexed in tasks of this many seconds' records (each task has a fixed "
         "cost), not one per fraction of a second; a task that can fill up to `OVERLORD_TASK_MAX_RECORDS` "
         "starts at once. 0 launches as soon as records wait")
+    task_target_records: int = Field(
+        default=250, ge=0, description="the records that make a task worth its fixed cost: a task group whose "
+        "topic brings this many sooner than `OVERLORD_TASK_MIN_INTERVAL_S` launches as soon as they are there "
+        "(at 500 events/s every 0.5 s; a trickle still waits the interval), so a busy topic's records wait less. "
+        "0 waits the interval whatever the rate")
 
     @field_validator("spark_conf", "query_spark_conf", mode="before")
     @classmethod

@@ -799,3 +799,39 @@ def test_a_supervisor_plans_from_its_own_publish_and_reads_the_offsets_only_when
         assert len(reads) == 3  # and after a task failed
     finally:
         counting.dispose()
+
+
+def test_a_busy_topic_launches_once_its_task_holds_the_target_and_a_trickle_waits_the_interval(
+        stack, engine, world, runner, datasource):
+    """Issue 51: at 500 events/s a task every 1.5 s kept records waiting ~1.5 s; with a target of 250 records
+    its group is due every 0.5 s, while a topic at 10 events/s still waits the interval.
+    """
+    world.marks = {0: (0, 0)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, min_task_interval_s=1.5, target_records=250, idle_poll_s=10.0))
+    sup.run_once()
+    published = 0
+    for second in range(1, 11):  # 500 records a second
+        world.time += 1
+        world.marks = {0: (0, 500 * second)}
+        sup.run_once()
+        for task in runner.running():
+            finish(runner, task, really_publish=True, engine=engine)
+            published = task.end_offsets[0]
+        sup.run_once()
+    assert sup.next_run_in_s() == pytest.approx(0.5, abs=0.1)  # 250 records at ~500/s (the last 10 s)
+    world.time += sup.next_run_in_s()
+    world.marks = {0: (0, published + 250)}
+    sup.run_once()
+    (task,) = runner.running()
+    assert dict(task.end_offsets) == {0: published + 250}  # launched ~0.5 s after the last, not 1.5 s
+
+    quiet = make_supervisor(stack, engine, world, runner, datasource + "_quiet", useEarliestOffset=True)
+    quiet.ctx = replace(quiet.ctx, policy=sup.ctx.policy)
+    world.marks = {0: (0, 10)}
+    quiet.run_once()
+    (first,) = [t for t in runner.running() if t.spec.datasource == quiet.spec.datasource]
+    finish(runner, first, really_publish=True, engine=engine)
+    world.marks = {0: (0, 20)}
+    quiet.run_once()
+    assert quiet.next_run_in_s() == pytest.approx(1.5)  # 10 records a second: the whole interval

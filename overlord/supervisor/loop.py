@@ -116,8 +116,8 @@ class ActiveTask:
 class GroupState:
     failures: int = 0
     retry_after: float = 0.0
-    launched: float = float("-inf")
-    """When its last task was launched (monotonic)."""
+    due: float = float("-inf")
+    """When it may launch again however few records wait (monotonic; see ``Supervisor._interval``)."""
 
 
 RATE_HORIZON_S = 900
@@ -477,7 +477,7 @@ class Supervisor:
                 continue
             if todo.empty:
                 continue
-            self.groups[group].launched = now
+            self.groups[group].due = now + self._interval()
             with STEP_COSTS.step("launch.submit"):
                 self._launch(group, todo)
         self.detailed_state = "RUNNING" if self.active else "IDLE"
@@ -497,12 +497,28 @@ class Supervisor:
         return bool(partitions) and not busy.intersection(partitions) and now >= state.retry_after
 
     def _held_back(self, group: int, todo: OffsetRange, now: float) -> bool:
-        """A group launched within ``min_task_interval_s`` waits, unless its next task is full."""
-        return now < self._due(group) and todo.size() < self.ctx.policy.max_records_per_task
+        """A group launched lately waits until it is due, unless its next task is full or holds the target."""
+        policy = self.ctx.policy
+        enough = policy.target_records if policy.target_records > 0 else policy.max_records_per_task
+        return now < self._due(group) and todo.size() < min(enough, policy.max_records_per_task)
 
     def _due(self, group: int) -> float:
-        """When a group may launch again at a trickle: ``min_task_interval_s`` after its last launch."""
-        return self.groups[group].launched + self.ctx.policy.min_task_interval_s
+        """When a group may launch again however few records wait (its run then looks at the topic)."""
+        return self.groups[group].due
+
+    def _interval(self) -> float:
+        """The time from a group's launch to its next: ``min_task_interval_s``, or less for a busy topic.
+
+        Less when its records arrive fast enough to hold ``target_records`` sooner (the last minute's
+        rate, spread over the groups).
+        """
+        policy = self.ctx.policy
+        interval = policy.min_task_interval_s
+        if policy.target_records > 0 and interval > 0:
+            rate = self.counters.rate(self.ctx.clock(), 60) / self.spec.spec.io_config.task_count
+            if rate > 0:
+                interval = min(interval, policy.target_records / rate)
+        return interval
 
     def publish_status(self) -> None:
         """Replace :attr:`status` with a snapshot of now, and remember its lag and rate (callers hold ``lock``)."""

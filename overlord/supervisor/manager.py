@@ -77,7 +77,8 @@ class Overlord:
             visible_totals=lambda: visible_totals(engine), step_costs=STEP_COSTS.snapshot))
         self.context = SupervisorContext(engine, self.store, self.runner, settings, self.wake,
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
-                                                                   min_task_interval_s=settings.task_min_interval_s),
+                                                                   min_task_interval_s=settings.task_min_interval_s,
+                                                                   target_records=settings.task_target_records),
                                          metrics=self.metrics)
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}

@@ -32,6 +32,10 @@ class SupervisorPolicy:
     min_task_interval_s: float = 0.0
     """The least time between two launches in one task group unless the next task is full: a
     trickle is indexed in fewer, larger tasks (the overlord sets ``OVERLORD_TASK_MIN_INTERVAL_S``)."""
+    target_records: int = 0
+    """Records enough for a task's fixed cost: a group whose topic brings this many sooner than
+    ``min_task_interval_s`` launches once they are there (0: never sooner; the overlord sets
+    ``OVERLORD_TASK_TARGET_RECORDS``). A busy topic's records then wait a fraction of the interval."""
 
     def backoff_s(self, failures: int) -> float:
         """The wait before retrying a group that has failed ``failures`` times in a row (>= 1)."""
