@@ -34,7 +34,8 @@ SANE: dict[str, Check] = {
     "auth_flood": lambda r: r["flood"]["requests"] > 0 and r["latency_logged_in_during_flood"]["requests"] > 0,
     "broker_cost": lambda r: set(r["broker_cores"]) == {"producer_only", "tailing_consumer", "indexer_cycle"},
     "cluster": lambda r: [run["records"] for run in r["runs"]] == [r["events"]] * 2 and r["cluster_over_local"] > 0,
-    "cost": lambda r: r["records_measured"] > 0 and r["cores_overlord_tree"] > 0 and r["freshness_p95_s"] > 0,
+    "cost": lambda r: r["records_measured"] > 0 and r["cores_overlord_tree"] > 0 and r["freshness_p95_s"] > 0
+    and r["exact"]["ok"] and r["lag_max_by_minute_records"],
     "cost --steps": lambda r: r["control_plane"]["main_process_ms_per_task"] > 0
     and "supervisor.run" in r["control_plane"]["steps"],
     "formats": lambda r: r["shapes"]["1 low"]["csv_over_json"] > 0 and r["shapes"]["1 low"]["avro_over_json"] > 0,

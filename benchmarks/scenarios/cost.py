@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psutil
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
@@ -41,6 +43,7 @@ from indexing_task.spark import get_spark
 from overlord.dev.sample_data import COUNTRIES, DEVICES, create_topic
 from overlord.dev.stack import dev_stack
 from overlord.supervisor.manager import Overlord
+from segment_store import committed_offsets, visible_segments
 from segment_store.schema import datasource_offsets
 from specs import load_example
 
@@ -126,11 +129,18 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "statistics.interval.ms": 10_000,
                          "stats_cb": on_stats})
     acked: dict[tuple[str, int, int], float] = {}
+    highest: dict[tuple[str, int], int] = {}
+    """Each partition's next offset as acknowledged: the lag counts from it."""
+    lag_by_minute: dict[int, int] = defaultdict(int)
+    """The most records acknowledged and not yet committed, over all topics, in each measured minute."""
     measured_from = time.monotonic() + warmup_s
 
     def on_delivery(error: Any, message: Any) -> None:
-        if error is None and time.monotonic() >= measured_from:
-            acked[(message.topic(), message.partition(), message.offset())] = time.monotonic()
+        if error is None:
+            key = (message.topic(), message.partition())
+            highest[key] = max(highest.get(key, 0), message.offset() + 1)
+            if time.monotonic() >= measured_from:
+                acked[(message.topic(), message.partition(), message.offset())] = time.monotonic()
 
     visible: dict[tuple[str, int], list[tuple[float, int]]] = defaultdict(list)
     stop = threading.Event()
@@ -151,6 +161,10 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
                     if offset != last.get(key):
                         visible[key].append((now, offset))
                         last[key] = offset
+            if now >= measured_from:
+                minute = int((now - measured_from) // 60)
+                lag = sum(max(0, high - last.get(key, 0)) for key, high in list(highest.items()))
+                lag_by_minute[minute] = max(lag_by_minute[minute], lag)
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -202,7 +216,8 @@ def _load(bootstrap: str, database_url: str, topics: dict[str, str], rate: int, 
                  "freshness_p50_s": round(latencies[len(latencies) // 2], 3),
                  "freshness_p95_s": round(_p95(latencies), 3),
                  "freshness_max_s": round(latencies[-1], 3),
-                 "freshness_p95_by_minute_s": [round(_p95(sorted(by_minute[m])), 3) for m in sorted(by_minute)]})
+                 "freshness_p95_by_minute_s": [round(_p95(sorted(by_minute[m])), 3) for m in sorted(by_minute)],
+                 "lag_max_by_minute_records": [lag_by_minute[m] for m in sorted(lag_by_minute) if m * 60 < seconds]})
 
 
 def _p95(values: list[float]) -> float:
@@ -251,6 +266,7 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_r
         load.join(30)
         sampler.join(30)
         tasks = overlord.store.tasks(limit=100_000)
+        exact = _exact(engine, overlord)
         overlord.stop()
         spark.stop()
     overlord_kinds = ("overlord", "spark_jvm", "python_workers", "other")
@@ -269,8 +285,28 @@ def run(supervisors: int, rate: int, seconds: float, warmup_s: float, resident_r
         "task_medians": _task_times(tasks, 0.5),
         "task_p95": _task_times(tasks, 0.95),
         **freshness,
+        "exact": exact,
         **({"control_plane": window.report()} if window is not None else {}),
     }
+
+
+def _exact(engine: sa.Engine, overlord: Overlord) -> dict[str, Any]:
+    """Whether every datasource's visible rows count exactly the records its committed offsets cover.
+
+    Topics start empty and are pinned at 0, so the records read are the sum of the committed offsets, less
+    those the supervisor counted as unparseable or thrown away.
+    """
+    wrong = []
+    for sup in overlord.supervisors.values():
+        datasource = sup.spec.datasource
+        stored = committed_offsets(engine, datasource)
+        read = sum(stored.offsets.values()) if stored is not None else 0
+        dropped = sup.counters.unparseable + sup.counters.thrown_away
+        rows = sum(int(pc.sum(pq.read_table(s.path, columns=["count"])["count"]).as_py() or 0)
+                   for s in visible_segments(engine, datasource))
+        if rows + dropped != read:
+            wrong.append({"datasource": datasource, "rows": rows, "dropped": dropped, "committed": read})
+    return {"ok": not wrong, "datasources": len(overlord.supervisors), "wrong": wrong[:10]}
 
 
 def _with_earlier_runs(result: dict[str, Any], out: str) -> dict[str, Any]:
