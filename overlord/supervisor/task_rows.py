@@ -19,6 +19,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from indexing_task.step_costs import STEP_COSTS
+
 __all__ = ["TaskRows"]
 
 logger = logging.getLogger(__name__)
@@ -64,7 +66,8 @@ class TaskRows:
             if not inserts and not updates:
                 return
             try:
-                self._write(list(inserts.values()), updates)
+                with STEP_COSTS.step("task_rows.write"):
+                    self._write(list(inserts.values()), updates)
             except BaseException:
                 with self._lock:
                     self._inserts = {**inserts, **self._inserts}
