@@ -350,10 +350,11 @@ class Supervisor:
     def read_committed_offsets(self) -> None:
         """Read the committed offsets unless known; refuse offsets of another topic (a reset is needed).
 
-        They are known after this supervisor's own publish (its outcome is the row as committed) for
-        ``policy.watermarks_max_age_s``; read again after a failed task or run, a reset, that long (another
-        writer: ``overlord index`` by hand, a deposed leader's last publish), and every run while a
-        partition is stopped (a reset is what it waits for).
+        A publish of this supervisor's tells them (its outcome is the row as committed). They are read
+        again after a failed task or run, a reset, ``policy.watermarks_max_age_s`` after the last read or
+        publish (another writer: ``overlord index`` by hand), and every run while a partition is stopped
+        (a reset is what it waits for). Offsets another writer moved fail the next task's publish, which
+        makes the next run read them.
         """
         now = self.ctx.clock()
         if (self.offsets_read is None or now - self.offsets_read >= self.ctx.policy.watermarks_max_age_s
@@ -374,6 +375,8 @@ class Supervisor:
         if row is not None and (self.stored is None or (row.epoch, row.version) > (self.stored.epoch,
                                                                                   self.stored.version)):
             self.stored = row
+            if self.offsets_read is not None:
+                self.offsets_read = self.ctx.clock()  # as fresh as a read
 
     def check_offsets_in_range(self) -> None:
         """Committed offsets must belong to the topic as it is and lie within what it has; else the partition stops.
