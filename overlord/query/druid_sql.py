@@ -36,7 +36,7 @@ from overlord.query.druid_rewrite_rules import (
     METADATA_TABLES,
     RULES,
     RewriteContext,
-    array_concat_columns,
+    array_argument_columns,
     metadata_view,
     text_aliases,
     text_in_numbers,
@@ -116,7 +116,8 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = (),
     typed = frozenset(column.name.lower() for node in tree.walk() for column in typed_operands(node)) | {
         column.name.lower() for select in tree.find_all(exp.Select) if (column := top_n_column(select, query))} | {
         column.name.lower() for node in tree.find_all(exp.In) if (column := text_in_numbers(node))} | {
-        column.name.lower() for node in tree.find_all(exp.ArrayConcat) for column in array_concat_columns(node)}
+        column.name.lower() for node in tree.find_all(exp.ArrayConcat, exp.ArraySize, exp.ArrayToString)
+        for column in array_argument_columns(node)}
     kinds = dict(complex_columns)
     kinds |= text_aliases(tree, kinds)
     multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
