@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from overlord.query.collect_sql import collecting_aggregate
 from overlord.query.druid_functions import (
     DRUID_FUNCTIONS,
     FLOOR_UNITS,
@@ -319,6 +320,11 @@ def _refuse_array_concat_agg(node: exp.Expr, context: RewriteContext) -> exp.Exp
     return None
 
 
+def _collecting_aggregate(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid's ARRAY_AGG, STRING_AGG and LISTAGG (:mod:`overlord.query.collect_sql`)."""
+    return collecting_aggregate(node, context.complex_columns)
+
+
 def _refuse_function(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid functions not supported here, or whose Druid answers are wrong (``DRUID_DEFECTS``): refused."""
     if not isinstance(node, exp.Anonymous):
@@ -498,13 +504,14 @@ def _timestamp_add_diff(node: exp.Expr, context: RewriteContext) -> exp.Expr | N
 
 
 RULES: tuple[Rule, ...] = (
-    _schema_table, _over_complex_column, _typed_comparison, _text_in_numbers, _top_n_nulls_first, _estimate_of_filtered,
-    _unicode_string, _array_constructor, _pi, _predicate_is, _empty_group_by, _refuse_split_subtotals,
-    _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame, _safe_divide, _truncate,
-    _whole_division, _refuse_array_concat_agg, _refuse_function, _sketch_object_function, _multi_value_function,
-    _any_value, _druid_function, _unnest_multi_value, _array_contains, _array_concat, _array_length, _date_trunc,
-    _string_to_array, _array_append_prepend, _array_slice, _array_to_string, _floor_ceil_to_unit, _regexp_extract,
-    _lenient_cast, _substring, _trim_characters, _strpos, _timestamp_add_diff,
+    _schema_table, _over_complex_column, _typed_comparison, _text_in_numbers, _top_n_nulls_first,
+    _estimate_of_filtered, _unicode_string, _array_constructor, _pi, _predicate_is, _empty_group_by,
+    _refuse_split_subtotals, _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame,
+    _safe_divide, _truncate, _whole_division, _refuse_array_concat_agg, _collecting_aggregate, _refuse_function,
+    _sketch_object_function, _multi_value_function, _any_value, _druid_function, _unnest_multi_value, _array_contains,
+    _array_concat, _array_length, _date_trunc, _string_to_array, _array_append_prepend, _array_slice,
+    _array_to_string, _floor_ceil_to_unit, _regexp_extract, _lenient_cast, _substring, _trim_characters, _strpos,
+    _timestamp_add_diff,
 )
 """The rules in the order they are tried: the first that applies to a node rewrites it (or refuses the query)."""
 
