@@ -62,6 +62,8 @@ def _reads_time(node: exp.Expr) -> bool:
     if select is None or source is None or not isinstance(source.this, exp.Table) or select.args.get("joins"):
         return False
     table = source.this
+    if not isinstance(table.this, exp.Identifier):
+        return False  # a table function: range(n)
     if table.args.get("db") is not None and table.args["db"].name.lower() != "druid":
         return False  # INFORMATION_SCHEMA, sys
     return table.name.lower() not in {cte.alias_or_name.lower() for cte in node.root().find_all(exp.CTE)}
