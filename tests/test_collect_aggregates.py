@@ -43,12 +43,17 @@ def test_string_agg_and_array_agg_of_numbers_as_druid_answers(spark, engine, dat
     assert got == [["7,325323,0", "0,325323,7", [7, 325323, 0, None, None, None], [None, 0, 7, 325323]]]
 
 
-def test_a_separator_that_is_no_constant_is_refused(spark, engine, datasource, tmp_path):
-    """``CalciteQueryTest#testStringAggExpressionNonConstantSeparator``: Druid refuses it too."""
+@pytest.mark.parametrize("call", [
+    "STRING_AGG(DISTINCT dim1, CONCAT('|', dim1))", "STRING_AGG(dim1, ',' ORDER BY dim1)",
+    "ARRAY_AGG(dim1 ORDER BY dim1 DESC)", "LISTAGG(dim1, ',') WITHIN GROUP (ORDER BY dim1)"])
+def test_a_separator_that_is_no_constant_or_an_order_is_refused(spark, engine, datasource, tmp_path, call):
+    """``CalciteQueryTest#testStringAggExpressionNonConstantSeparator``; Druid's documentation: ``ORDER BY``
+    within ``STRING_AGG``/``ARRAY_AGG`` is not supported.
+    """
     publish_foo(engine, str(tmp_path), datasource)
     with pytest.raises(QueryError) as caught:
-        run_sql(spark, engine, f"SELECT STRING_AGG(DISTINCT dim1, CONCAT('|', dim1)) FROM \"{datasource}\"")
-    assert caught.value.error_class == "UNSUPPORTED_DRUID_SQL"
+        run_sql(spark, engine, f'SELECT {call} FROM "{datasource}"')
+    assert caught.value.error_class == "UNSUPPORTED_DRUID_SQL", caught.value.message
 
 
 def test_a_collection_the_rows_read_cannot_bound_is_refused(spark, engine, datasource, tmp_path):

@@ -98,6 +98,10 @@ def collecting_aggregate(node: exp.Expr, kinds: Mapping[str, str]) -> exp.Expr |
     if not low <= len(args) <= high:
         raise QueryError(f"{name} takes {low} to {high} arguments, got {len(args)}", "UNSUPPORTED_DRUID_SQL")
     value = args[0]
+    if isinstance(value, exp.Order) or isinstance(node.parent, exp.WithinGroup) or any(
+            isinstance(a, exp.Order) for a in args):
+        raise QueryError(f"{name} with an ORDER BY (or WITHIN GROUP) is not supported, as in Druid: without DISTINCT "
+                         "values come in time order, with DISTINCT sorted", "UNSUPPORTED_DRUID_SQL")
     separator = args[1] if strings and len(args) > 1 else exp.Literal.string("")
     if list(separator.find_all(exp.Column)):
         raise QueryError(f"{name}: the separator must be a constant", "UNSUPPORTED_DRUID_SQL")
