@@ -68,3 +68,13 @@ def test_a_collection_the_rows_read_cannot_bound_is_refused(spark, engine, datas
         with pytest.raises(QueryError) as caught:
             run_sql(spark, engine, sql)
         assert caught.value.error_class == "VALUE_TOO_LARGE", caught.value.message
+
+
+def test_a_collection_over_a_window_or_a_cte_is_bounded_by_the_rows_it_reads(spark, engine, datasource, tmp_path):
+    """Spark's ``collect_list`` in a window, and over a CTE of the datasource, is counted like ARRAY_AGG."""
+    publish_foo(engine, str(tmp_path), datasource)
+    ds = f'"{datasource}"'
+    window = run_sql(spark, engine, f"SELECT size(collect_list(dim1) OVER (ORDER BY __time)) AS n FROM {ds}", "array")
+    assert sorted(row[0] for row in window) == [1, 2, 3, 4, 5, 6]
+    cte = run_sql(spark, engine, f"WITH t AS (SELECT dim1 FROM {ds}) SELECT ARRAY_AGG(DISTINCT dim1) FROM t", "array")
+    assert cte == [[["", "1", "10.1", "2", "abc", "def"]]]
