@@ -45,6 +45,7 @@ from overlord.query.function_bounds import (
     sized,
 )
 from overlord.query.query_errors import QueryError
+from overlord.query.row_bounds import UNBOUNDED, RowBounds
 
 __all__ = ["DENIED_FUNCTIONS", "MAX_BUILT_SIZE", "PlanWalker", "check_analyzed", "check_parsed", "relations"]
 
@@ -252,7 +253,7 @@ def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str],
     def ours(node: Node) -> bool:
         return node.name == "View" and str(node.obj.desc().identifier().table()).lower() in views
 
-    bounds = _Bounds(walker, _Rows(walker, {name: n for name, n in (row_counts or {}).items() if name in views}))
+    bounds = _Bounds(walker, RowBounds(walker, {name: n for name, n in (row_counts or {}).items() if name in views}))
     for node in walker.nodes(plan, stop=ours):
         if ours(node) and (sizes := (value_sizes or {}).get(str(node.obj.desc().identifier().table()).lower())):
             bounds.measured(node.obj.output(), sizes)
@@ -288,7 +289,7 @@ class _Bounds:
     and raises :class:`QueryError` at the first whose bound is past :data:`MAX_VALUE_SIZE`.
     """
 
-    def __init__(self, walker: PlanWalker, rows: _Rows) -> None:
+    def __init__(self, walker: PlanWalker, rows: RowBounds) -> None:
         self._walker = walker
         self._rows = rows
         self._collecting: list[tuple[list[int], Any]] = []  # (aggregates' result ids, the plan they read)
@@ -469,70 +470,6 @@ class _Bounds:
                              f"of {MAX_VALUE_SIZE:,} (a datasource column counts as its files' largest column "
                              f"chunk, at most {COLUMN_SIZE:,}): build smaller values", "VALUE_TOO_LARGE")
         return value
-
-
-UNBOUNDED = 2 ** 62
-"""The row count of a source this module cannot count (past any value limit times any element)."""
-_SAME_ROWS = frozenset({
-    "Filter", "Project", "Sort", "SubqueryAlias", "View", "Window", "Distinct", "Deduplicate", "GlobalLimit",
-    "LocalLimit", "Offset", "Sample", "Repartition", "RepartitionByExpression", "RebalancePartitions",
-    "ResolvedHint", "CTERelationDef", "Intersect", "Except"})
-"""Plan nodes with at most as many rows as their first child."""
-
-
-class _Rows:
-    """Upper bounds of how many rows an analyzed plan's nodes produce (see :mod:`overlord.query.function_bounds`)."""
-
-    def __init__(self, walker: PlanWalker, views: Mapping[str, int]) -> None:
-        self._walker = walker
-        self._views = views
-        self._ctes: dict[int, Any] = {}
-        self._active: set[int] = set()
-
-    def define(self, cte: int, plan: Any) -> None:
-        """The CTE ``cte`` is ``plan``."""
-        self._ctes[cte] = plan
-
-    def count(self, plan: Any, bound: Callable[[Any], int]) -> int:
-        """At most how many rows ``plan`` produces; :data:`UNBOUNDED` when it cannot tell.
-
-        ``bound``: the size bound of an expression (a generator's array holds at most one element per 8).
-        """
-        return min(self._count(plan, bound), UNBOUNDED)
-
-    def _count(self, plan: Any, bound: Callable[[Any], int]) -> int:
-        name = self._walker.simple_name(plan)
-        children = [plan.children().apply(i) for i in range(plan.children().length())]
-        if name == "View" and (table := str(plan.desc().identifier().table()).lower()) in self._views:
-            return int(self._views[table])
-        if name == "OneRowRelation":
-            return 1
-        if name == "LocalRelation":
-            return int(plan.data().length())
-        if name == "Aggregate" and plan.groupingExpressions().length() == 0:
-            return 1
-        if name == "CTERelationRef":
-            cte = plan.cteId()
-            if cte not in self._ctes or cte in self._active:
-                return UNBOUNDED
-            self._active.add(cte)
-            try:
-                return self.count(self._ctes[cte], bound)
-            finally:
-                self._active.discard(cte)
-        if name in ("Join", "LateralJoin") and len(children) == 2:
-            return (self.count(children[0], bound) + 1) * (self.count(children[1], bound) + 1)
-        if name == "Union":
-            return sum(self.count(child, bound) for child in children)
-        if name == "Expand":
-            return self.count(children[0], bound) * int(plan.projections().length())
-        if name == "Generate":
-            return self.count(children[0], bound) * (bound(plan.generator()) // 8 + 1)
-        if name == "WithCTE":
-            return self.count(plan.plan(), bound)
-        if name in _SAME_ROWS or name == "Aggregate":
-            return self.count(children[0], bound) if children else UNBOUNDED
-        return UNBOUNDED  # a range, a source not counted
 
 
 def _check_aggregate(node: Node) -> None:
