@@ -201,6 +201,20 @@ def test_array_functions_take_a_multi_value_column_whole_and_a_text_column_as_on
     assert grouped == [[["", "d"], 1], [["a", "b", "d"], 1], [["b", "c", "d"], 1], [["d", "d"], 1]]
 
 
+def test_array_functions_read_a_text_column_as_a_one_value_array(spark, engine, datasource, tmp_path):
+    """Druid's array functions read a scalar as a one-element array (``ExprEval.asArray``): ARRAY_LENGTH of a
+    text value is 1 (of null, null), ARRAY_TO_STRING is the value itself, as ARRAY_OFFSET and MV_LENGTH already
+    answered. Spark's ``size`` and ``array_join`` of a string fail instead.
+    """
+    publish_lists(engine, str(tmp_path), datasource)
+    got = run_sql(spark, engine, "SELECT dim2, ARRAY_LENGTH(dim2), ARRAY_TO_STRING(dim2, '|'), ARRAY_OFFSET(dim2, 0), "
+                                 "MV_LENGTH(dim2), ARRAY_CONTAINS(dim2, 'a'), ARRAY_LENGTH(dim2) > 0 "
+                                 f'FROM "{datasource}" ORDER BY 1', "array")
+    assert got == [[None, None, None, None, None, None, None], [None, None, None, None, None, None, None],
+                   ["", 1, "", "", 1, False, True], ["a", 1, "a", "a", 1, True, True],
+                   ["a", 1, "a", "a", 1, True, True], ["abc", 1, "abc", "abc", 1, False, True]]
+
+
 def test_per_value_concat_is_bounded_by_the_values_stored_and_a_large_value_is_still_refused(
         spark, engine, datasource, tmp_path):
     """As in Druid's ``CalciteMultiValueStringQueryTest#testMultiValueStringWorksLikeStringSelfConcatScan``.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from overlord.query.collect_sql import collecting_aggregate
 from overlord.query.druid_functions import (
     DRUID_FUNCTIONS,
     FLOOR_UNITS,
@@ -31,7 +32,7 @@ from overlord.query.multi_value import MV_FUNCTIONS, is_mv
 from overlord.query.query_errors import QueryError
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
 
-__all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "array_concat_columns",
+__all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "array_argument_columns",
            "metadata_view", "text_aliases",
            "text_in_numbers", "top_n_column", "typed_operands"]
 
@@ -319,6 +320,11 @@ def _refuse_array_concat_agg(node: exp.Expr, context: RewriteContext) -> exp.Exp
     return None
 
 
+def _collecting_aggregate(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid's ARRAY_AGG, STRING_AGG and LISTAGG (:mod:`overlord.query.collect_sql`)."""
+    return collecting_aggregate(node, context.complex_columns)
+
+
 def _refuse_function(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid functions not supported here, or whose Druid answers are wrong (``DRUID_DEFECTS``): refused."""
     if not isinstance(node, exp.Anonymous):
@@ -379,15 +385,20 @@ def _array_contains(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
 
 def _array_concat(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid's ARRAY_CONCAT reads a text or number column as a one-element array (null stays null)."""
-    scalars = [c for c in array_concat_columns(node) if context.complex_columns.get(c.name.lower()) in _SCALARS]
-    if not scalars:
+    if not any(_scalar(c, context) for c in array_argument_columns(node)):
         return None
     concat = node.copy()
-    for column in array_concat_columns(concat):
-        if any(column == scalar for scalar in scalars):
-            column.replace(exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(),
-                                  false=exp.Array(expressions=[column.copy()])))
+    for column in array_argument_columns(concat):
+        if _scalar(column, context):
+            column.replace(_as_array(column))
     return concat
+
+
+def _array_length(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid's ARRAY_LENGTH of a text or number column is 1 (of null, null): it reads a scalar as an array."""
+    if isinstance(node, exp.ArraySize) and _scalar(node.this, context):
+        return exp.Anonymous(this="size", expressions=[_as_array(node.this)])
+    return None
 
 
 def _date_trunc(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
@@ -421,9 +432,10 @@ def _array_slice(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
 
 
 def _array_to_string(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
-    """Druid's ARRAY_TO_STRING writes a null element as ``null``."""
+    """Druid's ARRAY_TO_STRING writes a null element as ``null`` (a text or number column: its one value)."""
     if isinstance(node, exp.ArrayToString):
-        return exp.Anonymous(this="array_join", expressions=[node.this.copy(), node.expression.copy(),
+        values = _as_array(node.this) if _scalar(node.this, context) else node.this.copy()
+        return exp.Anonymous(this="array_join", expressions=[values, node.expression.copy(),
                                                              exp.Literal.string("null")])
     return None
 
@@ -492,13 +504,14 @@ def _timestamp_add_diff(node: exp.Expr, context: RewriteContext) -> exp.Expr | N
 
 
 RULES: tuple[Rule, ...] = (
-    _schema_table, _over_complex_column, _typed_comparison, _text_in_numbers, _top_n_nulls_first, _estimate_of_filtered,
-    _unicode_string, _array_constructor, _pi, _predicate_is, _empty_group_by, _refuse_split_subtotals,
-    _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame, _safe_divide, _truncate,
-    _whole_division, _refuse_array_concat_agg, _refuse_function, _sketch_object_function, _multi_value_function,
-    _any_value, _druid_function, _unnest_multi_value, _array_contains, _array_concat, _date_trunc, _string_to_array,
-    _array_append_prepend, _array_slice, _array_to_string, _floor_ceil_to_unit, _regexp_extract, _lenient_cast,
-    _substring, _trim_characters, _strpos, _timestamp_add_diff,
+    _schema_table, _over_complex_column, _typed_comparison, _text_in_numbers, _top_n_nulls_first,
+    _estimate_of_filtered, _unicode_string, _array_constructor, _pi, _predicate_is, _empty_group_by,
+    _refuse_split_subtotals, _grouping_bits, _extract_epoch, _like_escape, _refuse_unordered_window, _following_frame,
+    _safe_divide, _truncate, _whole_division, _refuse_array_concat_agg, _collecting_aggregate, _refuse_function,
+    _sketch_object_function, _multi_value_function, _any_value, _druid_function, _unnest_multi_value, _array_contains,
+    _array_concat, _array_length, _date_trunc, _string_to_array, _array_append_prepend, _array_slice,
+    _array_to_string, _floor_ceil_to_unit, _regexp_extract, _lenient_cast, _substring, _trim_characters, _strpos,
+    _timestamp_add_diff,
 )
 """The rules in the order they are tried: the first that applies to a node rewrites it (or refuses the query)."""
 
@@ -529,11 +542,24 @@ def typed_operands(node: exp.Expr) -> list[exp.Column]:
             if isinstance(x, exp.Column) and _number(y)]
 
 
-def array_concat_columns(node: exp.Expr) -> list[exp.Column]:
-    """The columns ARRAY_CONCAT ``node`` is given: a text or number one is read as a one-element array."""
+def array_argument_columns(node: exp.Expr) -> list[exp.Column]:
+    """The columns ARRAY_CONCAT, ARRAY_LENGTH or ARRAY_TO_STRING ``node`` reads: a text or number one is one value."""
+    if isinstance(node, exp.ArraySize | exp.ArrayToString):
+        return [node.this] if isinstance(node.this, exp.Column) else []
     if not isinstance(node, exp.ArrayConcat):
         return []
     return [a for a in (node.this, *node.expressions) if isinstance(a, exp.Column)]
+
+
+def _scalar(node: exp.Expr, context: RewriteContext) -> bool:
+    """Whether ``node`` is a text or number column (not a multi-value one)."""
+    return isinstance(node, exp.Column) and context.complex_columns.get(node.name.lower()) in _SCALARS
+
+
+def _as_array(column: exp.Expr) -> exp.Expr:
+    """A scalar as Druid's array functions read it: a one-element array, null when it is null."""
+    return exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(),
+                  false=exp.Array(expressions=[column.copy()]))
 
 
 def text_in_numbers(node: exp.Expr) -> exp.Column | None:

@@ -29,6 +29,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.parsers.druid import DruidParser
 from sqlglot.tokens import Tokenizer
 
+from overlord.query.collect_sql import collected_column
 from overlord.query.constants import check_constants
 from overlord.query.druid_functions import DRUID_FUNCTIONS, MILLIS, UTC_NAMES, complex_argument, parse_period
 from overlord.query.druid_rewrite_rules import (
@@ -36,7 +37,7 @@ from overlord.query.druid_rewrite_rules import (
     METADATA_TABLES,
     RULES,
     RewriteContext,
-    array_concat_columns,
+    array_argument_columns,
     metadata_view,
     text_aliases,
     text_in_numbers,
@@ -111,12 +112,15 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = (),
     changed = expand_star_joins(tree, dict(table_columns)) if table_columns else False
     changed = check_constants(tree) or changed
     names = {table.name.lower() for table in tree.find_all(exp.Table)}
-    arguments = {column.name.lower() for node in tree.walk() if (column := complex_argument(node)) is not None}
+    arguments = {column.name.lower() for node in tree.walk()
+                 if (column := complex_argument(node) or collected_column(node)) is not None}
     columns = frozenset(column.name.lower() for column in tree.find_all(exp.Column))
     typed = frozenset(column.name.lower() for node in tree.walk() for column in typed_operands(node)) | {
         column.name.lower() for select in tree.find_all(exp.Select) if (column := top_n_column(select, query))} | {
         column.name.lower() for node in tree.find_all(exp.In) if (column := text_in_numbers(node))} | {
-        column.name.lower() for node in tree.find_all(exp.ArrayConcat) for column in array_concat_columns(node)}
+        column.name.lower() for node in tree.find_all(exp.ArrayConcat, exp.ArraySize, exp.ArrayToString)
+        for column in array_argument_columns(node)} | {
+        column.name.lower() for node in tree.walk() if (column := collected_column(node)) is not None}
     kinds = dict(complex_columns)
     kinds |= text_aliases(tree, kinds)
     multi_value = frozenset(name for name, kind in kinds.items() if kind == "multi_value")
@@ -150,10 +154,11 @@ _AGGREGATES = frozenset("""
     CORR COUNT COUNT_IF COVAR_POP COVAR_SAMP DS_HLL DS_THETA EARLIEST EARLIEST_BY EVERY FIRST HLL_SKETCH_AGG
     HLL_UNION_AGG KLL_MERGE_AGG_DOUBLE KURTOSIS LAST LATEST LATEST_BY MAX MAX_BY MEAN MEDIAN MIN MIN_BY PERCENTILE
     PERCENTILE_APPROX SKEWNESS SOME STD STDDEV STDDEV_POP STDDEV_SAMP SUM THETA_SKETCH_AGG THETA_UNION_AGG TRY_AVG
-    TRY_SUM VAR_POP VAR_SAMP VARIANCE ANY""".split())
+    TRY_SUM VAR_POP VAR_SAMP VARIANCE ANY ARRAY_AGG STRING_AGG LISTAGG COLLECT_LIST COLLECT_SET""".split())
 
 FUNCTIONS: dict[str, bool] = {name.upper(): name.upper() in _AGGREGATES for name in (
     *ALLOWED_FUNCTIONS, *DRUID_FUNCTIONS, *MV_FUNCTIONS, *SKETCH_OBJECT_FUNCTIONS, "ANY_VALUE", "SAFE_DIVIDE",
+    "ARRAY_AGG", "STRING_AGG", "LISTAGG",
     "STRING_TO_ARRAY", "ARRAY_APPEND", "ARRAY_PREPEND", "ARRAY_CONTAINS", "ARRAY_TO_STRING", "DATE_TRUNC")
     if name.replace("_", "").isalnum() and name.upper() not in DRUID_DEFECTS}
 """Every function a query may call (Druid's and Spark's allowed ones, upper case): whether it aggregates."""

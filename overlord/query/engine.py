@@ -56,7 +56,7 @@ from overlord.query.running import RunningQuery, running_query
 from overlord.query.sandbox import DENIED_FUNCTIONS, PlanWalker, check_analyzed, check_parsed, relations
 from overlord.query.segment_source import read_segments
 from overlord.query.time_pruning import TimeRange, time_ranges
-from overlord.query.value_sizes import value_sizes
+from overlord.query.value_sizes import row_count, value_sizes
 from segment_store.records import SegmentRecord
 from segment_store.segment_cache import SegmentCache, is_object_store
 from segment_store.timeline import VisibleSet, visible_set
@@ -482,7 +482,8 @@ def _check_analyzed(qs: _QuerySession, analyzed: Any, views: set[str], files: Ma
     """The sandbox's check of the analyzed plan, with the datasources' files' bounds if the default's fail.
 
     A value past the limit with every column at the default bound is checked again with the bounds the
-    files give (:mod:`overlord.query.value_sizes`): their footers are read only for such a query.
+    files give (:mod:`overlord.query.value_sizes`), and their row counts (which bound a collecting
+    aggregate): their footers are read only for such a query.
     """
     try:
         check_analyzed(qs.walker, analyzed, views)
@@ -490,7 +491,9 @@ def _check_analyzed(qs: _QuerySession, analyzed: Any, views: set[str], files: Ma
         if exc.error_class != "VALUE_TOO_LARGE" or not files:
             raise
         sizes = {datasource: value_sizes(paths, storage_options) for datasource, paths in files.items()}
-        check_analyzed(qs.walker, analyzed, views, sizes)
+        rows = {datasource: count for datasource, paths in files.items()
+                if (count := row_count(paths, storage_options)) is not None}
+        check_analyzed(qs.walker, analyzed, views, sizes, rows)
 
 
 def _plan(translation: Translation, timeline: VisibleSet, ranges: Mapping[str, Any], spark_plan: str) -> pa.Table:

@@ -13,9 +13,12 @@ size class:
 - ``lambda``: a higher-order function over an array or map (``transform``, ``filter``), bounded
   from its lambda's bound (below).
 
-Row-collecting aggregates (``collect_list``, ``array_agg``, ``string_agg``, ``listagg``) and
-accumulating higher-order functions (``aggregate``, ``reduce``) are not allowed: their results grow
-with the number of rows or elements, which no plan check can bound. Neither are functions a Druid
+- ``collecting``: ``collect_list`` and ``collect_set`` (Druid's ``ARRAY_AGG``, ``STRING_AGG`` and
+  ``LISTAGG`` become them), bounded by the rows they may read (below).
+
+Spark's other row-collecting aggregates (``array_agg``, ``string_agg``, ``listagg``) and accumulating
+higher-order functions (``aggregate``, ``reduce``) are not allowed: an accumulator's result grows with
+its elements, which no plan check can bound. Neither are functions a Druid
 user has no use for and whose failures are server-side (``aes_decrypt``, ``raise_error``), nor
 readers of other formats (XML, CSV, Avro, Protobuf) or of the JVM (``reflect``).
 
@@ -38,6 +41,10 @@ counted in characters for strings, bytes for binaries, and for arrays and maps t
 - a function or operator: from its inputs' bounds by its Catalyst class (:data:`MULTIPLIERS`,
   :func:`_sized`), and by default the sum of its inputs plus 8 per input and a small constant
   (every allowed function is at most additive unless listed);
+- a collecting aggregate: the rows its aggregate or window may read times its input's bound plus 8 per
+  row. A datasource's rows are its files' (their footers', when the query is past the limit otherwise),
+  a join's at most the product of its sides' (each plus one), a union's the sum, a generator's its input's
+  times its array's elements; a range, or any source not counted so, may read any number of rows;
 - a lambda function applied over an array of bound ``E`` (at most ``E / 8`` elements): by convexity
   of these bounds in the lambda variable's bound, at most ``count * (f(0) + 8) + f(E)``.
 """
@@ -99,10 +106,11 @@ _ADDITIVE = """
 """
 _SIZED = "repeat space lpad rpad array_repeat sequence format_string printf replace regexp_replace"
 _LAMBDA = "transform filter exists forall zip_with map_filter transform_keys transform_values map_zip_with"
+_COLLECTING = "collect_list collect_set"
 
 ALLOWED_FUNCTIONS: dict[str, str] = {
     name: kind for kind, names in (("bounded", _BOUNDED), ("additive", _ADDITIVE), ("sized", _SIZED),
-                                   ("lambda", _LAMBDA)) for name in names.split()}
+                                   ("lambda", _LAMBDA), ("collecting", _COLLECTING)) for name in names.split()}
 """Every function a query may call (lower case), with its size class."""
 
 SIZE_ARGUMENTS = {"repeat": (1,), "space": (0,), "lpad": (1,), "rpad": (1,), "array_repeat": (1,), "sequence": ()}
@@ -141,6 +149,9 @@ LARGEST_INPUT = frozenset({
     "Alias", "SortOrder", "KnownNotNull", "KnownNullable", "PromotePrecision", "Nvl", "Nvl2",
 })
 """Catalyst classes whose result is one of their inputs or a part of one."""
+
+COLLECTING_CLASSES = frozenset({"CollectList", "CollectSet"})
+"""Aggregates whose result holds one element per row they read."""
 
 FILTER_CLASSES = frozenset({"ArrayFilter", "ArrayExists", "ArrayForAll", "MapFilter", "ArraySort"})
 """Higher-order functions whose result is at most their input (or a boolean)."""

@@ -30,6 +30,7 @@ from typing import Any
 from py4j.java_gateway import JavaObject
 
 from overlord.query.function_bounds import (
+    COLLECTING_CLASSES,
     COLUMN_SIZE,
     FILTER_CLASSES,
     FIXED_SIZE,
@@ -44,6 +45,7 @@ from overlord.query.function_bounds import (
     sized,
 )
 from overlord.query.query_errors import QueryError
+from overlord.query.row_bounds import UNBOUNDED, RowBounds
 
 __all__ = ["DENIED_FUNCTIONS", "MAX_BUILT_SIZE", "PlanWalker", "check_analyzed", "check_parsed", "relations"]
 
@@ -238,18 +240,20 @@ def _check_function(name: str, functions: Collection[str]) -> None:
 
 
 def check_analyzed(walker: PlanWalker, plan: Any, views: Collection[str],
-                   value_sizes: Mapping[str, Mapping[str, int]] | None = None) -> None:
+                   value_sizes: Mapping[str, Mapping[str, int]] | None = None,
+                   row_counts: Mapping[str, int] | None = None) -> None:
     """Refuse an analyzed plan with an operator, relation or expression outside the allow-lists.
 
     ``views``: the names (lower case) of the temporary views the overlord made over datasources;
     their insides are the overlord's and are not walked. ``value_sizes``: by view, bounds of its
     columns' values known from the data (lower-case names, :mod:`overlord.query.value_sizes`); a
     column's bound is the smaller of its own and :data:`~overlord.query.function_bounds.COLUMN_SIZE`.
+    ``row_counts``: by view, how many rows it holds (a view not named may hold any number).
     """
     def ours(node: Node) -> bool:
         return node.name == "View" and str(node.obj.desc().identifier().table()).lower() in views
 
-    bounds = _Bounds(walker)
+    bounds = _Bounds(walker, RowBounds(walker, {name: n for name, n in (row_counts or {}).items() if name in views}))
     for node in walker.nodes(plan, stop=ours):
         if ours(node) and (sizes := (value_sizes or {}).get(str(node.obj.desc().identifier().table()).lower())):
             bounds.measured(node.obj.output(), sizes)
@@ -285,8 +289,11 @@ class _Bounds:
     and raises :class:`QueryError` at the first whose bound is past :data:`MAX_VALUE_SIZE`.
     """
 
-    def __init__(self, walker: PlanWalker) -> None:
+    def __init__(self, walker: PlanWalker, rows: RowBounds) -> None:
         self._walker = walker
+        self._rows = rows
+        self._collecting: list[tuple[list[int], Any]] = []  # (aggregates' result ids, the plan they read)
+        self._read: dict[int, int] = {}  # a collecting aggregate's result id -> the rows it may read
         self._defs: dict[int, list[Any]] = {}  # expression id -> expressions its value is one of
         self._extra: dict[int, list[Any]] = {}  # a union's attribute -> its other inputs' attributes
         self._ctes: dict[int, Any] = {}  # CTE id -> its definition's output
@@ -312,7 +319,13 @@ class _Bounds:
 
     def collect(self, node: Node) -> None:
         obj = node.obj
+        if node.name in ("Aggregate", "Window"):
+            expressions = obj.expressions()
+            ids = [found for i in range(expressions.length()) for found in self._collectors(expressions.apply(i))]
+            if ids:
+                self._collecting.append((ids, obj.child()))
         if node.name == "CTERelationDef":
+            self._rows.define(obj.id(), obj.child())
             self._ctes[obj.id()] = obj.child().output()
         elif node.name == "CTERelationRef":
             self._refs.append((obj.cteId(), obj.output()))
@@ -334,11 +347,22 @@ class _Bounds:
             for i in range(output.length()):
                 self.define(output.apply(i), obj.generator())
 
+    def _collectors(self, expr: Any) -> list[int]:
+        """The result ids of the collecting aggregates in ``expr`` (not in its subqueries)."""
+        if self._walker.simple_name(expr) == "AggregateExpression":
+            if self._walker.simple_name(expr.aggregateFunction()) in COLLECTING_CLASSES:
+                return [expr.resultId().id()]
+        children = expr.children()
+        return [found for i in range(children.length()) for found in self._collectors(children.apply(i))]
+
     def link(self) -> None:
         for cte, output in self._refs:
             if (defined := self._ctes.get(cte)) is not None:
                 for i in range(output.length()):
                     self.define(output.apply(i), defined.apply(i))
+        for ids, child in self._collecting:
+            rows = self._rows.count(child, self.bound)
+            self._read.update((key, max(rows, self._read.get(key, 0))) for key in ids)
 
     def check(self, plan: Any, ours: Callable[[Node], bool]) -> None:
         self._ours = ours
@@ -394,6 +418,12 @@ class _Bounds:
                                else self.bound(output.apply(0)))
         if name in LAMBDA_CLASSES or name in FILTER_CLASSES:
             return self._limit(expr, self._higher_order(expr, name))
+        if name == "AggregateExpression" and self._walker.simple_name(expr.aggregateFunction()) in COLLECTING_CLASSES:
+            for i in range(1, expr.children().length()):  # a FILTER's condition
+                self.bound(expr.children().apply(i))
+            element = self.bound(expr.aggregateFunction().children().apply(0))
+            rows = self._read.get(expr.resultId().id(), UNBOUNDED)
+            return self._limit(expr.aggregateFunction(), rows * (element + 8))
         children = expr.children()
         kids = [children.apply(i) for i in range(children.length())]
         bounds = [self.bound(kid) for kid in kids]

@@ -18,13 +18,14 @@ from typing import Any
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-__all__ = ["MAX_FILES", "value_sizes"]
+__all__ = ["MAX_FILES", "row_count", "value_sizes"]
 
 MAX_FILES = 1_000
 """Datasources of more files than this keep the default bound (their footers are not all read for a query)."""
 
 _CACHE_SIZE = 100_000
 _sizes: dict[str, dict[str, int | None]] = {}
+_rows: dict[str, int] = {}
 
 
 def _file_sizes(path: str, storage_options: Mapping[str, Any] | None) -> dict[str, int | None]:
@@ -51,7 +52,9 @@ def _file_sizes(path: str, storage_options: Mapping[str, Any] | None) -> dict[st
             sizes[name] = None if size is None or known is None else max(known, size)
     if len(_sizes) >= _CACHE_SIZE:
         _sizes.clear()
+        _rows.clear()
     _sizes[path] = sizes
+    _rows[path] = metadata.num_rows
     return sizes
 
 
@@ -70,3 +73,17 @@ def value_sizes(paths: Iterable[str], storage_options: Mapping[str, Any] | None 
             known = bounds.get(name, 0)
             bounds[name] = None if size is None or known is None else max(known, size)
     return {name: size for name, size in bounds.items() if size is not None}
+
+
+def row_count(paths: Iterable[str], storage_options: Mapping[str, Any] | None = None) -> int | None:
+    """How many rows the files ``paths`` hold (their footers'); None for more than :data:`MAX_FILES` files."""
+    files = list(paths)
+    if len(files) > MAX_FILES:
+        return None
+    total = 0
+    for path in files:
+        if path not in _rows:
+            _sizes.pop(path, None)
+            _file_sizes(path, storage_options)
+        total += _rows[path]
+    return total
