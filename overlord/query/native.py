@@ -13,10 +13,11 @@ naming the field.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
@@ -26,7 +27,8 @@ from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
-from overlord.query.native_checks import bad, field
+from overlord.query.native_checks import GRANULARITIES, bad, field
+from overlord.query.native_extraction import extract
 from overlord.query.native_having import parse_having
 from overlord.query.native_search import run_search
 from segment_store.timeline import visible_segments, visible_set
@@ -35,9 +37,6 @@ from specs.spec_errors import SpecError, join_path
 
 __all__ = ["run_native"]
 
-_GRANULARITIES = {"second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "ten_minute": "PT10M",
-                  "fifteen_minute": "PT15M", "thirty_minute": "PT30M", "hour": "PT1H", "six_hour": "PT6H",
-                  "day": "P1D", "week": "P1W", "month": "P1M", "quarter": "P3M", "year": "P1Y"}
 _AGGREGATES = {"Sum": "SUM", "Min": "MIN", "Max": "MAX"}
 _TIME = "__time"
 _T = TypeVar("_T")
@@ -60,7 +59,12 @@ def _value(value: Any) -> exp.Expr:
 
 def _filter(spec: Any, path: str) -> exp.Expr:
     """A Druid filter as a SQL condition."""
-    return _checked(lambda: filter_condition(spec, _col), path)
+    return _checked(lambda: filter_condition(spec, _col, _extract), path)
+
+
+def _extract(spec: object, value: exp.Expression, is_time: bool) -> exp.Expression:
+    """An ``extractionFn`` of a filter, as text."""
+    return cast(exp.Expression, extract(spec, value, is_time))
 
 
 def _parse_intervals(texts: Any, path: str) -> list[tuple[datetime, datetime]]:
@@ -293,9 +297,9 @@ class _Native:
         name = str(value).lower()
         if name in ("all", "none"):
             return None if name == "all" else "none"
-        if name not in _GRANULARITIES:
+        if name not in GRANULARITIES:
             raise bad("$.granularity", f"{value!r} is not a granularity")
-        return _GRANULARITIES[name]
+        return GRANULARITIES[name]
 
     def bucket(self) -> exp.Expr:
         if self.granularity is None:
@@ -311,29 +315,35 @@ class _Native:
             parts.append(_filter(self.query["filter"], "$.filter"))
         return exp.and_(*parts) if parts else None
 
-    def select(self, dimensions: list[tuple[str, str]]) -> exp.Select:
+    def select(self, dimensions: list[tuple[exp.Expr, str]]) -> exp.Select:
         columns = [exp.alias_(self.bucket(), "__bucket", quoted=True)]
-        columns += [exp.alias_(_col(dim), out, quoted=True) for dim, out in dimensions]
+        columns += [exp.alias_(dim.copy(), out, quoted=True) for dim, out in dimensions]
         columns += [exp.alias_(agg, name, quoted=True) for name, agg, _ in self.aggregators]
         select = exp.select(*columns).from_(exp.Table(this=exp.to_identifier(self.datasource, quoted=True)))
         where = self.where()
         if where is not None:
             select = select.where(where)
-        groups = [self.bucket(), *(_col(dim) for dim, _ in dimensions)]
+        groups = [self.bucket(), *(dim.copy() for dim, _ in dimensions)]
         return select.group_by(*groups) if self.aggregators or dimensions else select
 
 
-def _dimensions(specs: Any, path: str) -> list[tuple[str, str]]:
-    """(column, output name) per dimension spec."""
-    out = []
+def _dimensions(specs: Any, path: str) -> list[tuple[exp.Expr, str]]:
+    """(SQL value, output name) per dimension spec: a column, or a column through an extraction function."""
+    out: list[tuple[exp.Expr, str]] = []
     for i, spec in enumerate(specs if isinstance(specs, list) else [specs]):
+        where = f"{path}[{i}]" if isinstance(specs, list) else path
         if isinstance(spec, str):
-            out.append((spec, spec))
-        elif isinstance(spec, Mapping) and spec.get("type", "default") == "default":
-            column = field(spec, "dimension", f"{path}[{i}]")
-            out.append((column, str(spec.get("outputName") or column)))
-        else:
-            raise bad(f"{path}[{i}]", "only plain and default dimension specs are supported")
+            out.append((_col(spec), spec))
+            continue
+        kind = spec.get("type", "default") if isinstance(spec, Mapping) else None
+        if kind not in ("default", "extraction"):
+            raise bad(where, "only plain, default and extraction dimension specs are supported")
+        column = field(spec, "dimension", where)
+        value: exp.Expr = _col(column)
+        if kind == "extraction":
+            value = _checked(functools.partial(extract, spec.get("extractionFn"), value, column == _TIME),
+                             f"{where}.extractionFn")
+        out.append((value, str(spec.get("outputName") or column)))
     return out
 
 
