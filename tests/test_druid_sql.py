@@ -486,8 +486,8 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
         "$.aggregations[0].type: aggregator type 'quantilesDoublesSketch'")
     virtual = httpx.post(f"{live_sql}/druid/v2", json={
         "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
-        "virtualColumns": [{"type": "expression", "name": "v", "expression": "count * 2"}]})
-    assert virtual.status_code == 400 and virtual.json()["errorMessage"].startswith("$.virtualColumns: not supported")
+        "virtualColumns": [{"type": "mv-filtered", "name": "v", "delegate": "country", "values": ["DE"]}]})
+    assert virtual.status_code == 400 and virtual.json()["errorMessage"].startswith("$.virtualColumns[0].type: ")
     unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "select", "dataSource": NAME,
                                                        "intervals": [INTERVAL]})
     assert unknown.status_code == 400 and "'select' is not supported" in unknown.json()["errorMessage"]

@@ -28,6 +28,7 @@ from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
 from overlord.query.native_checks import GRANULARITIES, bad, field
+from overlord.query.native_expressions import VirtualColumns
 from overlord.query.native_extraction import extract
 from overlord.query.native_having import parse_having
 from overlord.query.native_search import run_search
@@ -93,13 +94,13 @@ def _sql_time(ts: datetime) -> str:
 # --- aggregators ---------------------------------------------------------------------------------
 
 
-def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
-    """(output name, SQL aggregate, value of an empty bucket)."""
+def _aggregator(spec: Any, path: str, virtual: VirtualColumns) -> tuple[str, exp.Expr, Any]:
+    """(output name, SQL aggregate, value of an empty bucket); an ``expression`` input is added to ``virtual``."""
     if not isinstance(spec, Mapping):
         raise bad(path, f"expected an aggregator object, got {spec!r}")
     kind = str(spec.get("type"))
     if kind == "filtered":
-        name, inner, empty = _aggregator(spec.get("aggregator"), f"{path}.aggregator")
+        name, inner, empty = _aggregator(spec.get("aggregator"), f"{path}.aggregator", virtual)
         condition = _filter(spec.get("filter"), f"{path}.filter")
         return str(spec.get("name") or name), _filtered(inner, condition), empty
     name = field(spec, "name", path)
@@ -108,13 +109,24 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
     for prefix in ("long", "double", "float"):
         if kind.startswith(prefix) and kind[len(prefix):] in _AGGREGATES:
             function = _AGGREGATES[kind[len(prefix):]]
-            column = _col(field(spec, "fieldName", path))
+            column = _col(_input(spec, path, virtual))
             return name, exp.func(function, column), None  # over no rows: null, as in SQL-compatible Druid
     if kind in _DISTINCT or kind in _FIRST_LAST:
         return name, _druid_call(kind, spec, path), None if kind in _FIRST_LAST else 0
     raise bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
                                "...Min, ...Max, ...First, ...Last, thetaSketch, HLLSketchBuild, HLLSketchMerge, "
                                "hyperUnique, cardinality of one field, and filtered are)")
+
+
+def _input(spec: Mapping[str, Any], path: str, virtual: VirtualColumns) -> str:
+    """The column a sum/min/max reads: its ``fieldName``, or its ``expression`` as a virtual column."""
+    if spec.get("expression") is None:
+        return str(field(spec, "fieldName", path))
+    if spec.get("fieldName") is not None:
+        raise bad(f"{path}.expression", "an aggregator takes a fieldName or an expression, not both")
+    column = f"__expression of {spec.get('name')}"
+    virtual.add(column, spec["expression"], f"{path}.expression")
+    return column
 
 
 def _filtered(aggregate: exp.Expr, condition: exp.Expr) -> exp.Expr:
@@ -242,14 +254,15 @@ def _arithmetic(function: Callable[[Any, Any], Any], values: list[Any]) -> Any:
 _COMMON = {"queryType", "dataSource", "intervals", "filter", "context"}
 _AGGREGATING = _COMMON | {"granularity", "aggregations", "postAggregations"}
 _KEYS = {
-    "timeseries": _AGGREGATING | {"descending"}, "topN": _AGGREGATING | {"dimension", "metric", "threshold"},
-    "groupBy": _AGGREGATING | {"dimensions", "limitSpec", "having"},
-    "scan": _COMMON | {"columns", "order", "limit", "resultFormat", "batchSize"},
+    "timeseries": _AGGREGATING | {"descending", "virtualColumns"},
+    "topN": _AGGREGATING | {"dimension", "metric", "threshold", "virtualColumns"},
+    "groupBy": _AGGREGATING | {"dimensions", "limitSpec", "having", "virtualColumns"},
+    "scan": _COMMON | {"columns", "order", "limit", "resultFormat", "batchSize", "virtualColumns"},
     "timeBoundary": _COMMON | {"bound"}, "dataSourceMetadata": _COMMON,
     "search": _COMMON | {"granularity", "searchDimensions", "query", "sort", "limit"},
     "segmentMetadata": _COMMON | {"merge", "analysisTypes", "lenientAggregatorMerge"},
 }
-"""The fields each query type takes here; any other (``virtualColumns``, ``toInclude``, ...) is refused."""
+"""The fields each query type takes here; any other (``toInclude``, ...) is refused."""
 
 
 class _Native:
@@ -271,7 +284,11 @@ class _Native:
         optional = self.kind in ("timeBoundary", "dataSourceMetadata", "segmentMetadata")
         self.intervals = ([] if optional and query.get("intervals") is None
                           else _parse_intervals(query.get("intervals"), "$.intervals"))
-        self.aggregators = [_aggregator(a, f"$.aggregations[{i}]") for i, a in enumerate(query.get("aggregations", []))]
+        self.virtual = VirtualColumns()
+        if query.get("virtualColumns") is not None:
+            self.virtual.read(query["virtualColumns"], "$.virtualColumns")
+        self.aggregators = [_aggregator(a, f"$.aggregations[{i}]", self.virtual)
+                            for i, a in enumerate(query.get("aggregations", []))]
         self.granularity = self._granularity(query.get("granularity", "all"))
         if self.kind == "topN":
             self.dimensions = _dimensions(field(query, "dimension", "$", (str, dict)), "$.dimension")
@@ -355,8 +372,16 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
         raise bad("$", "expected a native query object")
     native = _Native(query)
 
-    def run(select: exp.Expr) -> QueryResult:
+    def run_sql(select: exp.Expr) -> QueryResult:
         return execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id, local=local)
+
+    read_virtual: list[Callable[[exp.Expr], exp.Expr]] = []
+
+    def run(select: exp.Expr) -> QueryResult:
+        if native.virtual and not read_virtual:  # the columns' types decide what an expression means
+            table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
+            read_virtual.append(native.virtual.bind(run_sql(exp.select(exp.Star()).from_(table).limit(0)).table.schema))
+        return run_sql(read_virtual[0](select) if read_virtual else select)
 
     def rows(select: exp.Expr) -> list[dict[str, Any]]:
         return _events(run(select))
@@ -434,7 +459,8 @@ def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryRes
         [native.datasource]).items() if kind == "multi_value"}
     if lists and not columns:  # every column, named: the multi-value ones are read as lists
         columns = run(exp.select(exp.Star()).from_(table).limit(0)).columns
-    select = exp.select(*([exp.alias_(exp.func("MV_TO_ARRAY", _col(c)), c, quoted=True) if c in lists else _col(c)
+    select = exp.select(*([exp.alias_(exp.func("MV_TO_ARRAY", _col(c)), c, quoted=True) if c in lists else
+                           exp.alias_(_col(c), c, quoted=True) if c in native.virtual.columns else _col(c)
                            for c in columns] if columns else [exp.Star()])).from_(table)
     where = native.where()
     if where is not None:
