@@ -59,6 +59,7 @@ def test_aggregators_read_expressions(spark, engine, rows):
     [answer] = query(spark, engine, "timeseries", granularity="all", aggregations=[
         {"type": "longSum", "name": "doubled", "expression": "count * 2"},
         {"type": "longSum", "name": "big", "expression": "count > 3"},  # 1 where true, 0 where not
+        {"type": "longSum", "name": "digits", "expression": "STRLEN(CAST(count * 10, 'STRING'))"},  # any case
         {"type": "doubleSum", "name": "spread", "expression": "value_max - value_min + 0.5"},
         {"type": "longMax", "name": "longest", "expression": "strlen(country + device)"},  # + concatenates
         {"type": "doubleMin", "name": "least", "expression": "if(value_min < 0, -1.0, value_min / 2.0)"},
@@ -67,6 +68,7 @@ def test_aggregators_read_expressions(spark, engine, rows):
     result = answer["result"]
     assert result["doubled"] == 2 * sum(r["count"] for r in rows)
     assert result["big"] == sum(r["count"] > 3 for r in rows)
+    assert result["digits"] == sum(len(str(r["count"] * 10)) for r in rows)
     assert result["spread"] == pytest.approx(sum(r["value_max"] - r["value_min"] + 0.5 for r in rows))
     assert result["longest"] == max(len(r["country"] + r["device"]) for r in rows)
     assert result["least"] == min(-1.0 if r["value_min"] < 0 else r["value_min"] / 2 for r in rows)
