@@ -154,3 +154,19 @@ def test_a_filters_extraction_we_cannot_answer_is_a_400_naming_its_path(spark, e
                 "type": "selector", "dimension": "country", "value": "x",
                 "extractionFn": {"type": "javascript", "function": "f"}}]}})
     assert refused.value.message.startswith("$.filter.fields[0].extractionFn.type: "), refused.value.message
+
+
+def test_an_extraction_dimensions_output_type_converts_its_values(spark, engine, rows):
+    """``outputType`` LONG turns the extracted text into numbers, as Druid SQL's FLOOR(__time TO HOUR) plan asks."""
+    answer = run_native(spark, engine, {
+        "queryType": "groupBy", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
+        "dimensions": [{"type": "extraction", "dimension": "__time", "outputName": "hour", "outputType": "LONG",
+                        "extractionFn": {"type": "timeFormat", "granularity": "hour", "asMillis": True}},
+                       {"type": "extraction", "dimension": "value_max", "outputName": "bucket",
+                        "outputType": "DOUBLE", "extractionFn": {"type": "bucket", "size": 500}}],
+        "aggregations": [EVENTS]})
+    wanted: Counter[tuple[int, float]] = Counter()
+    for r in rows:
+        wanted[int(r["__time"].replace(minute=0).timestamp() * 1000), float(r["value_max"] // 500 * 500)] += r["count"]
+    assert {(e["event"]["hour"], e["event"]["bucket"]): e["event"]["events"] for e in answer} == dict(wanted)
+    assert all(isinstance(e["event"]["hour"], int) and isinstance(e["event"]["bucket"], float) for e in answer)

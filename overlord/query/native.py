@@ -2,12 +2,14 @@
 
 Supported: ``timeseries``, ``topN``, ``groupBy`` (with ``having``: :mod:`overlord.query.native_having`),
 ``scan``, ``timeBoundary``, ``segmentMetadata`` (merged), ``dataSourceMetadata`` and ``search``
-(:mod:`overlord.query.native_search`).
+(:mod:`overlord.query.native_search`); extraction functions in dimension specs and filters
+(:mod:`overlord.query.native_extraction`); expression virtual columns and aggregators' ``expression``
+inputs (:mod:`overlord.query.native_expressions`).
 Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (names and values
 from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
 so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
 Post-aggregators and Druid's filled-in empty ``timeseries`` buckets are computed on the
-result. Anything else (other query types, extraction functions, sketch post-aggregators) is a 400
+result. Anything else (other query types, lookups, sketch and expression post-aggregators) is a 400
 naming the field.
 """
 
@@ -39,6 +41,8 @@ from specs.spec_errors import SpecError, join_path
 __all__ = ["run_native"]
 
 _AGGREGATES = {"Sum": "SUM", "Min": "MIN", "Max": "MAX"}
+_OUTPUT_TYPES = {"STRING": "VARCHAR", "LONG": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "DOUBLE"}
+"""A dimension spec's ``outputType`` and the SQL type its values are converted to."""
 _TIME = "__time"
 _T = TypeVar("_T")
 
@@ -360,6 +364,11 @@ def _dimensions(specs: Any, path: str) -> list[tuple[exp.Expr, str]]:
         if kind == "extraction":
             value = _checked(functools.partial(extract, spec.get("extractionFn"), value, column == _TIME),
                              f"{where}.extractionFn")
+            output_type = str(spec.get("outputType") or "STRING").upper()
+            if output_type not in _OUTPUT_TYPES:
+                raise bad(f"{where}.outputType", f"{spec['outputType']!r} is not one of {', '.join(_OUTPUT_TYPES)}")
+            if output_type != "STRING":  # the extracted text as a number (null where it is not one)
+                value = exp.cast(value, _OUTPUT_TYPES[output_type])
         out.append((value, str(spec.get("outputName") or column)))
     return out
 
