@@ -135,6 +135,8 @@ def test_a_filter_matches_the_extracted_value(spark, engine, rows):
     ({"type": "stringFormat", "format": "%d items"}, "$.dimensions[0].extractionFn.format"),
     ({"type": "timeFormat", "format": "HH", "timeZone": "Europe/Berlin"}, "$.dimensions[0].extractionFn.timeZone"),
     ({"type": "timeFormat", "format": "EEEE", "locale": "fr"}, "$.dimensions[0].extractionFn.locale"),
+    ({"type": "timeFormat", "format": "xxxx-ww"}, "$.dimensions[0].extractionFn.format"),  # Joda's week year
+    ({"type": "timeFormat", "format": "Y"}, "$.dimensions[0].extractionFn.format"),
     ({"type": "regex", "expr": "(a"}, "$.dimensions[0].extractionFn.expr"),
     ({"type": "substring"}, "$.dimensions[0].extractionFn.index"),
     ({"type": "upper", "typo": 1}, "$.dimensions[0].extractionFn.typo"),

@@ -37,6 +37,8 @@ _KEYS: dict[str, frozenset[str]] = {
 _REFUSED = {"javascript": "user code is never run here", "lookup": "there are no lookups here",
             "registeredLookup": "there are no lookups here"}
 _TIME = "__time"
+_SAME_LETTERS = "yMdDEaHhKkmsS"
+"""Time format letters Joda (Druid's) and Spark read alike; others (``Y``, ``x``, ``w``, zones) are refused."""
 _TEXT = exp.DataType.build("VARCHAR")
 
 
@@ -156,6 +158,10 @@ def _time_format(spec: Mapping[str, Any], value: exp.Expr, is_time: bool) -> exp
     form = spec.get("format")
     if form is not None and not isinstance(form, str):
         raise SpecError.at("format", f"expected a Joda time format, got {json_type_name(form)}")
+    letters = set(re.sub(r"'[^']*'", "", form or "")) - set(_SAME_LETTERS)
+    if any(letter.isalpha() for letter in letters):
+        raise SpecError.at("format", f"pattern letters {''.join(sorted(c for c in letters if c.isalpha()))!r} are "
+                                     f"not supported (the letters Joda and Spark read alike are: {_SAME_LETTERS})")
     time = value
     if not is_time:
         time = (exp.Anonymous(this="MILLIS_TO_TIMESTAMP", expressions=[exp.cast(value, "BIGINT")]) if as_millis
