@@ -522,7 +522,8 @@ def test_a_post_aggregator_we_cannot_answer_is_a_400_naming_the_field(live_sql):
                                                        "fields": [{"type": "fieldAccess", "fieldName": "nope"}, two]}),
         ("$.postAggregations[0].value", {"type": "constant", "name": "x", "value": "2"}),
         ("$.postAggregations[0].name", {"type": "constant", "value": 2}),
-        ("$.postAggregations[0].type", {"type": "expression", "name": "x", "expression": "rows * 2"}),
+        ("$.postAggregations[0].expression", {"type": "expression", "name": "x", "expression": "nope * 2"}),
+        ("$.postAggregations[0].type", {"type": "thetaSketchEstimate", "name": "x", "field": rows}),
     ]
     for where, spec in refused:
         for interval in (INTERVAL, "2000-01-01/2000-01-02"):  # rows, and none: refused either way

@@ -107,3 +107,28 @@ def test_an_expression_we_cannot_answer_is_a_400_naming_its_path(spark, engine, 
         query(spark, engine, "timeseries", granularity="all",
               **({"aggregations": [{"type": "count", "name": "rows"}]} | fields))
     assert refused.value.status == 400 and refused.value.message.startswith(f"{path}: "), refused.value.message
+
+
+def test_an_expression_post_aggregator_computes_on_the_result_row(spark, engine, rows):
+    post = [{"type": "expression", "name": "per_row", "expression": "events / rows"},  # two LONGs: whole
+            {"type": "expression", "name": "share", "expression": "events * 1.0 / rows"},
+            {"type": "expression", "name": "label", "expression": "concat(country, ':', events)"},
+            {"type": "expression", "name": "busy", "expression": "per_row >= 3 && rows > 1"},
+            {"type": "expression", "name": "safe", "expression": "events / (rows - rows)"}]  # by zero: null
+    answer = query(spark, engine, "groupBy", granularity="all", dimensions=["country"], postAggregations=post,
+                   aggregations=[{"type": "longSum", "name": "events", "fieldName": "count"},
+                                 {"type": "count", "name": "rows"}])
+    for event in (e["event"] for e in answer):
+        events, count = event["events"], event["rows"]
+        assert event["per_row"] == events // count and event["share"] == pytest.approx(events / count)
+        assert event["label"] == f"{event['country']}:{events}" and event["safe"] is None
+        assert event["busy"] == int(events // count >= 3 and count > 1)
+    assert len(answer) == len({r["country"] for r in rows})
+
+
+@pytest.mark.parametrize("expression", ["nope * 2", "timestamp_floor(events, 'P1D')", "events +"])
+def test_an_expression_post_aggregator_we_cannot_answer_is_a_400_at_its_expression(spark, engine, rows, expression):
+    with pytest.raises(QueryError) as refused:
+        query(spark, engine, "timeseries", granularity="all", aggregations=[{"type": "count", "name": "events"}],
+              postAggregations=[{"type": "expression", "name": "x", "expression": expression}])
+    assert refused.value.message.startswith("$.postAggregations[0].expression: "), refused.value.message

@@ -9,8 +9,8 @@ Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (name
 from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
 so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
 Post-aggregators and Druid's filled-in empty ``timeseries`` buckets are computed on the
-result. Anything else (other query types, lookups, sketch and expression post-aggregators) is a 400
-naming the field.
+result (``expression`` ones: :mod:`overlord.query.native_post_expressions`). Anything else (other
+query types, lookups, sketch post-aggregators) is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from overlord.query.native_checks import GRANULARITIES, bad, field
 from overlord.query.native_expressions import VirtualColumns
 from overlord.query.native_extraction import extract
 from overlord.query.native_having import parse_having
+from overlord.query.native_post_expressions import expression_post_aggregator
 from overlord.query.native_search import run_search
 from segment_store.timeline import visible_segments, visible_set
 from specs.filters import filter_condition, parse_intervals, time_condition
@@ -238,8 +239,10 @@ def _post_aggregator(spec: Any, names: set[str], path: str) -> _PostAggregator:
             raise bad(f"{path}.fields", f"an arithmetic post-aggregator takes 2 or more fields, got {len(fields)}")
         operands = [_post_aggregator(f, names, f"{path}.fields[{i}]") for i, f in enumerate(fields)]
         return lambda row: _arithmetic(_ARITHMETIC[fn], [operand(row) for operand in operands])
+    if kind == "expression":
+        return expression_post_aggregator(spec, names, path)
     raise bad(f"{path}.type", f"post-aggregator type {kind!r} is not supported (arithmetic, fieldAccess, "
-                               "finalizingFieldAccess, constant are)")
+                               "finalizingFieldAccess, constant, expression are)")
 
 
 def _arithmetic(function: Callable[[Any, Any], Any], values: list[Any]) -> Any:
