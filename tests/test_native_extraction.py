@@ -75,6 +75,8 @@ CASES: list[tuple[str, dict[str, Any], Callable[[Any], Any]]] = [
     ("country", {"type": "stringFormat", "format": "[%s] 100%%"}, lambda v: f"[{v}] 100%"),
     ("value_max", {"type": "bucket", "size": 250, "offset": 10}, lambda v: _bucket(v, 250, 10)),
     ("value_max", {"type": "bucket"}, lambda v: str(v)),
+    ("value_max", {"type": "strlen"}, lambda v: str(len(str(v)))),  # a number's text
+    ("value_max", {"type": "regex", "expr": "^-?(\\d)"}, lambda v: str(abs(v))[0]),
     ("__time", {"type": "timeFormat", "format": "HH:mm"}, lambda t: f"{t:%H:%M}"),
     ("__time", {"type": "timeFormat", "format": "EEEE", "timeZone": "UTC", "locale": "en",
                 "granularity": "hour"}, lambda t: f"{t:%A}"),

@@ -297,10 +297,11 @@ class _Native:
         self.aggregators = [_aggregator(a, f"$.aggregations[{i}]", self.virtual)
                             for i, a in enumerate(query.get("aggregations", []))]
         self.granularity = self._granularity(query.get("granularity", "all"))
+        self.extracted: dict[str, str] = {}
         if self.kind == "topN":
-            self.dimensions = _dimensions(field(query, "dimension", "$", (str, dict)), "$.dimension")
+            self.dimensions = _dimensions(field(query, "dimension", "$", (str, dict)), "$.dimension", self.extracted)
         else:
-            self.dimensions = _dimensions(query.get("dimensions", []), "$.dimensions")
+            self.dimensions = _dimensions(query.get("dimensions", []), "$.dimensions", self.extracted)
         self.post_aggregators = _post_aggregators(
             [] if query.get("postAggregations") is None else query["postAggregations"],
             {name for name, _, _ in self.aggregators} | {output for _, output in self.dimensions})
@@ -351,8 +352,11 @@ class _Native:
         return select.group_by(*groups) if self.aggregators or dimensions else select
 
 
-def _dimensions(specs: Any, path: str) -> list[tuple[exp.Expr, str]]:
-    """(SQL value, output name) per dimension spec: a column, or a column through an extraction function."""
+def _dimensions(specs: Any, path: str, extracted: dict[str, str]) -> list[tuple[exp.Expr, str]]:
+    """(SQL value, output name) per dimension spec: a column, or a column through an extraction function.
+
+    ``extracted`` gets the path of each column read through an extraction function.
+    """
     out: list[tuple[exp.Expr, str]] = []
     for i, spec in enumerate(specs if isinstance(specs, list) else [specs]):
         where = f"{path}[{i}]" if isinstance(specs, list) else path
@@ -372,6 +376,7 @@ def _dimensions(specs: Any, path: str) -> list[tuple[exp.Expr, str]]:
                 raise bad(f"{where}.outputType", f"{spec['outputType']!r} is not one of {', '.join(_OUTPUT_TYPES)}")
             if output_type != "STRING":  # the extracted text as a number (null where it is not one)
                 value = exp.cast(value, _OUTPUT_TYPES[output_type])
+            extracted.setdefault(column, where)
         out.append((value, str(spec.get("outputName") or column)))
     return out
 
@@ -383,6 +388,12 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
     if not isinstance(query, Mapping):
         raise bad("$", "expected a native query object")
     native = _Native(query)
+    if native.extracted:
+        lists = visible_set(engine, [native.datasource]).complex_columns([native.datasource])
+        for column, where in native.extracted.items():
+            if lists.get(column) == "multi_value":
+                raise bad(f"{where}.extractionFn", f"an extraction function over the multi-value dimension "
+                                                   f"{column!r} is not supported")
 
     def run_sql(select: exp.Expr) -> QueryResult:
         return execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id, local=local)

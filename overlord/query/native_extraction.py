@@ -210,6 +210,8 @@ def _text(value: exp.Expr, is_time: bool) -> exp.Expr:
     """A value as the string functions see it: ``__time`` as ISO-8601 text, a number as its text."""
     if is_time:
         return exp.Anonymous(this="TIME_FORMAT", expressions=[value])
+    if isinstance(value, exp.Column):  # as it is: a multi-value column's functions apply to each value
+        return value
     return exp.cast(value, _TEXT)
 
 
