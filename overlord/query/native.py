@@ -388,10 +388,12 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
     if not isinstance(query, Mapping):
         raise bad("$", "expected a native query object")
     native = _Native(query)
-    if native.extracted:
-        lists = visible_set(engine, [native.datasource]).complex_columns([native.datasource])
+    multi_value = set()
+    if native.extracted or native.virtual:
+        multi_value = {name for name, kind in visible_set(engine, [native.datasource]).complex_columns(
+            [native.datasource]).items() if kind == "multi_value"}
         for column, where in native.extracted.items():
-            if lists.get(column) == "multi_value":
+            if column in multi_value:
                 raise bad(f"{where}.extractionFn", f"an extraction function over the multi-value dimension "
                                                    f"{column!r} is not supported")
 
@@ -403,7 +405,8 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
     def run(select: exp.Expr) -> QueryResult:
         if native.virtual and not read_virtual:  # the columns' types decide what an expression means
             table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
-            read_virtual.append(native.virtual.bind(run_sql(exp.select(exp.Star()).from_(table).limit(0)).table.schema))
+            schema = run_sql(exp.select(exp.Star()).from_(table).limit(0)).table.schema
+            read_virtual.append(native.virtual.bind(schema, multi_value))
         return run_sql(read_virtual[0](select) if read_virtual else select)
 
     def rows(select: exp.Expr) -> list[dict[str, Any]]:

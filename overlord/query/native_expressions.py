@@ -19,7 +19,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from overlord.query.native_checks import bad
-from specs.expressions import Call, Expr, Field, Literal, parse_expression
+from specs.expressions import Call, Expr, Field, Literal, parse_expression, referenced_fields
 from specs.spec_errors import SpecError
 
 __all__ = ["VirtualColumns"]
@@ -38,6 +38,7 @@ class _Virtual:
 
     expression: Expr
     output_type: str | None
+    path: str
 
 
 class VirtualColumns:
@@ -73,12 +74,20 @@ class VirtualColumns:
         if not isinstance(text, str):
             raise bad(path, f"expected an expression, got {text!r}")
         try:
-            self.columns[name] = _Virtual(parse_expression(text), output_type)
+            self.columns[name] = _Virtual(parse_expression(text), output_type, path)
         except SpecError as exc:
             raise bad(path, exc.errors[0][1]) from None
 
-    def bind(self, schema: pa.Schema) -> Callable[[exp.Expr], exp.Expr]:
-        """A rewrite of a query's tree reading each virtual column's expression over ``schema``'s columns."""
+    def bind(self, schema: pa.Schema, multi_value: set[str]) -> Callable[[exp.Expr], exp.Expr]:
+        """A rewrite of a query's tree reading each virtual column's expression over ``schema``'s columns.
+
+        An expression reading a ``multi_value`` column is refused: Druid maps it over each value and
+        unnests the results, which this translation does not.
+        """
+        for virtual in self.columns.values():
+            lists = [name for name in referenced_fields(virtual.expression) if name in multi_value]
+            if lists:
+                raise bad(virtual.path, f"an expression over the multi-value dimension {lists[0]!r} is not supported")
         types = {f.name: _druid_type(f.type) for f in schema}
         bound: dict[str, _Typed] = {}
 
