@@ -200,7 +200,7 @@ class _Parser:
             return Field(_unescape(text))
         if kind == "name":
             if self._take("("):
-                return self._call(text)
+                return self._call(text.lower())  # Druid's function names are case-insensitive
             return Literal(None) if text == "null" else Field(text)
         if text == "(":
             inner = self._binary(0)

@@ -32,6 +32,8 @@ __all__ = ["Column", "check_filter_limits", "check_regex", "filter_columns", "fi
 
 Column = Callable[[str], exp.Expression]
 """Maps a column name of the filter to the SQL expression it reads."""
+Extraction = Callable[[object, exp.Expression, bool], exp.Expression]
+"""An ``extractionFn`` applied to a column's value (True: the column is ``__time``), as text; SpecError if refused."""
 
 _KEYS: dict[str, frozenset[str]] = {
     "selector": frozenset({"dimension", "value", "extractionFn"}),
@@ -51,8 +53,11 @@ _KEYS: dict[str, frozenset[str]] = {
 _NUMERIC_TYPES = ("LONG", "DOUBLE", "FLOAT")
 
 
-def filter_condition(spec: object, column: Column) -> exp.Expression:
-    """The SQL condition of a Druid filter; :class:`SpecError` (paths relative to it) if unsupported."""
+def filter_condition(spec: object, column: Column, extraction: Extraction | None = None) -> exp.Expression:
+    """The SQL condition of a Druid filter; :class:`SpecError` (paths relative to it) if unsupported.
+
+    ``extraction`` translates an ``extractionFn`` (native queries'); without it one is refused.
+    """
     if not isinstance(spec, Mapping):
         raise SpecError.at("", f"expected a filter object, got {json_type_name(spec)}")
     kind = spec.get("type")
@@ -61,21 +66,29 @@ def filter_condition(spec: object, column: Column) -> exp.Expression:
     unknown = sorted(set(spec) - _KEYS[kind] - {"type", "filterTuning"})
     if unknown:
         raise SpecError([(key, f"a {kind} filter does not take {key!r} here") for key in unknown])
-    if spec.get("extractionFn") is not None:
+    extraction_spec = spec.get("extractionFn")
+    if extraction_spec is not None and extraction is None:
         raise SpecError.at("extractionFn", "extraction functions are not supported")
     if kind in ("and", "or"):
         fields = _required(spec, "fields", list)
-        parts = [_nested(f, f"fields[{i}]", column) for i, f in enumerate(fields)]
+        parts = [_nested(f, f"fields[{i}]", column, extraction) for i, f in enumerate(fields)]
         join = exp.and_ if kind == "and" else exp.or_
         return exp.paren(join(*parts)) if parts else exp.Boolean(this=kind == "and")
     if kind == "not":
-        return exp.not_(exp.paren(_nested(spec.get("field"), "field", column)))
+        return exp.not_(exp.paren(_nested(spec.get("field"), "field", column, extraction)))
     if kind in ("true", "false"):
         return exp.Boolean(this=kind == "true")
     name = _required(spec, "column" if kind in ("equals", "range", "null") else "dimension", str)
-    if name == "__time" and kind not in ("interval", "null"):
+    if name == "__time" and kind not in ("interval", "null") and extraction_spec is None:
         raise SpecError.at("", f"a {kind} filter on __time is not supported: use an interval filter")
     target = column(name)
+    if extraction_spec is not None and extraction is not None:
+        if kind == "interval":
+            raise SpecError.at("extractionFn", "an interval filter with an extraction function is not supported")
+        try:
+            target = extraction(extraction_spec, target, name == "__time")
+        except SpecError as exc:
+            raise exc.prefixed("extractionFn") from None
     text = target.copy()
     if kind == "selector":
         value = spec.get("value")
@@ -226,9 +239,9 @@ def _regex_problem(pattern: str) -> str | None:
     return None
 
 
-def _nested(spec: object, path: str, column: Column) -> exp.Expression:
+def _nested(spec: object, path: str, column: Column, extraction: Extraction | None) -> exp.Expression:
     try:
-        return filter_condition(spec, column)
+        return filter_condition(spec, column, extraction)
     except SpecError as exc:
         raise exc.prefixed(path) from None
 

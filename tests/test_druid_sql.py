@@ -491,8 +491,8 @@ def test_a_native_query_we_cannot_answer_is_a_400_naming_the_field(live_sql):
         "$.aggregations[0].type: aggregator type 'quantilesDoublesSketch'")
     virtual = httpx.post(f"{live_sql}/druid/v2", json={
         "queryType": "timeseries", "dataSource": NAME, "intervals": [INTERVAL], "granularity": "all",
-        "virtualColumns": [{"type": "expression", "name": "v", "expression": "count * 2"}]})
-    assert virtual.status_code == 400 and virtual.json()["errorMessage"].startswith("$.virtualColumns: not supported")
+        "virtualColumns": [{"type": "mv-filtered", "name": "v", "delegate": "country", "values": ["DE"]}]})
+    assert virtual.status_code == 400 and virtual.json()["errorMessage"].startswith("$.virtualColumns[0].type: ")
     unknown = httpx.post(f"{live_sql}/druid/v2", json={"queryType": "select", "dataSource": NAME,
                                                        "intervals": [INTERVAL]})
     assert unknown.status_code == 400 and "'select' is not supported" in unknown.json()["errorMessage"]
@@ -527,7 +527,8 @@ def test_a_post_aggregator_we_cannot_answer_is_a_400_naming_the_field(live_sql):
                                                        "fields": [{"type": "fieldAccess", "fieldName": "nope"}, two]}),
         ("$.postAggregations[0].value", {"type": "constant", "name": "x", "value": "2"}),
         ("$.postAggregations[0].name", {"type": "constant", "value": 2}),
-        ("$.postAggregations[0].type", {"type": "expression", "name": "x", "expression": "rows * 2"}),
+        ("$.postAggregations[0].expression", {"type": "expression", "name": "x", "expression": "nope * 2"}),
+        ("$.postAggregations[0].type", {"type": "thetaSketchEstimate", "name": "x", "field": rows}),
     ]
     for where, spec in refused:
         for interval in (INTERVAL, "2000-01-01/2000-01-02"):  # rows, and none: refused either way

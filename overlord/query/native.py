@@ -2,21 +2,24 @@
 
 Supported: ``timeseries``, ``topN``, ``groupBy`` (with ``having``: :mod:`overlord.query.native_having`),
 ``scan``, ``timeBoundary``, ``segmentMetadata`` (merged), ``dataSourceMetadata`` and ``search``
-(:mod:`overlord.query.native_search`).
+(:mod:`overlord.query.native_search`); extraction functions in dimension specs and filters
+(:mod:`overlord.query.native_extraction`); expression virtual columns and aggregators' ``expression``
+inputs (:mod:`overlord.query.native_expressions`).
 Each query becomes one Druid SQL statement, built as a sqlglot syntax tree (names and values
 from the JSON are quoted by the generator, never pasted into text) and run by the SQL engine,
 so it reads exactly the visible segments, passes the sandbox and obeys the query limits.
 Post-aggregators and Druid's filled-in empty ``timeseries`` buckets are computed on the
-result. Anything else (other query types, extraction functions, sketch post-aggregators) is a 400
-naming the field.
+result (``expression`` ones: :mod:`overlord.query.native_post_expressions`). Anything else (other
+query types, lookups, sketch post-aggregators) is a 400 naming the field.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
@@ -26,8 +29,11 @@ from overlord.query.druid_sql import MILLIS, parse_period
 from overlord.query.engine import QueryLimits, execute_sql
 from overlord.query.formats import QueryResult
 from overlord.query.local_engine import LocalEngine
-from overlord.query.native_checks import bad, field
+from overlord.query.native_checks import GRANULARITIES, bad, field
+from overlord.query.native_expressions import VirtualColumns
+from overlord.query.native_extraction import extract
 from overlord.query.native_having import parse_having
+from overlord.query.native_post_expressions import expression_post_aggregator
 from overlord.query.native_search import run_search
 from segment_store.timeline import visible_segments, visible_set
 from specs.filters import filter_condition, parse_intervals, time_condition
@@ -35,10 +41,9 @@ from specs.spec_errors import SpecError, join_path
 
 __all__ = ["run_native"]
 
-_GRANULARITIES = {"second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "ten_minute": "PT10M",
-                  "fifteen_minute": "PT15M", "thirty_minute": "PT30M", "hour": "PT1H", "six_hour": "PT6H",
-                  "day": "P1D", "week": "P1W", "month": "P1M", "quarter": "P3M", "year": "P1Y"}
 _AGGREGATES = {"Sum": "SUM", "Min": "MIN", "Max": "MAX"}
+_OUTPUT_TYPES = {"STRING": "VARCHAR", "LONG": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "DOUBLE"}
+"""A dimension spec's ``outputType`` and the SQL type its values are converted to."""
 _TIME = "__time"
 _T = TypeVar("_T")
 
@@ -60,7 +65,12 @@ def _value(value: Any) -> exp.Expr:
 
 def _filter(spec: Any, path: str) -> exp.Expr:
     """A Druid filter as a SQL condition."""
-    return _checked(lambda: filter_condition(spec, _col), path)
+    return _checked(lambda: filter_condition(spec, _col, _extract), path)
+
+
+def _extract(spec: object, value: exp.Expression, is_time: bool) -> exp.Expression:
+    """An ``extractionFn`` of a filter, as text."""
+    return cast(exp.Expression, extract(spec, value, is_time))
 
 
 def _parse_intervals(texts: Any, path: str) -> list[tuple[datetime, datetime]]:
@@ -89,13 +99,13 @@ def _sql_time(ts: datetime) -> str:
 # --- aggregators ---------------------------------------------------------------------------------
 
 
-def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
-    """(output name, SQL aggregate, value of an empty bucket)."""
+def _aggregator(spec: Any, path: str, virtual: VirtualColumns) -> tuple[str, exp.Expr, Any]:
+    """(output name, SQL aggregate, value of an empty bucket); an ``expression`` input is added to ``virtual``."""
     if not isinstance(spec, Mapping):
         raise bad(path, f"expected an aggregator object, got {spec!r}")
     kind = str(spec.get("type"))
     if kind == "filtered":
-        name, inner, empty = _aggregator(spec.get("aggregator"), f"{path}.aggregator")
+        name, inner, empty = _aggregator(spec.get("aggregator"), f"{path}.aggregator", virtual)
         condition = _filter(spec.get("filter"), f"{path}.filter")
         return str(spec.get("name") or name), _filtered(inner, condition), empty
     name = field(spec, "name", path)
@@ -104,13 +114,24 @@ def _aggregator(spec: Any, path: str) -> tuple[str, exp.Expr, Any]:
     for prefix in ("long", "double", "float"):
         if kind.startswith(prefix) and kind[len(prefix):] in _AGGREGATES:
             function = _AGGREGATES[kind[len(prefix):]]
-            column = _col(field(spec, "fieldName", path))
+            column = _col(_input(spec, path, virtual))
             return name, exp.func(function, column), None  # over no rows: null, as in SQL-compatible Druid
     if kind in _DISTINCT or kind in _FIRST_LAST:
         return name, _druid_call(kind, spec, path), None if kind in _FIRST_LAST else 0
     raise bad(f"{path}.type", f"aggregator type {kind!r} is not supported (count, long/double/floatSum, "
                                "...Min, ...Max, ...First, ...Last, thetaSketch, HLLSketchBuild, HLLSketchMerge, "
                                "hyperUnique, cardinality of one field, and filtered are)")
+
+
+def _input(spec: Mapping[str, Any], path: str, virtual: VirtualColumns) -> str:
+    """The column a sum/min/max reads: its ``fieldName``, or its ``expression`` as a virtual column."""
+    if spec.get("expression") is None:
+        return str(field(spec, "fieldName", path))
+    if spec.get("fieldName") is not None:
+        raise bad(f"{path}.expression", "an aggregator takes a fieldName or an expression, not both")
+    column = f"__expression of {spec.get('name')}"
+    virtual.add(column, spec["expression"], f"{path}.expression")
+    return column
 
 
 def _filtered(aggregate: exp.Expr, condition: exp.Expr) -> exp.Expr:
@@ -218,8 +239,10 @@ def _post_aggregator(spec: Any, names: set[str], path: str) -> _PostAggregator:
             raise bad(f"{path}.fields", f"an arithmetic post-aggregator takes 2 or more fields, got {len(fields)}")
         operands = [_post_aggregator(f, names, f"{path}.fields[{i}]") for i, f in enumerate(fields)]
         return lambda row: _arithmetic(_ARITHMETIC[fn], [operand(row) for operand in operands])
+    if kind == "expression":
+        return expression_post_aggregator(spec, names, path)
     raise bad(f"{path}.type", f"post-aggregator type {kind!r} is not supported (arithmetic, fieldAccess, "
-                               "finalizingFieldAccess, constant are)")
+                               "finalizingFieldAccess, constant, expression are)")
 
 
 def _arithmetic(function: Callable[[Any, Any], Any], values: list[Any]) -> Any:
@@ -238,14 +261,15 @@ def _arithmetic(function: Callable[[Any, Any], Any], values: list[Any]) -> Any:
 _COMMON = {"queryType", "dataSource", "intervals", "filter", "context"}
 _AGGREGATING = _COMMON | {"granularity", "aggregations", "postAggregations"}
 _KEYS = {
-    "timeseries": _AGGREGATING | {"descending"}, "topN": _AGGREGATING | {"dimension", "metric", "threshold"},
-    "groupBy": _AGGREGATING | {"dimensions", "limitSpec", "having"},
-    "scan": _COMMON | {"columns", "order", "limit", "resultFormat", "batchSize"},
+    "timeseries": _AGGREGATING | {"descending", "virtualColumns"},
+    "topN": _AGGREGATING | {"dimension", "metric", "threshold", "virtualColumns"},
+    "groupBy": _AGGREGATING | {"dimensions", "limitSpec", "having", "virtualColumns"},
+    "scan": _COMMON | {"columns", "order", "limit", "resultFormat", "batchSize", "virtualColumns"},
     "timeBoundary": _COMMON | {"bound"}, "dataSourceMetadata": _COMMON,
     "search": _COMMON | {"granularity", "searchDimensions", "query", "sort", "limit"},
     "segmentMetadata": _COMMON | {"merge", "analysisTypes", "lenientAggregatorMerge"},
 }
-"""The fields each query type takes here; any other (``virtualColumns``, ``toInclude``, ...) is refused."""
+"""The fields each query type takes here; any other (``toInclude``, ...) is refused."""
 
 
 class _Native:
@@ -267,12 +291,17 @@ class _Native:
         optional = self.kind in ("timeBoundary", "dataSourceMetadata", "segmentMetadata")
         self.intervals = ([] if optional and query.get("intervals") is None
                           else _parse_intervals(query.get("intervals"), "$.intervals"))
-        self.aggregators = [_aggregator(a, f"$.aggregations[{i}]") for i, a in enumerate(query.get("aggregations", []))]
+        self.virtual = VirtualColumns()
+        if query.get("virtualColumns") is not None:
+            self.virtual.read(query["virtualColumns"], "$.virtualColumns")
+        self.aggregators = [_aggregator(a, f"$.aggregations[{i}]", self.virtual)
+                            for i, a in enumerate(query.get("aggregations", []))]
         self.granularity = self._granularity(query.get("granularity", "all"))
+        self.extracted: dict[str, str] = {}
         if self.kind == "topN":
-            self.dimensions = _dimensions(field(query, "dimension", "$", (str, dict)), "$.dimension")
+            self.dimensions = _dimensions(field(query, "dimension", "$", (str, dict)), "$.dimension", self.extracted)
         else:
-            self.dimensions = _dimensions(query.get("dimensions", []), "$.dimensions")
+            self.dimensions = _dimensions(query.get("dimensions", []), "$.dimensions", self.extracted)
         self.post_aggregators = _post_aggregators(
             [] if query.get("postAggregations") is None else query["postAggregations"],
             {name for name, _, _ in self.aggregators} | {output for _, output in self.dimensions})
@@ -293,9 +322,9 @@ class _Native:
         name = str(value).lower()
         if name in ("all", "none"):
             return None if name == "all" else "none"
-        if name not in _GRANULARITIES:
+        if name not in GRANULARITIES:
             raise bad("$.granularity", f"{value!r} is not a granularity")
-        return _GRANULARITIES[name]
+        return GRANULARITIES[name]
 
     def bucket(self) -> exp.Expr:
         if self.granularity is None:
@@ -311,29 +340,44 @@ class _Native:
             parts.append(_filter(self.query["filter"], "$.filter"))
         return exp.and_(*parts) if parts else None
 
-    def select(self, dimensions: list[tuple[str, str]]) -> exp.Select:
+    def select(self, dimensions: list[tuple[exp.Expr, str]]) -> exp.Select:
         columns = [exp.alias_(self.bucket(), "__bucket", quoted=True)]
-        columns += [exp.alias_(_col(dim), out, quoted=True) for dim, out in dimensions]
+        columns += [exp.alias_(dim.copy(), out, quoted=True) for dim, out in dimensions]
         columns += [exp.alias_(agg, name, quoted=True) for name, agg, _ in self.aggregators]
         select = exp.select(*columns).from_(exp.Table(this=exp.to_identifier(self.datasource, quoted=True)))
         where = self.where()
         if where is not None:
             select = select.where(where)
-        groups = [self.bucket(), *(_col(dim) for dim, _ in dimensions)]
+        groups = [self.bucket(), *(dim.copy() for dim, _ in dimensions)]
         return select.group_by(*groups) if self.aggregators or dimensions else select
 
 
-def _dimensions(specs: Any, path: str) -> list[tuple[str, str]]:
-    """(column, output name) per dimension spec."""
-    out = []
+def _dimensions(specs: Any, path: str, extracted: dict[str, str]) -> list[tuple[exp.Expr, str]]:
+    """(SQL value, output name) per dimension spec: a column, or a column through an extraction function.
+
+    ``extracted`` gets the path of each column read through an extraction function.
+    """
+    out: list[tuple[exp.Expr, str]] = []
     for i, spec in enumerate(specs if isinstance(specs, list) else [specs]):
+        where = f"{path}[{i}]" if isinstance(specs, list) else path
         if isinstance(spec, str):
-            out.append((spec, spec))
-        elif isinstance(spec, Mapping) and spec.get("type", "default") == "default":
-            column = field(spec, "dimension", f"{path}[{i}]")
-            out.append((column, str(spec.get("outputName") or column)))
-        else:
-            raise bad(f"{path}[{i}]", "only plain and default dimension specs are supported")
+            out.append((_col(spec), spec))
+            continue
+        kind = spec.get("type", "default") if isinstance(spec, Mapping) else None
+        if kind not in ("default", "extraction"):
+            raise bad(where, "only plain, default and extraction dimension specs are supported")
+        column = field(spec, "dimension", where)
+        value: exp.Expr = _col(column)
+        if kind == "extraction":
+            value = _checked(functools.partial(extract, spec.get("extractionFn"), value, column == _TIME),
+                             f"{where}.extractionFn")
+            output_type = str(spec.get("outputType") or "STRING").upper()
+            if output_type not in _OUTPUT_TYPES:
+                raise bad(f"{where}.outputType", f"{spec['outputType']!r} is not one of {', '.join(_OUTPUT_TYPES)}")
+            if output_type != "STRING":  # the extracted text as a number (null where it is not one)
+                value = exp.cast(value, _OUTPUT_TYPES[output_type])
+            extracted.setdefault(column, where)
+        out.append((value, str(spec.get("outputName") or column)))
     return out
 
 
@@ -344,9 +388,26 @@ def run_native(spark: SparkSession, engine: sa.Engine, query: Any, limits: Query
     if not isinstance(query, Mapping):
         raise bad("$", "expected a native query object")
     native = _Native(query)
+    multi_value = set()
+    if native.extracted or native.virtual:
+        multi_value = {name for name, kind in visible_set(engine, [native.datasource]).complex_columns(
+            [native.datasource]).items() if kind == "multi_value"}
+        for column, where in native.extracted.items():
+            if column in multi_value:
+                raise bad(f"{where}.extractionFn", f"an extraction function over the multi-value dimension "
+                                                   f"{column!r} is not supported")
+
+    def run_sql(select: exp.Expr) -> QueryResult:
+        return execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id, local=local)
+
+    read_virtual: list[Callable[[exp.Expr], exp.Expr]] = []
 
     def run(select: exp.Expr) -> QueryResult:
-        return execute_sql(spark, engine, select.sql(dialect="druid"), limits=limits, query_id=query_id, local=local)
+        if native.virtual and not read_virtual:  # the columns' types decide what an expression means
+            table = exp.Table(this=exp.to_identifier(native.datasource, quoted=True))
+            schema = run_sql(exp.select(exp.Star()).from_(table).limit(0)).table.schema
+            read_virtual.append(native.virtual.bind(schema, multi_value))
+        return run_sql(read_virtual[0](select) if read_virtual else select)
 
     def rows(select: exp.Expr) -> list[dict[str, Any]]:
         return _events(run(select))
@@ -424,7 +485,8 @@ def _scan(native: _Native, engine: sa.Engine, run: Callable[[exp.Expr], QueryRes
         [native.datasource]).items() if kind == "multi_value"}
     if lists and not columns:  # every column, named: the multi-value ones are read as lists
         columns = run(exp.select(exp.Star()).from_(table).limit(0)).columns
-    select = exp.select(*([exp.alias_(exp.func("MV_TO_ARRAY", _col(c)), c, quoted=True) if c in lists else _col(c)
+    select = exp.select(*([exp.alias_(exp.func("MV_TO_ARRAY", _col(c)), c, quoted=True) if c in lists else
+                           exp.alias_(_col(c), c, quoted=True) if c in native.virtual.columns else _col(c)
                            for c in columns] if columns else [exp.Star()])).from_(table)
     where = native.where()
     if where is not None:

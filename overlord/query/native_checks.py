@@ -7,7 +7,12 @@ from typing import Any
 
 from overlord.query.query_errors import QueryError
 
-__all__ = ["bad", "field"]
+__all__ = ["GRANULARITIES", "bad", "field"]
+
+GRANULARITIES = {"second": "PT1S", "minute": "PT1M", "five_minute": "PT5M", "ten_minute": "PT10M",
+                 "fifteen_minute": "PT15M", "thirty_minute": "PT30M", "hour": "PT1H", "six_hour": "PT6H",
+                 "day": "P1D", "week": "P1W", "month": "P1M", "quarter": "P3M", "year": "P1Y"}
+"""Druid's named granularities as ISO periods (``all`` and ``none`` are not periods)."""
 
 
 def bad(path: str, message: str) -> QueryError:
