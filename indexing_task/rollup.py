@@ -193,7 +193,9 @@ class Rollup:
         """Cut rolled-up rows into (interval start, interval end, rows) per segment interval.
 
         Rows come out fully sorted (time, dimensions, metrics), so the same input always
-        gives byte-identical files; ``__time`` is UTC milliseconds, as Druid keeps it.
+        gives byte-identical files; ``__time`` is UTC milliseconds, as Druid keeps it. Rows of one
+        interval with plain columns are sorted by Arrow in DuckDB's order (a query costs a small
+        task ~4 ms of its ~18).
         """
         columns = ", ".join(_q(c) for c in self.schema.output_columns)
         end = bucket_end_sql(self.schema.segment_granularity, SEGMENT_START)
@@ -203,8 +205,12 @@ class Rollup:
                 f"SELECT DISTINCT {SEGMENT_START}, {end} FROM rows ORDER BY 1").fetchall()
             out = []
             for start, stop in intervals:
-                part = arrow_query(self._con, f"SELECT {columns} FROM rows WHERE {SEGMENT_START} = $start ORDER BY ALL",
-                                   {"start": start})
+                if len(intervals) == 1 and _sortable(rows, self.schema.output_columns):  # a trickle's task, mostly
+                    part = rows.select(self.schema.output_columns).sort_by(
+                        [(c, "ascending") for c in self.schema.output_columns], null_placement="at_end")
+                else:
+                    part = arrow_query(self._con, f"SELECT {columns} FROM rows WHERE {SEGMENT_START} = $start "
+                                       "ORDER BY ALL", {"start": start})
                 part = part.set_column(0, TIME, part.column(0).cast(pa.timestamp("ms", tz="UTC")))
                 out.append((start.replace(tzinfo=UTC), stop.replace(tzinfo=UTC), part))
             return out
@@ -232,3 +238,9 @@ class Rollup:
             return sketched(merged, self.schema, merge_sketches)
         finally:
             self._con.unregister("partials")
+
+
+def _sortable(rows: pa.Table, columns: list[str]) -> bool:
+    """Whether Arrow sorts ``columns`` as DuckDB's ``ORDER BY ALL`` does: no lists, structs or binary values."""
+    return all(not (pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+               for t in (rows.schema.field(c).type for c in columns))

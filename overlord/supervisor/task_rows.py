@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 class TaskRows:
     """Queued writes of the ``tasks`` table, flushed by a thread of their own or on demand."""
 
-    def __init__(self, engine: sa.Engine, table: sa.Table, interval_s: float = 0.25) -> None:
+    def __init__(self, engine: sa.Engine, table: sa.Table, interval_s: float = 1.0) -> None:
         self.engine = engine
         self.table = table
         self.interval_s = interval_s
