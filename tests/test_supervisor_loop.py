@@ -42,10 +42,13 @@ class FakeRunner:
         self.slots_free = True
         self.queued: list[tuple[str, Any]] = []
         self.logs = TaskLogs()  # the real one: the loop hands each finished task's lines to the store
+        self.extend: dict[str, Any] = {}
+        """Each task's ``extend``: what the real runner calls as the task starts."""
 
-    def submit(self, request: IndexTaskRequest, on_done: Any, on_start: Any) -> Future[TaskReport]:
+    def submit(self, request: IndexTaskRequest, on_done: Any, on_start: Any, extend: Any = None) -> Future[TaskReport]:
         future: Future[TaskReport] = Future()
         self.tasks[request.task_id] = (request, future)
+        self.extend[request.task_id] = extend
         if self.slots_free:
             on_start(request.task_id)
         else:
@@ -835,3 +838,35 @@ def test_a_busy_topic_launches_once_its_task_holds_the_target_and_a_trickle_wait
     world.marks = {0: (0, 20)}
     quiet.run_once()
     assert quiet.next_run_in_s() == pytest.approx(1.5)  # 10 records a second: the whole interval
+
+
+def test_a_task_that_waited_for_a_slot_reads_up_to_the_latest_offsets_when_it_starts(
+        stack, engine, world, runner, datasource):
+    """Issue 51: a task planned [committed, latest at launch) that then waited 2 s for a slot left the records of
+    those 2 s to the next task; freshness paid the queue twice. Extended as it starts, it reads them too.
+    """
+    world.marks = {0: (0, 10), 1: (0, 10)}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, policy=replace(POLICY, max_records_per_task=100))
+    sup.run_once()
+    (task,) = runner.running()
+    extend = runner.extend[task.task_id]
+    assert extend(task) is task  # started at once: nothing to add
+    world.time += 2
+    world.marks = {0: (0, 40), 1: (0, 200)}
+    extended = extend(task)
+    assert dict(extended.start_offsets) == {0: 0, 1: 0}
+    assert dict(extended.end_offsets) == {0: 40, 1: 60}  # up to the latest, within max_records_per_task
+    world.broker_down = True
+    assert extend(task) is task  # no answer: the range planned at launch
+    world.broker_down = False
+    finish(runner, extended, really_publish=True, engine=engine)
+    sup.run_once()
+    assert sup.committed == {0: 40, 1: 60} and dict(sup.status.recent_tasks[0].end_offsets) == {0: 40, 1: 60}
+
+    replicated = make_supervisor(stack, engine, world, runner, datasource + "_r", useEarliestOffset=True, replicas=2)
+    replicated.run_once()
+    first = next(t for t in runner.running() if t.spec.datasource == replicated.spec.datasource)
+    world.time += 2
+    world.marks = {0: (0, 80), 1: (0, 80)}
+    assert runner.extend[first.task_id](first) is first  # replicas must read the same range

@@ -22,7 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -119,6 +119,9 @@ class GroupState:
     due: float = float("-inf")
     """When it may launch again however few records wait (monotonic; see ``Supervisor._interval``)."""
 
+
+EXTEND_AFTER_S = 0.25
+"""A task that waited this long for a slot reads up to the latest offsets as it starts (``Supervisor._extended``)."""
 
 RATE_HORIZON_S = 900
 """The longest window a processing rate is given for (15 minutes)."""
@@ -559,12 +562,36 @@ class Supervisor:
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
             self.active[request.task_id] = task
             task.future = self.ctx.runner.submit(request, lambda _task_id: self.ctx.wake(self.id),
-                                                 partial(self._mark_started, task))
+                                                 partial(self._mark_started, task), partial(self._extended, task))
             logger.info("supervisor %s: launched task %s: %s", self.id, request.task_id, todo,
                         extra={"task_id": request.task_id})
 
     def _mark_started(self, task: ActiveTask, _task_id: str) -> None:
         task.started = self.ctx.clock()  # completionTimeout counts from here, not from the queue
+
+    def _extended(self, task: ActiveTask, request: IndexTaskRequest) -> IndexTaskRequest:
+        """``request`` as it starts: read up to the latest offsets now if it waited :data:`EXTEND_AFTER_S` for a slot.
+
+        Its end was the latest offset at launch; records that came while it waited would wait for the
+        next task, a whole interval more (a busy control plane's queue then added to freshness twice).
+        Called in the task's thread. Not with replicas (they must read the same range), never shorter
+        than planned, within ``max_records_per_task``; the range planned stands if the broker does not
+        answer. The publish checks the start as ever, and commits the end read.
+        """
+        if self.spec.spec.io_config.replicas > 1 or self.ctx.clock() - task.launched < EXTEND_AFTER_S:
+            return request
+        try:
+            marks = self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings), self.spec.spec.io_config,
+                                        known_lows=dict.fromkeys(request.start_offsets, 0))
+        except Exception as exc:
+            logger.info("supervisor %s: task %s reads the range planned at launch (%s)", self.id, request.task_id, exc)
+            return request
+        planned = request.end_offsets
+        latest = {p: max(planned[p], marks[p][1]) if p in marks else planned[p] for p in request.start_offsets}
+        todo = next_range(request.start_offsets, latest, list(request.start_offsets),
+                          self.ctx.policy.max_records_per_task)
+        end = Offsets({p: max(o, planned[p]) for p, o in todo.end.items()})
+        return request if end == planned else replace(request, end_offsets=end)
 
     def _handle_finished(self, task: ActiveTask) -> None:
         task_id, state = task.request.task_id, self.groups.setdefault(task.group, GroupState())
@@ -600,11 +627,12 @@ class Supervisor:
         log("supervisor %s: task %s %s: %s", self.id, task_id, status, detail, extra={"task_id": task_id})
         with STEP_COSTS.step("finish.task_row"):
             self.ctx.store.finish_task(task_id, status, detail, _report_json(report),
-                                       self.ctx.runner.logs.take(task_id))
+                                       self.ctx.runner.logs.take(task_id),
+                                       end_offsets=report.end_offsets if report is not None else None)
         duration = round(self.ctx.clock() - task.launched, 3)
+        end = Offsets(report.end_offsets) if report is not None else task.request.end_offsets  # as read
         self.recent_tasks.appendleft(FinishedTaskStatus(
-            task_id, status, detail, task.request.start_offsets, task.request.end_offsets, task.launched_at,
-            duration))
+            task_id, status, detail, task.request.start_offsets, end, task.launched_at, duration))
         self.series.task(self.ctx.now().timestamp(), status == "SUCCESS", duration)
         if self.ctx.metrics is not None:
             with STEP_COSTS.step("finish.metrics"):

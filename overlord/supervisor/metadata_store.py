@@ -222,9 +222,12 @@ class MetadataStore:
             "end_offsets": Offsets(end_offsets).to_json()})
 
     def finish_task(self, task_id: str, status: str, detail: str | None, report: Mapping[str, Any] | None,
-                    log: str | None = None) -> None:
-        self.task_rows.update(task_id, {"status": status, "status_detail": detail,
-                                        "report": dict(report) if report else None, "log": log})
+                    log: str | None = None, end_offsets: Mapping[Partition, int] | None = None) -> None:
+        """Book a task's end; ``end_offsets``: where it read to, if not the end planned at launch."""
+        values = {"status": status, "status_detail": detail, "report": dict(report) if report else None, "log": log}
+        if end_offsets is not None:
+            values["end_offsets"] = Offsets(end_offsets).to_json()
+        self.task_rows.update(task_id, values)
 
     def task_log(self, task_id: str) -> str | None:
         """A finished task's log (None if it has none, or there is no such task)."""

@@ -77,14 +77,17 @@ class TaskRunner:
             return False
 
     def submit(self, request: IndexTaskRequest, on_done: Callable[[str], None],
-               on_start: Callable[[str], None] = _nothing) -> Future[TaskReport]:
+               on_start: Callable[[str], None] = _nothing,
+               extend: Callable[[IndexTaskRequest], IndexTaskRequest] | None = None) -> Future[TaskReport]:
         """Run an indexing task when a slot is free.
 
         ``on_start(task_id)`` is called when it starts running, ``on_done(task_id)`` when it has
-        finished, however (a task cancelled before it started included).
+        finished, however (a task cancelled before it started included). ``extend(request)`` gives
+        the range it reads once it starts (same start; an end as late as the records then allow).
         """
         def work(stop: threading.Event) -> TaskReport:
-            return run_index_task(self.spark, self.engine, request, stop, self.before_publish, self.resident,
+            final = extend(request) if extend is not None else request
+            return run_index_task(self.spark, self.engine, final, stop, self.before_publish, self.resident,
                                   self.publisher)
 
         return self.submit_work(request.task_id, f"indexing task {request.task_id}", work, on_done, on_start,
