@@ -8,6 +8,7 @@ files are orphans for the cleanup job.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -42,7 +43,7 @@ from segment_store import (
     publish,
 )
 from segment_store.value_types import widest_types
-from specs import SupervisorSpec
+from specs import DataSchemaSpec, InputFormatSpec, SupervisorSpec
 
 __all__ = ["IndexTaskRequest", "TaskReport", "run_index_task"]
 
@@ -184,13 +185,19 @@ def _task_payload(request: IndexTaskRequest, properties: Mapping[str, Any], spli
     return TaskPayload(
         task_id=request.task_id, datasource=spec.datasource, topic=io.topic,
         consumer_config=consumer_config(properties, f"overlord-{spec.datasource}"),
-        rollup_schema=RollupSchema.from_spec(data_schema, io.input_format),
+        rollup_schema=_rollup_schema(data_schema, io.input_format),
         deep_storage=request.deep_storage, segment_cache=request.segment_cache,
         generation=request.generation,
         storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,
         max_rows_per_segment=tuning.max_rows_per_segment, splits=tuple(splits),
         min_time=request.min_time, max_time=request.max_time,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _rollup_schema(data_schema: DataSchemaSpec, input_format: InputFormatSpec | None) -> RollupSchema:
+    """The rollup schema of a spec's parts, made once per spec (~0.1 ms a task otherwise; specs are immutable)."""
+    return RollupSchema.from_spec(data_schema, input_format)
 
 
 def _index_splits(spark: SparkSession, request: IndexTaskRequest, payload: TaskPayload, splits: list[Split],
