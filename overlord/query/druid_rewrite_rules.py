@@ -27,6 +27,7 @@ from overlord.query.druid_functions import (
     spark_sql,
     truncate_time,
 )
+from overlord.query.druid_string_functions import STRING_FUNCTIONS
 from overlord.query.metadata_tables import SCHEMAS
 from overlord.query.multi_value import MV_FUNCTIONS, is_mv
 from overlord.query.query_errors import QueryError
@@ -362,7 +363,8 @@ def _druid_function(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid's own functions (``TIME_FLOOR``, ``LATEST``, ``BITWISE_AND``, ...); any other call as written."""
     if not isinstance(node, exp.Anonymous):
         return None
-    translator = DRUID_FUNCTIONS.get(str(node.this).upper())
+    name = str(node.this).upper()
+    translator = DRUID_FUNCTIONS.get(name) or STRING_FUNCTIONS.get(name)
     return translator(list(node.expressions)) if translator else node
 
 
@@ -488,9 +490,18 @@ def _trim_characters(node: exp.Expr, context: RewriteContext) -> exp.Expr | None
 
 
 def _strpos(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
-    """Druid's STRPOS is Spark's ``instr``."""
+    """Druid's STRPOS is Spark's ``instr``; ``POSITION(s IN t FROM n)`` is ``locate(s, t, n)``."""
+    if isinstance(node, exp.StrPosition) and node.args.get("position") is not None:
+        return exp.Anonymous(this="locate", expressions=[node.args["substr"], node.this, node.args["position"]])
     if isinstance(node, exp.StrPosition):
         return exp.Anonymous(this="instr", expressions=[node.this, node.args["substr"]])
+    return None
+
+
+def _array_length_of_expression(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
+    """Druid's ARRAY_LENGTH of an array expression (``ARRAY_CONCAT(...)``, ...) is Spark's ``array_size``."""
+    if isinstance(node, exp.ArraySize) and not isinstance(node.this, exp.Column):
+        return exp.Anonymous(this="array_size", expressions=[node.this.copy()])
     return None
 
 
@@ -511,7 +522,7 @@ RULES: tuple[Rule, ...] = (
     _sketch_object_function, _multi_value_function, _any_value, _druid_function, _unnest_multi_value, _array_contains,
     _array_concat, _array_length, _date_trunc, _string_to_array, _array_append_prepend, _array_slice,
     _array_to_string, _floor_ceil_to_unit, _regexp_extract, _lenient_cast, _substring, _trim_characters, _strpos,
-    _timestamp_add_diff,
+    _array_length_of_expression, _timestamp_add_diff,
 )
 """The rules in the order they are tried: the first that applies to a node rewrites it (or refuses the query)."""
 

@@ -27,6 +27,7 @@ from sqlglot.dialects.dialect import build_date_delta
 from sqlglot.dialects.druid import Druid
 from sqlglot.errors import SqlglotError
 from sqlglot.parsers.druid import DruidParser
+from sqlglot.tokenizer_core import TokenType
 from sqlglot.tokens import Tokenizer
 
 from overlord.query.collect_sql import collected_column
@@ -44,6 +45,7 @@ from overlord.query.druid_rewrite_rules import (
     top_n_column,
     typed_operands,
 )
+from overlord.query.druid_string_functions import STRING_FUNCTIONS
 from overlord.query.function_bounds import ALLOWED_FUNCTIONS
 from overlord.query.multi_value import MV_FUNCTIONS, has_mv_results, rewrite_multi_value
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
@@ -58,6 +60,14 @@ class _DruidParser(DruidParser):
     FUNCTIONS = {**DruidParser.FUNCTIONS, "TIMESTAMPDIFF": build_date_delta(exp.TimestampDiff),
                  "TIMESTAMPADD": build_date_delta(exp.TimestampAdd),
                  "ANY_VALUE": lambda args: exp.Anonymous(this="ANY_VALUE", expressions=args)}  # and maxBytes
+    FUNCTION_PARSERS = {**DruidParser.FUNCTION_PARSERS, "POSITION": lambda self: self._parse_position_from()}
+
+    def _parse_position_from(self) -> exp.StrPosition:
+        """``POSITION(s IN t FROM n)`` (Calcite's): the search starts at ``n``; other forms as sqlglot reads them."""
+        position = self._parse_position()
+        if position.args.get("position") is None and self._match(TokenType.FROM):
+            position.set("position", self._parse_bitwise())
+        return position
 
 
 class _DruidTokenizer(Tokenizer):
@@ -157,8 +167,8 @@ _AGGREGATES = frozenset("""
     TRY_SUM VAR_POP VAR_SAMP VARIANCE ANY ARRAY_AGG STRING_AGG LISTAGG COLLECT_LIST COLLECT_SET""".split())
 
 FUNCTIONS: dict[str, bool] = {name.upper(): name.upper() in _AGGREGATES for name in (
-    *ALLOWED_FUNCTIONS, *DRUID_FUNCTIONS, *MV_FUNCTIONS, *SKETCH_OBJECT_FUNCTIONS, "ANY_VALUE", "SAFE_DIVIDE",
-    "ARRAY_AGG", "STRING_AGG", "LISTAGG",
-    "STRING_TO_ARRAY", "ARRAY_APPEND", "ARRAY_PREPEND", "ARRAY_CONTAINS", "ARRAY_TO_STRING", "DATE_TRUNC")
+    *ALLOWED_FUNCTIONS, *DRUID_FUNCTIONS, *STRING_FUNCTIONS, *MV_FUNCTIONS, *SKETCH_OBJECT_FUNCTIONS, "ANY_VALUE",
+    "SAFE_DIVIDE", "ARRAY_AGG", "STRING_AGG", "LISTAGG", "STRING_TO_ARRAY", "ARRAY_APPEND", "ARRAY_PREPEND",
+    "ARRAY_CONTAINS", "ARRAY_TO_STRING", "DATE_TRUNC")
     if name.replace("_", "").isalnum() and name.upper() not in DRUID_DEFECTS}
 """Every function a query may call (Druid's and Spark's allowed ones, upper case): whether it aggregates."""

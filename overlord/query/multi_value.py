@@ -11,8 +11,8 @@ knowing which columns are multi-value, so that:
 - the column selected as it is gives the value of a one-value row and the JSON array text of
   a row of several (Druid's ``sqlStringifyArrays``);
 - ``MV_*`` functions (``MV_CONTAINS``, ``MV_OVERLAP``, ``MV_LENGTH``, ``MV_OFFSET``, ``MV_TO_STRING``,
-  ``MV_FILTER_ONLY``, ``MV_APPEND``, ``MV_SLICE``, ...), their ``ARRAY_*`` twins and ``STRING_TO_MV``
-  are Spark's array functions (over a single-valued column too, as a one-element list);
+  ``MV_FILTER_ONLY``, ``MV_FILTER_REGEX``, ``MV_APPEND``, ``MV_SLICE``, ...), their ``ARRAY_*`` twins
+  and ``STRING_TO_MV`` are Spark's array functions (over a single-valued column too, as a one-element list);
 - a scalar function of the column (``CONCAT``, ``||``, ``SUBSTRING``, ``UPPER``, ``LENGTH``,
   ``COALESCE``, ...) applies to each value (once to null for a null row): a multi-value result,
   grouped, compared and selected as the column is.
@@ -128,6 +128,21 @@ def _contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
     return _call("array_contains", values, wanted)
 
 
+def _filtered(druid_name: str, keep: Callable[[exp.Expr, exp.Expr], exp.Expr]) -> Callable[
+        [list[exp.Expr], frozenset[str]], exp.Expr]:
+    """MV_FILTER_REGEX/MV_FILTER_PREFIX(values, pattern): the values ``keep`` keeps; none is NULL.
+
+    ``values`` may be a text literal (one value) or NULL, as well as a column or a list.
+    """
+    def translate_call(args: list[exp.Expr], names: frozenset[str]) -> exp.Expr:
+        values, pattern = _two(druid_name, args)
+        if isinstance(values, exp.Null):
+            return exp.cast(exp.Null(), "ARRAY<STRING>")
+        listed = exp.Array(expressions=[values.copy()]) if isinstance(values, exp.Literal) else _as_list(values, names)
+        return _nonempty(_call("filter", listed, _lambda(keep(_element(), pattern.copy()))))
+    return translate_call
+
+
 MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = {
     "MV_CONTAINS": _mv(_contains, 2),
     "MV_OVERLAP": _mv(_overlap, 2),
@@ -140,6 +155,8 @@ MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = 
         _call("array_contains", keep, _element())))), 2),
     "MV_FILTER_NONE": _mv(lambda a, drop: _nonempty(_call("filter", a, _lambda(
         exp.Not(this=_call("array_contains", drop, _element()))))), 2),
+    "MV_FILTER_REGEX": _filtered("MV_FILTER_REGEX", lambda v, p: exp.RegexpLike(this=v, expression=p)),
+    "MV_FILTER_PREFIX": _filtered("MV_FILTER_PREFIX", lambda v, p: _call("startswith", v, p)),
     "STRING_TO_MV": lambda args, names: _call("split", *(a.copy() for a in args)),
     "MV_APPEND": _mv(lambda a, v: _call("concat", a, exp.Array(expressions=[v])), 2),
     "MV_SLICE": _mv(_slice, 2, 3),
@@ -155,7 +172,7 @@ for _name in ("OFFSET", "ORDINAL", "OFFSET_OF", "ORDINAL_OF", "OVERLAP", "SLICE"
 
 
 _MV_RESULTS = frozenset({"MV_APPEND", "MV_PREPEND", "MV_CONCAT", "MV_SLICE", "MV_FILTER_ONLY", "MV_FILTER_NONE",
-                         "STRING_TO_MV"})
+                         "MV_FILTER_REGEX", "MV_FILTER_PREFIX", "STRING_TO_MV"})
 """Functions whose value is multi-value: grouped by, they group by each value, as a column does."""
 
 

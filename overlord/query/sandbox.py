@@ -29,6 +29,7 @@ from typing import Any
 
 from py4j.java_gateway import JavaObject
 
+from overlord.query.druid_function_names import DRUID_SQL_FUNCTIONS, SPARK_NAMES
 from overlord.query.function_bounds import (
     COLLECTING_CLASSES,
     COLUMN_SIZE,
@@ -232,8 +233,11 @@ def _check_format(walker: PlanWalker, node: Node, name: str) -> None:
 
 
 def _check_function(name: str, functions: Collection[str]) -> None:
+    """Refuse a function that is not allowed, naming it as Druid does; or one Spark lacks, naming Druid's if it is."""
     if name in DENIED_FUNCTIONS or (name in functions and size_class(name) is None):
-        raise QueryError(f"function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+        raise QueryError(f"function {SPARK_NAMES.get(name, name)}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
+    if name.upper() in DRUID_SQL_FUNCTIONS and name not in functions:
+        raise QueryError(f"{name.upper()} is a Druid function this overlord does not support", "UNSUPPORTED_DRUID_SQL")
     if name not in functions:
         raise QueryError(f"function {name}() does not exist (neither a Spark SQL function nor a Druid function "
                          "this overlord translates)", "UNRESOLVED_ROUTINE")
