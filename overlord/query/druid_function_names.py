@@ -38,5 +38,6 @@ DRUID_SQL_FUNCTIONS = frozenset("""
 """.split())
 """Druid SQL's scalar, array, multi-value, JSON, sketch and aggregate functions, upper case."""
 
-SPARK_NAMES = {"collect_list": "ARRAY_AGG", "collect_set": "ARRAY_AGG"}
-"""Spark functions Druid's are written as (sqlglot writes ARRAY_AGG as ``collect_list``): a refusal names Druid's."""
+SPARK_NAMES = {"collect_list": "ARRAY_AGG/STRING_AGG", "collect_set": "ARRAY_AGG/STRING_AGG(DISTINCT)"}
+"""Spark functions Druid's are written as (Druid's ARRAY_AGG, STRING_AGG and LISTAGG become ``collect_list``, or
+``collect_set`` with DISTINCT): a refusal names Druid's."""

@@ -467,7 +467,7 @@ class _Bounds:
     def _limit(self, expr: Any, value: int) -> int:
         if value > MAX_VALUE_SIZE:
             try:
-                what = f"{expr.prettyName()}()"
+                what = f"{SPARK_NAMES.get(str(expr.prettyName()), expr.prettyName())}()"
             except Exception:  # noqa: BLE001 - not every expression has a pretty name
                 what = self._walker.simple_name(expr)
             raise QueryError(f"{what} may build a value of up to {value:,} characters, more than the query limit "
