@@ -194,9 +194,21 @@ def _task_payload(request: IndexTaskRequest, properties: Mapping[str, Any], spli
     )
 
 
-@functools.lru_cache(maxsize=1024)
 def _rollup_schema(data_schema: DataSchemaSpec, input_format: InputFormatSpec | None) -> RollupSchema:
-    """The rollup schema of a spec's parts, made once per spec (~0.1 ms a task otherwise; specs are immutable)."""
+    """The rollup schema of a spec's parts, made once per spec (~0.1 ms a task otherwise; specs are immutable).
+
+    A spec that holds a mapping (a schema registry's settings) cannot be a cache key: made each time.
+    """
+    try:
+        return _cached_rollup_schema(data_schema, input_format)
+    except TypeError as exc:
+        if "unhashable" not in str(exc):
+            raise
+        return RollupSchema.from_spec(data_schema, input_format)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_rollup_schema(data_schema: DataSchemaSpec, input_format: InputFormatSpec | None) -> RollupSchema:
     return RollupSchema.from_spec(data_schema, input_format)
 
 

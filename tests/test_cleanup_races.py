@@ -57,8 +57,8 @@ def paused_publish_engine(engine: sa.Engine) -> Iterator[tuple[sa.Engine, thread
     locked, release = threading.Event(), threading.Event()
     paused = sa.create_engine(engine.url, pool_size=2)
 
-    def hold(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if "FOR UPDATE" in statement and not locked.is_set():
+    def hold(_conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "FOR UPDATE" in statement and cursor.rowcount > 0 and not locked.is_set():  # a row locked (it may be new)
             locked.set()
             assert release.wait(20)
 
