@@ -648,6 +648,7 @@ def test_sys_supervisors_lists_the_stored_supervisors_with_their_state(spark, en
     store.append_spec(ids[3], spec_json(ids[3], "t"), terminated=True)
     store.insert_task(f"task-{ids[2]}", ids[2], ids[2], {0: 0}, {0: 5})
     store.finish_task(f"task-{ids[2]}", "FAILED", "boom", None)
+    store.task_rows.flush()  # written behind: the query engine's process reads the table itself
     rows = run_sql(spark, engine, "SELECT supervisor_id, state, detailed_state, healthy, type, source, suspended, "
                    f"spec FROM sys.supervisors WHERE supervisor_id IN ({', '.join(repr(i) for i in ids)}) ORDER BY 1")
     assert {(r["supervisor_id"], r["state"], r["healthy"], r["suspended"], r["type"], r["source"]) for r in rows} == {
