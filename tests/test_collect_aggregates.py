@@ -126,3 +126,21 @@ def test_the_default_max_bytes_is_1024(spark, engine, datasource, tmp_path):
         run_sql(spark, engine, f"SELECT ARRAY_AGG(a.l1) FROM {ds} a, {ds} b, {ds} c")
     assert "is larger than max [1024]" in caught.value.message, caught.value.message
 
+
+def test_array_functions_over_collected_arrays_as_druid_answers(spark, engine, datasource, tmp_path):
+    """Druid's quidem ``array_agg_*_test001`` (``A08``-``A16``, ``A29``) and ``array_agg_misc_test002``: an array
+    with nulls that lacks a value does not contain it (false, not null); a decimal literal meets a DOUBLE or
+    FLOAT array as a double; an alias of a collected array is that array; a slice past the end is null.
+    """
+    publish_foo(engine, str(tmp_path), datasource)
+    ds = f'"{datasource}"'
+    got = run_sql(spark, engine, "SELECT ARRAY_CONTAINS(ARRAY_AGG(l1), 3), ARRAY_CONTAINS(ARRAY_AGG(l1), ARRAY[7, 3]), "
+                                 "ARRAY_OVERLAP(ARRAY_AGG(l1), ARRAY[3, 4]), ARRAY_CONTAINS(ARRAY_AGG(d1), 1.7), "
+                                 "ARRAY_OVERLAP(ARRAY_AGG(d1), ARRAY[1.7, 3.3]), ARRAY_OFFSET_OF(ARRAY_AGG(f1), 0.1), "
+                                 "ARRAY_ORDINAL_OF(ARRAY_AGG(f1), 1.0), ARRAY_SLICE(ARRAY_AGG(l1), 100, 101), "
+                                 f"ARRAY_SLICE(ARRAY_AGG(l1), 1, 2) FROM {ds}", "array")
+    assert got == [[False, False, False, True, True, None, 1, None, [325323]]]
+    aliased = run_sql(spark, engine, f"SELECT count(*) FROM (SELECT ARRAY_AGG(d1) AS c3, ARRAY_AGG(dim1) AS c1 "
+                                     f"FROM {ds}) WHERE (NOT ARRAY_CONTAINS(c3, 99999) OR c3 IS NULL) "
+                                     "AND NOT ARRAY_CONTAINS(c1, '99999')", "array")
+    assert aliased == [[1]]

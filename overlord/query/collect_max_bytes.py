@@ -29,11 +29,8 @@ DEFAULT_MAX_BYTES = 1024
 MAX_BYTES_MESSAGE = "Unable to serialize ["
 """How the error of a collection past its ``maxBytes`` starts (Druid's text)."""
 
-_ESTIMATE = """IF(typeof(_v) = 'array<string>',
-                  5 + 4 * size(_v) + octet_length(array_join(_v, '')),
-                  5 + size(_v) + 8 * size(array_compact(_v)))"""
-_DRUID_TYPE = """IF(typeof(_v) = 'array<string>', 'ARRAY<STRING>',
-                    IF(typeof(_v) IN ('array<double>', 'array<float>'), 'ARRAY<DOUBLE>', 'ARRAY<LONG>'))"""
+_TEXTS = "5 + 4 * size(_v) + octet_length(array_join(_v, ''))"
+_NUMBERS = "5 + size(_v) + 8 * size(array_compact(_v))"
 
 
 def max_bytes(name: str, arg: exp.Expr | None) -> int:
@@ -46,9 +43,19 @@ def max_bytes(name: str, arg: exp.Expr | None) -> int:
     return int(arg.this)
 
 
-def within_max_bytes(values: exp.Expr, limit: int, result: exp.Expr) -> exp.Expr:
-    """``result``, or Druid's error when the accumulated array ``values`` is estimated past ``limit`` bytes."""
-    size = spark_sql(_ESTIMATE, _v=values)
+def within_max_bytes(values: exp.Expr, limit: int, result: exp.Expr, druid_type: str | None) -> exp.Expr:
+    """``result``, or Druid's error when the accumulated array ``values`` is estimated past ``limit`` bytes.
+
+    ``druid_type``: Druid's type of ``values`` (``ARRAY<STRING>``, ``ARRAY<LONG>``, ``ARRAY<DOUBLE>``); None when
+    the query does not say (an expression's values), then Spark's type of ``values`` tells.
+    """
+    if druid_type is None:
+        size = spark_sql(f"IF(typeof(_v) = 'array<string>', {_TEXTS}, {_NUMBERS})", _v=values)
+    else:
+        size = spark_sql(_TEXTS if druid_type == "ARRAY<STRING>" else _NUMBERS, _v=values)
     error = spark_sql(f"raise_error(concat('{MAX_BYTES_MESSAGE}', _t, '], size [', CAST(_s AS STRING), "
-                      f"'] is larger than max [{limit}]'))", _t=spark_sql(_DRUID_TYPE, _v=values), _s=size)
+                      f"'] is larger than max [{limit}]'))", _s=size,
+                      _t=exp.Literal.string(druid_type) if druid_type is not None else spark_sql(
+                          "IF(typeof(_v) = 'array<string>', 'ARRAY<STRING>', IF(typeof(_v) IN "
+                          "('array<double>', 'array<float>'), 'ARRAY<DOUBLE>', 'ARRAY<LONG>'))", _v=values))
     return spark_sql(f"IF(_s > {limit}, _e, _r)", _s=size, _e=error, _r=result)

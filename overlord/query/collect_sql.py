@@ -24,9 +24,14 @@ from overlord.query.collect_max_bytes import max_bytes, within_max_bytes
 from overlord.query.druid_functions import spark_sql
 from overlord.query.query_errors import QueryError
 
-__all__ = ["collected_column", "collecting_aggregate"]
+__all__ = ["COLLECTED_ARRAY", "collected_column", "collecting_aggregate"]
+
+COLLECTED_ARRAY = "__collected_array"
+"""The meta key marking an ARRAY_AGG's translation: an alias of it is an array, not a value to wrap in one."""
 
 _STRING_AGGS = frozenset({"STRING_AGG", "LISTAGG"})
+_NUMBER_ARRAYS = {"long": "ARRAY<LONG>", "float": "ARRAY<DOUBLE>", "double": "ARRAY<DOUBLE>"}
+"""Druid's type of an ARRAY_AGG of a column of each numeric kind."""
 
 
 def _parts(node: exp.Expr) -> tuple[str, bool, list[exp.Expr]] | None:
@@ -114,7 +119,9 @@ def collecting_aggregate(node: exp.Expr, kinds: Mapping[str, str]) -> exp.Expr |
         if strings:
             raise QueryError(f"{name} over a multi-value column is not supported: use ARRAY_AGG",
                              "UNSUPPORTED_DRUID_SQL")
-        return _collect_values(value, distinct, _reads_time(node), where, limit)
+        translated = _collect_values(value, distinct, _reads_time(node), where, limit)
+        translated.meta[COLLECTED_ARRAY] = True
+        return translated
     timed = not distinct and _reads_time(node)
     if strings:
         value = exp.cast(exp.cast(value, "DOUBLE") if kind == "float" else value, "STRING")  # sorted as text
@@ -124,11 +131,15 @@ def collecting_aggregate(node: exp.Expr, kinds: Mapping[str, str]) -> exp.Expr |
         kept = spark_sql("named_struct('t', __time, 'v', _x)" if timed else "named_struct('v', _x)", _x=value)
     collected = _collect("collect_set" if distinct else "collect_list", kept, where)
     ordered = spark_sql("sort_array(_c)" if distinct or timed else "_c", _c=collected)
-    values = spark_sql("transform(_o, e -> e.v)", _o=ordered)
+    values = spark_sql("(_o).v", _o=ordered)  # a field of an array of structs: the array of its values
     if distinct and not strings:
-        values = spark_sql("sort_array(transform(_c, e -> e.v))", _c=collected)
+        values = spark_sql("sort_array((_c).v)", _c=collected)
     result = spark_sql("array_join(_v, _s)", _v=values, _s=separator) if strings else values
-    return within_max_bytes(values, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=result))
+    druid_type = "ARRAY<STRING>" if strings or kind == "string" else _NUMBER_ARRAYS.get(kind or "")
+    translated = within_max_bytes(spark_sql("(_c).v", _c=collected), limit,
+                                  spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=result), druid_type)
+    translated.meta[COLLECTED_ARRAY] = not strings
+    return translated
 
 
 def _collect_values(column: exp.Expr, distinct: bool, timed: bool, where: exp.Expr | None, limit: int) -> exp.Expr:
@@ -137,8 +148,9 @@ def _collect_values(column: exp.Expr, distinct: bool, timed: bool, where: exp.Ex
     kept = spark_sql("named_struct('t', __time, 'v', _x)" if timed and not distinct else "named_struct('v', _x)",
                      _x=values)
     collected = _collect("collect_list", kept, where)
-    flat = spark_sql("flatten(transform(sort_array(_c), e -> e.v))" if timed and not distinct else
-                     "flatten(transform(_c, e -> e.v))", _c=collected)
+    flat = spark_sql("flatten((sort_array(_c)).v)" if timed and not distinct else "flatten((_c).v)", _c=collected)
+    elements = spark_sql("array_distinct(flatten((_c).v))" if distinct else "flatten((_c).v)", _c=collected)
     if distinct:
         flat = spark_sql("sort_array(array_distinct(_f))", _f=flat)
-    return within_max_bytes(flat, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=flat))
+    return within_max_bytes(elements, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=flat),
+                            "ARRAY<STRING>")
