@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from overlord.query.collect_max_bytes import max_bytes, within_max_bytes
+from overlord.query.collect_max_bytes import array_estimate, max_bytes, rows_estimate, within_max_bytes
 from overlord.query.druid_functions import spark_sql
 from overlord.query.query_errors import QueryError
 
@@ -30,8 +30,9 @@ COLLECTED_ARRAY = "__collected_array"
 """The meta key marking an ARRAY_AGG's translation: an alias of it is an array, not a value to wrap in one."""
 
 _STRING_AGGS = frozenset({"STRING_AGG", "LISTAGG"})
-_NUMBER_ARRAYS = {"long": "ARRAY<LONG>", "float": "ARRAY<DOUBLE>", "double": "ARRAY<DOUBLE>"}
-"""Druid's type of an ARRAY_AGG of a column of each numeric kind."""
+_ARRAY_TYPES = {"long": "ARRAY<LONG>", "float": "ARRAY<DOUBLE>", "double": "ARRAY<DOUBLE>",
+                "string": "ARRAY<STRING?>"}
+"""Druid's type of an ARRAY_AGG of a column of each kind (``?``: its null values are kept)."""
 
 
 def _parts(node: exp.Expr) -> tuple[str, bool, list[exp.Expr]] | None:
@@ -135,9 +136,11 @@ def collecting_aggregate(node: exp.Expr, kinds: Mapping[str, str]) -> exp.Expr |
     if distinct and not strings:
         values = spark_sql("sort_array((_c).v)", _c=collected)
     result = spark_sql("array_join(_v, _s)", _v=values, _s=separator) if strings else values
-    druid_type = "ARRAY<STRING>" if strings or kind == "string" else _NUMBER_ARRAYS.get(kind or "")
-    translated = within_max_bytes(spark_sql("(_c).v", _c=collected), limit,
-                                  spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=result), druid_type)
+    druid_type = "ARRAY<STRING>" if strings else _ARRAY_TYPES.get(kind or "")
+    size, label = array_estimate(spark_sql("(_c).v", _c=collected), druid_type) if distinct else \
+        rows_estimate(value, where, druid_type)
+    translated = within_max_bytes(size, label, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected,
+                                                                _r=result))
     translated.meta[COLLECTED_ARRAY] = not strings
     return translated
 
@@ -152,5 +155,5 @@ def _collect_values(column: exp.Expr, distinct: bool, timed: bool, where: exp.Ex
     elements = spark_sql("array_distinct(flatten((_c).v))" if distinct else "flatten((_c).v)", _c=collected)
     if distinct:
         flat = spark_sql("sort_array(array_distinct(_f))", _f=flat)
-    return within_max_bytes(elements, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=flat),
-                            "ARRAY<STRING>")
+    size, label = array_estimate(elements, "ARRAY<STRING?>")
+    return within_max_bytes(size, label, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=flat))
