@@ -8,9 +8,10 @@ As Druid answers them (``CalciteArraysQueryTest#testArrayAgg*``, ``CalciteQueryT
   take numbers as text (DISTINCT: sorted as text);
 - no rows (or, for ``STRING_AGG``, only nulls) give null; the separator must be a constant.
 
-Druid fails a query whose collection grows past its ``maxBytes`` argument (1024 by default); here it is
-checked to be an integer and otherwise not applied: the sandbox bounds every collection by the rows the
-query may read instead (:mod:`overlord.query.sandbox`), and refuses one that could pass the value limit.
+- ``__time`` is collected as its epoch milliseconds (Druid's long), a separator given as a number as its text;
+- a collection past its ``maxBytes`` argument (1024 by default) fails the query, as in Druid
+  (:mod:`overlord.query.collect_max_bytes`). The sandbox also bounds every collection by the rows the
+  query may read (:mod:`overlord.query.sandbox`), and refuses one that could pass the value limit.
 """
 
 from __future__ import annotations
@@ -19,12 +20,19 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
+from overlord.query.collect_max_bytes import array_estimate, max_bytes, rows_estimate, within_max_bytes
 from overlord.query.druid_functions import spark_sql
 from overlord.query.query_errors import QueryError
 
-__all__ = ["collected_column", "collecting_aggregate"]
+__all__ = ["COLLECTED_ARRAY", "collected_column", "collecting_aggregate"]
+
+COLLECTED_ARRAY = "__collected_array"
+"""The meta key marking an ARRAY_AGG's translation: an alias of it is an array, not a value to wrap in one."""
 
 _STRING_AGGS = frozenset({"STRING_AGG", "LISTAGG"})
+_ARRAY_TYPES = {"long": "ARRAY<LONG>", "float": "ARRAY<DOUBLE>", "double": "ARRAY<DOUBLE>",
+                "string": "ARRAY<STRING?>"}
+"""Druid's type of an ARRAY_AGG of a column of each kind (``?``: its null values are kept)."""
 
 
 def _parts(node: exp.Expr) -> tuple[str, bool, list[exp.Expr]] | None:
@@ -41,11 +49,6 @@ def _parts(node: exp.Expr) -> tuple[str, bool, list[exp.Expr]] | None:
     distinct = isinstance(this, exp.Distinct)
     args = list(this.expressions) if isinstance(this, exp.Distinct) else ([this] if this is not None else [])
     return name, distinct, args + rest
-
-
-def _max_bytes(name: str, arg: exp.Expr) -> None:
-    if list(arg.find_all(exp.Column)):
-        raise QueryError(f"{name}: the size in bytes must be a constant", "UNSUPPORTED_DRUID_SQL")
 
 
 def collected_column(node: exp.Expr) -> exp.Column | None:
@@ -105,16 +108,21 @@ def collecting_aggregate(node: exp.Expr, kinds: Mapping[str, str]) -> exp.Expr |
     separator = args[1] if strings and len(args) > 1 else exp.Literal.string("")
     if list(separator.find_all(exp.Column)):
         raise QueryError(f"{name}: the separator must be a constant", "UNSUPPORTED_DRUID_SQL")
-    if len(args) == high:
-        _max_bytes(name, args[-1])
+    separator = exp.cast(separator, "STRING") if not (isinstance(separator, exp.Literal) and separator.is_string) \
+        else separator
+    limit = max_bytes(name, args[-1] if len(args) == high else None)
     kind = kinds.get(value.name.lower()) if isinstance(value, exp.Column) else None
+    if isinstance(value, exp.Column) and value.name.lower() == "__time":
+        value, kind = exp.Anonymous(this="unix_millis", expressions=[value.copy()]), "long"
     if kind is not None and kind not in ("string", "float", "double", "long", "multi_value"):
         raise QueryError(f"{name} does not take a sketch or first/last column", "UNSUPPORTED_DRUID_SQL")
     if kind == "multi_value":
         if strings:
             raise QueryError(f"{name} over a multi-value column is not supported: use ARRAY_AGG",
                              "UNSUPPORTED_DRUID_SQL")
-        return _collect_values(value, distinct, _reads_time(node), where)
+        translated = _collect_values(value, distinct, _reads_time(node), where, limit)
+        translated.meta[COLLECTED_ARRAY] = True
+        return translated
     timed = not distinct and _reads_time(node)
     if strings:
         value = exp.cast(exp.cast(value, "DOUBLE") if kind == "float" else value, "STRING")  # sorted as text
@@ -124,21 +132,28 @@ def collecting_aggregate(node: exp.Expr, kinds: Mapping[str, str]) -> exp.Expr |
         kept = spark_sql("named_struct('t', __time, 'v', _x)" if timed else "named_struct('v', _x)", _x=value)
     collected = _collect("collect_set" if distinct else "collect_list", kept, where)
     ordered = spark_sql("sort_array(_c)" if distinct or timed else "_c", _c=collected)
-    values = spark_sql("transform(_o, e -> e.v)", _o=ordered)
+    values = spark_sql("(_o).v", _o=ordered)  # a field of an array of structs: the array of its values
     if distinct and not strings:
-        values = spark_sql("sort_array(transform(_c, e -> e.v))", _c=collected)
+        values = spark_sql("sort_array((_c).v)", _c=collected)
     result = spark_sql("array_join(_v, _s)", _v=values, _s=separator) if strings else values
-    return spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=result)
+    druid_type = "ARRAY<STRING>" if strings else _ARRAY_TYPES.get(kind or "")
+    size, label = array_estimate(spark_sql("(_c).v", _c=collected), druid_type) if distinct else \
+        rows_estimate(value, where, druid_type)
+    translated = within_max_bytes(size, label, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected,
+                                                                _r=result))
+    translated.meta[COLLECTED_ARRAY] = not strings
+    return translated
 
 
-def _collect_values(column: exp.Expr, distinct: bool, timed: bool, where: exp.Expr | None) -> exp.Expr:
+def _collect_values(column: exp.Expr, distinct: bool, timed: bool, where: exp.Expr | None, limit: int) -> exp.Expr:
     """ARRAY_AGG of a multi-value column: its rows' values one by one (a row without values: null), as Druid's."""
     values = spark_sql("IF(_x IS NULL OR size(_x) = 0, array(CAST(NULL AS STRING)), _x)", _x=column)
     kept = spark_sql("named_struct('t', __time, 'v', _x)" if timed and not distinct else "named_struct('v', _x)",
                      _x=values)
     collected = _collect("collect_list", kept, where)
-    flat = spark_sql("flatten(transform(sort_array(_c), e -> e.v))" if timed and not distinct else
-                     "flatten(transform(_c, e -> e.v))", _c=collected)
+    flat = spark_sql("flatten((sort_array(_c)).v)" if timed and not distinct else "flatten((_c).v)", _c=collected)
+    elements = spark_sql("array_distinct(flatten((_c).v))" if distinct else "flatten((_c).v)", _c=collected)
     if distinct:
         flat = spark_sql("sort_array(array_distinct(_f))", _f=flat)
-    return spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=flat)
+    size, label = array_estimate(elements, "ARRAY<STRING?>")
+    return within_max_bytes(size, label, limit, spark_sql("IF(size(_c) = 0, NULL, _r)", _c=collected, _r=flat))

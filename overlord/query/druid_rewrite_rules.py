@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from overlord.query.collect_sql import collecting_aggregate
+from overlord.query.collect_sql import COLLECTED_ARRAY, collecting_aggregate
 from overlord.query.druid_functions import (
     DRUID_FUNCTIONS,
     FLOOR_UNITS,
@@ -345,10 +345,21 @@ def _sketch_object_function(node: exp.Expr, context: RewriteContext) -> exp.Expr
     return None
 
 
+_ARRAY_VALUES = (exp.ArrayAgg, exp.Array, exp.ArrayConcat, exp.ArrayAppend, exp.ArrayPrepend, exp.ArraySlice)
+"""Expressions whose value is an array: an alias of one is a list to array functions (not a value to wrap)."""
+
+
+def _lists(node: exp.Expr, context: RewriteContext) -> frozenset[str]:
+    """The names array functions take as lists: multi-value columns, and aliases of arrays (a subquery's ARRAY_AGG)."""
+    aliases = {alias.alias.lower() for alias in node.root().find_all(exp.Alias)
+               if isinstance(alias.this, _ARRAY_VALUES) or alias.this.meta.get(COLLECTED_ARRAY)}
+    return context.multi_value | aliases
+
+
 def _multi_value_function(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid's ``MV_*`` functions over multi-value columns as lists."""
     if isinstance(node, exp.Anonymous) and (name := str(node.this).upper()) in MV_FUNCTIONS:
-        return MV_FUNCTIONS[name](list(node.expressions), context.multi_value)
+        return MV_FUNCTIONS[name](list(node.expressions), _lists(node, context))
     return None
 
 
@@ -381,7 +392,7 @@ def _unnest_multi_value(node: exp.Expr, context: RewriteContext) -> exp.Expr | N
 def _array_contains(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     """Druid's ARRAY_CONTAINS may be given an array to look for: all of its elements."""
     if isinstance(node, exp.ArrayContains):
-        return MV_FUNCTIONS["MV_CONTAINS"]([node.this, node.expression], context.multi_value)
+        return MV_FUNCTIONS["MV_CONTAINS"]([node.this, node.expression], _lists(node, context))
     return None
 
 
@@ -422,7 +433,7 @@ def _array_append_prepend(node: exp.Expr, context: RewriteContext) -> exp.Expr |
     if not isinstance(node, exp.ArrayAppend | exp.ArrayPrepend):
         return None
     name = "MV_APPEND" if isinstance(node, exp.ArrayAppend) else "MV_PREPEND"
-    return MV_FUNCTIONS[name]([node.this, node.expression], context.multi_value)
+    return MV_FUNCTIONS[name]([node.this, node.expression], _lists(node, context))
 
 
 def _array_slice(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
@@ -430,7 +441,7 @@ def _array_slice(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:
     if not isinstance(node, exp.ArraySlice):
         return None
     bounds = [node.args[b] for b in ("start", "end") if node.args.get(b) is not None]
-    return MV_FUNCTIONS["ARRAY_SLICE"]([node.this, *bounds], context.multi_value)
+    return MV_FUNCTIONS["ARRAY_SLICE"]([node.this, *bounds], _lists(node, context))
 
 
 def _array_to_string(node: exp.Expr, context: RewriteContext) -> exp.Expr | None:

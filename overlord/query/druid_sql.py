@@ -59,7 +59,9 @@ class _DruidParser(DruidParser):
     # Druid's TIMESTAMPADD/DIFF take the unit first; sqlglot's Druid parser reads it as a column.
     FUNCTIONS = {**DruidParser.FUNCTIONS, "TIMESTAMPDIFF": build_date_delta(exp.TimestampDiff),
                  "TIMESTAMPADD": build_date_delta(exp.TimestampAdd),
-                 "ANY_VALUE": lambda args: exp.Anonymous(this="ANY_VALUE", expressions=args)}  # and maxBytes
+                 "ANY_VALUE": lambda args: exp.Anonymous(this="ANY_VALUE", expressions=args),  # and maxBytes
+                 "ARRAY_AGG": lambda args: exp.ArrayAgg(this=args[0]) if len(args) == 1 else exp.Anonymous(
+                     this="ARRAY_AGG", expressions=args)}  # sqlglot's drops maxBytes
     FUNCTION_PARSERS = {**DruidParser.FUNCTION_PARSERS, "POSITION": lambda self: self._parse_position_from()}
 
     def _parse_position_from(self) -> exp.StrPosition:

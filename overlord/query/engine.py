@@ -345,9 +345,10 @@ def _register_metadata(qs: _QuerySession, engine: sa.Engine, timeline: VisibleSe
     return {metadata_view(table).lower() for table in tables}
 
 
-_USER_STATES = frozenset({"0A", "21", "22", "23", "42", "54"})
+_USER_STATES = frozenset({"0A", "21", "22", "23", "42", "54", "P0"})
 """SQLSTATE classes of a query's own mistakes: feature not supported, cardinality (a scalar subquery's
-rows), data (a bad cast, an overflow), integrity (a duplicate map key), syntax and access, program limits."""
+rows), data (a bad cast, an overflow), integrity (a duplicate map key), syntax and access, program limits,
+a raised error (the only one a query may raise: a collection past Druid's ``maxBytes``)."""
 
 
 def _user_error(exc: PySparkException) -> QueryError | None:

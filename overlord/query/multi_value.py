@@ -59,6 +59,21 @@ def _as_list(value: exp.Expr, names: frozenset[str]) -> exp.Expr:
     return value.copy()
 
 
+def _druid_element(value: exp.Expr) -> exp.Expr:
+    """A literal as Druid's array functions compare it: a decimal as a DOUBLE, a timestamp as its epoch millis.
+
+    (Spark's DECIMAL literal meets no DOUBLE or FLOAT array; Druid's arrays hold ``__time`` as a long.)
+    """
+    if isinstance(value, exp.Array):
+        return exp.Array(expressions=[_druid_element(e) for e in value.expressions])
+    if isinstance(value, exp.Literal) and not value.is_string and not value.is_int:
+        return exp.cast(value.copy(), "DOUBLE")
+    if isinstance(value, exp.Cast) and value.to.this == exp.DataType.Type.TIMESTAMP and isinstance(
+            value.this, exp.Literal):
+        return _call("unix_millis", value.copy())
+    return value.copy()
+
+
 def _mv(function: Callable[..., exp.Expr], arity: int, most: int | None = None) -> Callable[
         [list[exp.Expr], frozenset[str]], exp.Expr]:
     """A function of a list (its first argument) and ``arity`` (to ``most``) arguments in all."""
@@ -69,7 +84,7 @@ def _mv(function: Callable[..., exp.Expr], arity: int, most: int | None = None) 
             expected = str(arity) if arity == most else f"{arity} to {most}"
             raise QueryError(f"a multi-value function takes {expected} argument{'s' if most > 1 else ''} here, "
                              f"got {len(args)}", "UNSUPPORTED_DRUID_SQL")
-        return function(_as_list(args[0], names), *(a.copy() for a in args[1:]))
+        return function(_as_list(args[0], names), *(_druid_element(a) for a in args[1:]))
     return translate_call
 
 
@@ -94,7 +109,8 @@ def _two(function: str, args: list[exp.Expr]) -> list[exp.Expr]:
 def _slice(values: exp.Expr, start: exp.Expr, end: exp.Expr | None = None) -> exp.Expr:
     """Druid's ``[start, end)`` of 0-based offsets (to the last without ``end``) as Spark's ``slice``."""
     length = _call("size", values.copy()) if end is None else exp.Sub(this=end, expression=start.copy())
-    return _call("slice", values, exp.Add(this=start.copy(), expression=exp.Literal.number(1)), length)
+    sliced = _call("slice", values.copy(), exp.Add(this=start.copy(), expression=exp.Literal.number(1)), length)
+    return exp.If(this=exp.GT(this=start.copy(), expression=_call("size", values)), true=exp.Null(), false=sliced)
 
 
 def _position(values: exp.Expr, value: exp.Expr, base: int) -> exp.Expr:
@@ -115,14 +131,28 @@ def _only_nulls(wanted: exp.Expr) -> bool:
 
 
 def _overlap(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
-    """Whether the list ``values`` holds one of ``wanted``'s elements (ARRAY[NULL]: a null row or value)."""
-    return exp.Paren(this=_holds_null(values)) if _only_nulls(wanted) else _call("arrays_overlap", values, wanted)
+    """Whether the list ``values`` holds one of ``wanted``'s elements (ARRAY[NULL]: a null row or value).
+
+    As Druid's, false (not Spark's null) when none is shared and a null element is in either list.
+    """
+    if _only_nulls(wanted):
+        return exp.Paren(this=_holds_null(values))
+    if isinstance(wanted, exp.Array) and not any(isinstance(e, exp.Null) for e in wanted.expressions):
+        return _call("arrays_overlap", _call("array_compact", values), wanted)
+    nulls = exp.and_(_call("exists", values.copy(), _lambda(exp.Is(this=_element(), expression=exp.Null()))),
+                     _call("exists", wanted.copy(), _lambda(exp.Is(this=_element(), expression=exp.Null()))))
+    return exp.Paren(this=exp.or_(_call("arrays_overlap", _call("array_compact", values),
+                                        _call("array_compact", wanted)), nulls))
 
 
 def _contains(values: exp.Expr, wanted: exp.Expr) -> exp.Expr:
-    """Whether the list ``values`` holds ``wanted``, or each element of ``wanted`` if it is an array."""
+    """Whether the list ``values`` holds ``wanted``, or each element of ``wanted`` if it is an array.
+
+    As Druid's, false (not Spark's null) when it does not and holds a null element.
+    """
     if _only_nulls(wanted):
         return exp.Paren(this=_holds_null(values))
+    values = _call("array_compact", values)
     if isinstance(wanted, exp.Array):  # every element of the array
         return _call("forall", wanted, _lambda(_call("array_contains", values, _element())))
     return _call("array_contains", values, wanted)
@@ -162,8 +192,8 @@ MV_FUNCTIONS: dict[str, Callable[[list[exp.Expr], frozenset[str]], exp.Expr]] = 
     "MV_SLICE": _mv(_slice, 2, 3),
     "MV_OFFSET_OF": _mv(lambda a, v: _position(a, v, 1), 2),
     "MV_ORDINAL_OF": _mv(lambda a, v: _position(a, v, 0), 2),
-    "MV_PREPEND": lambda args, names: _call("concat", exp.Array(expressions=[_two("MV_PREPEND", args)[0].copy()]),
-                                            _as_list(args[1], names)),
+    "MV_PREPEND": lambda args, names: _call(
+        "concat", exp.Array(expressions=[_druid_element(_two("MV_PREPEND", args)[0])]), _as_list(args[1], names)),
     "MV_CONCAT": lambda args, names: _call("concat", *(_as_list(a, names) for a in _two("MV_CONCAT", args))),
 }
 for _name in ("OFFSET", "ORDINAL", "OFFSET_OF", "ORDINAL_OF", "OVERLAP", "SLICE"):  # the same over arrays

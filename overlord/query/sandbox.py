@@ -29,6 +29,7 @@ from typing import Any
 
 from py4j.java_gateway import JavaObject
 
+from overlord.query.collect_max_bytes import MAX_BYTES_MESSAGE
 from overlord.query.druid_function_names import DRUID_SQL_FUNCTIONS, SPARK_NAMES
 from overlord.query.function_bounds import (
     COLLECTING_CLASSES,
@@ -207,6 +208,8 @@ def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> l
                           "NOT_READ_ONLY")
         if node.name == "UnresolvedFunction":
             name = _function_name(node)
+            if name == "raise_error" and _raises_max_bytes(walker, node):
+                continue
             _check_function(name, functions)
             if name in SIZE_ARGUMENTS:
                 _check_size(walker, node, name)
@@ -219,6 +222,20 @@ def check_parsed(walker: PlanWalker, plan: Any, functions: Collection[str]) -> l
             if name not in TABLE_FUNCTIONS:
                 raise QueryError(f"table function {name}() is not allowed in queries", "FUNCTION_NOT_ALLOWED")
     return nodes
+
+
+def _raises_max_bytes(walker: PlanWalker, node: Node) -> bool:
+    """Whether ``node`` is ``raise_error(concat('Unable to serialize [', ...))``, the one a query may call.
+
+    It is the error of a collection past Druid's ``maxBytes`` (:mod:`overlord.query.collect_max_bytes`).
+    """
+    args = node.obj.arguments()
+    message = args.apply(0) if args.length() == 1 else None
+    if message is None or walker.simple_name(message) != "UnresolvedFunction" or \
+            str(message.nameParts().last()).lower() != "concat" or message.arguments().length() == 0:
+        return False
+    first = message.arguments().apply(0)
+    return walker.simple_name(first) == "Literal" and str(first.value()).startswith(MAX_BYTES_MESSAGE)
 
 
 def _check_format(walker: PlanWalker, node: Node, name: str) -> None:
