@@ -207,7 +207,7 @@ class Rollup:
             for start, stop in intervals:
                 if len(intervals) == 1 and _sortable(rows, self.schema.output_columns):  # a trickle's task, mostly
                     part = rows.select(self.schema.output_columns).sort_by(
-                        [(c, "ascending") for c in self.schema.output_columns], null_placement="at_end")
+                        [(c, "ascending") for c in self.schema.output_columns])  # nulls last, as DuckDB
                 else:
                     part = arrow_query(self._con, f"SELECT {columns} FROM rows WHERE {SEGMENT_START} = $start "
                                        "ORDER BY ALL", {"start": start})
