@@ -229,8 +229,8 @@ class Settings(BaseSettings):
     task_min_interval_s: float = Field(
         default=1.5, ge=0, description="the least time between two launches of a task group's tasks while its "
         "topic trickles: a steady stream is indexed in tasks of this many seconds' records (each task has a fixed "
-        "cost), not one per fraction of a second; a task that can fill up to `OVERLORD_TASK_MAX_RECORDS` "
-        "starts at once. 0 launches as soon as records wait")
+        "cost), not one per fraction of a second; a task that can fill up to `OVERLORD_TASK_MAX_RECORDS`, or "
+        "hold `OVERLORD_TASK_TARGET_RECORDS`, starts at once. 0 launches as soon as records wait")
     task_target_records: int = Field(
         default=250, ge=0, description="the records that make a task worth its fixed cost: a task group whose "
         "topic brings this many sooner than `OVERLORD_TASK_MIN_INTERVAL_S` launches as soon as they are there "
