@@ -161,6 +161,27 @@ def start_overlord(stack: DevStack, admin: sa.Engine, spark: Any, deep_storage: 
     return overlord
 
 
+@contextmanager
+def paused_at_lock(engine: sa.Engine) -> Iterator[tuple[sa.Engine, threading.Event, threading.Event]]:
+    """An engine on ``engine``'s database whose first statement that locks a row (``FOR UPDATE``) pauses there:
+    ``locked`` is set then, and it goes on once ``release`` is set.
+    """
+    locked, release = threading.Event(), threading.Event()
+    paused = sa.create_engine(engine.url, pool_size=5)
+
+    def hold(_conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "FOR UPDATE" in statement and cursor.rowcount > 0 and not locked.is_set():  # a row locked (maybe new)
+            locked.set()
+            assert release.wait(20)
+
+    sa.event.listen(paused, "after_cursor_execute", hold)
+    try:
+        yield paused, locked, release
+    finally:
+        release.set()
+        paused.dispose()
+
+
 def wait_for_lock_waiter(engine: sa.Engine, timeout_s: float = 10.0) -> None:
     """Wait until some session of the database is blocked on a lock (a real wait, not a sleep)."""
     query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -25,7 +24,7 @@ from segment_store import (
     publish,
     used_segments,
 )
-from tests.helpers import wait_for_lock_waiter
+from tests.helpers import paused_at_lock, wait_for_lock_waiter
 
 HOUR = datetime(2025, 1, 1, 10, tzinfo=UTC)
 
@@ -54,18 +53,8 @@ def storage(tmp_path: Path) -> DeepStorage:
 @pytest.fixture()
 def paused_publish_engine(engine: sa.Engine) -> Iterator[tuple[sa.Engine, threading.Event, threading.Event]]:
     """An engine whose publish pauses right after it has taken the datasource lock."""
-    locked, release = threading.Event(), threading.Event()
-    paused = sa.create_engine(engine.url, pool_size=2)
-
-    def hold(_conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if "FOR UPDATE" in statement and cursor.rowcount > 0 and not locked.is_set():  # a row locked (it may be new)
-            locked.set()
-            assert release.wait(20)
-
-    sa.event.listen(paused, "after_cursor_execute", hold)
-    yield paused, locked, release
-    release.set()
-    paused.dispose()
+    with paused_at_lock(engine) as paused:
+        yield paused
 
 
 def test_a_publish_whose_files_cleanup_deleted_publishes_nothing(engine, storage, datasource):

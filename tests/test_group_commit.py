@@ -6,31 +6,21 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from indexing_task.group_commit import GroupCommit
 from segment_store import committed_offsets
+from tests.helpers import paused_at_lock
 from tests.test_publish import req, used_names
 
 
 @pytest.fixture()
 def held_engine(engine: sa.Engine) -> Iterator[tuple[sa.Engine, threading.Event, threading.Event]]:
-    """An engine whose first lock statement waits for ``release`` (``locked`` is set when it is reached)."""
-    locked, release = threading.Event(), threading.Event()
-    eng = sa.create_engine(engine.url, pool_size=5)
-
-    def hold(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if "FOR UPDATE" in statement and not locked.is_set():
-            locked.set()
-            assert release.wait(20)
-
-    sa.event.listen(eng, "after_cursor_execute", hold)
-    yield eng, locked, release
-    release.set()
-    eng.dispose()
+    """An engine whose first publish pauses once it holds its lock (``locked``) until ``release``."""
+    with paused_at_lock(engine) as held:
+        yield held
 
 
 def test_tasks_finishing_during_a_publish_go_together_in_the_next(held_engine) -> None:

@@ -8,19 +8,17 @@ answer is worked out in Python from the random rows. Druid's own answers over ``
 from __future__ import annotations
 
 import math
-import random
 import re
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from overlord.query.native import run_native
 from overlord.query.query_errors import QueryError
-from tests.test_timeline import HOUR, T0, publish_random
+from tests.test_timeline import HOUR, T0, publish_hours
 
 NAME = f"native-extraction-{uuid.uuid4().hex[:8]}"
 INTERVAL = f"{T0:%Y-%m-%dT%H:%M:%S}Z/{T0 + 3 * HOUR:%Y-%m-%dT%H:%M:%S}Z"
@@ -29,10 +27,7 @@ EVENTS = {"type": "longSum", "name": "events", "fieldName": "count"}
 
 @pytest.fixture(scope="module")
 def rows(engine, tmp_path_factory) -> list[dict[str, Any]]:
-    root = str(tmp_path_factory.mktemp("deep"))
-    rng = random.Random(29)
-    return pa.concat_tables([publish_random(engine, root, NAME, rng, T0 + hour * HOUR, 60)
-                             for hour in range(3)]).to_pylist()
+    return publish_hours(engine, str(tmp_path_factory.mktemp("deep")), NAME, 29, 3, 60)
 
 
 def group_by(spark, engine, dimension: str, extraction: Any, **extra: Any) -> dict[Any, int]:

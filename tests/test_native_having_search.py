@@ -7,18 +7,16 @@ from the rows and Druid's documented rules, and the 400s naming the field of a s
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections import Counter
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from overlord.query.native import run_native
 from overlord.query.query_errors import QueryError
-from tests.test_timeline import HOUR, T0, publish_random
+from tests.test_timeline import HOUR, T0, publish_hours
 
 NAME = f"native-{uuid.uuid4().hex[:8]}"
 INTERVAL = f"{T0:%Y-%m-%dT%H:%M:%S}Z/{T0 + 3 * HOUR:%Y-%m-%dT%H:%M:%S}Z"
@@ -31,10 +29,7 @@ PER_ROW = {"type": "arithmetic", "name": "per_row", "fn": "/", "fields": [
 
 @pytest.fixture(scope="module")
 def rows(engine, tmp_path_factory) -> list[dict[str, Any]]:
-    root = str(tmp_path_factory.mktemp("deep"))
-    rng = random.Random(23)
-    return pa.concat_tables([publish_random(engine, root, NAME, rng, T0 + hour * HOUR, 70)
-                             for hour in range(3)]).to_pylist()
+    return publish_hours(engine, str(tmp_path_factory.mktemp("deep")), NAME, 23, 3, 70)
 
 
 def group_by(spark, engine, having: Any, **extra: Any) -> list[dict[str, Any]]:

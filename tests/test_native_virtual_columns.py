@@ -8,17 +8,15 @@ out in Python from the random rows.
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections import Counter
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from overlord.query.native import run_native
 from overlord.query.query_errors import QueryError
-from tests.test_timeline import HOUR, T0, publish_random
+from tests.test_timeline import HOUR, T0, publish_hours
 
 NAME = f"native-virtual-{uuid.uuid4().hex[:8]}"
 INTERVAL = f"{T0:%Y-%m-%dT%H:%M:%S}Z/{T0 + 2 * HOUR:%Y-%m-%dT%H:%M:%S}Z"
@@ -26,10 +24,7 @@ INTERVAL = f"{T0:%Y-%m-%dT%H:%M:%S}Z/{T0 + 2 * HOUR:%Y-%m-%dT%H:%M:%S}Z"
 
 @pytest.fixture(scope="module")
 def rows(engine, tmp_path_factory) -> list[dict[str, Any]]:
-    root = str(tmp_path_factory.mktemp("deep"))
-    rng = random.Random(31)
-    return pa.concat_tables([publish_random(engine, root, NAME, rng, T0 + hour * HOUR, 40)
-                             for hour in range(2)]).to_pylist()
+    return publish_hours(engine, str(tmp_path_factory.mktemp("deep")), NAME, 31, 2, 40)
 
 
 def query(spark, engine, kind: str, **fields: Any) -> list[dict[str, Any]]:

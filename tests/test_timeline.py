@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,6 +85,14 @@ def publish_random(engine: sa.Engine, root: str, datasource: str, rng: random.Ra
     table = random_rows(rng, rows, start, end or start + HOUR)
     publish_segments(engine, datasource, write_segment(root, datasource, start, table, end))
     return table
+
+
+def publish_hours(engine: sa.Engine, root: str, datasource: str, seed: int, hours: int, per_hour: int,
+                  ) -> list[dict[str, Any]]:
+    """Publish ``hours`` hour-long segments of ``per_hour`` random rows from ``T0``; return every row."""
+    rng = random.Random(seed)
+    return pa.concat_tables([publish_random(engine, root, datasource, rng, T0 + hour * HOUR, per_hour)
+                             for hour in range(hours)]).to_pylist()
 
 
 def fake_compact(engine: sa.Engine, root: str, datasource: str, start: datetime, end: datetime | None = None):
