@@ -177,6 +177,25 @@ def test_a_druid_function_we_lack_is_named_in_the_error(spark, engine):
     assert defect.value.message.startswith("BIT_AND is refused: Druid's starts from 0")
 
 
+def test_a_null_test_of_what_druid_types_not_null_is_refused(spark, engine):
+    """Druid types ARRAY_ORDINAL_OF and ARRAY_SLICE NOT NULL and answers ``IS NULL`` over them false.
+
+    Even for a NULL (its quidem files count 0 rows where ARRAY_OFFSET_OF's NULL counts 1): refused, not answered
+    otherwise.
+    """
+    rows = "(VALUES (CAST(NULL AS DOUBLE))) AS t(v)"
+    for call in ("ARRAY_ORDINAL_OF(ARRAY_AGG(v), 1.5)", "ARRAY_SLICE(ARRAY_AGG(v), 0, 1)"):
+        for query in (f"SELECT COUNT(*) FROM (SELECT {call} AS col FROM {rows}) WHERE col IS NULL",
+                      f"SELECT {call} IS NOT NULL FROM {rows}"):
+            with pytest.raises(QueryError) as defect:
+                run_sql(spark, engine, query)
+            assert defect.value.error_class == "UNSUPPORTED_DRUID_SQL"
+            assert defect.value.message.startswith(f"IS NULL over {call.split('(')[0]} is refused")
+    assert run_sql(spark, engine, f"SELECT COUNT(*) FROM (SELECT ARRAY_OFFSET_OF(ARRAY_AGG(v), 1.5) AS col "
+                                  f"FROM {rows}) WHERE col IS NULL", "array") == [[1]]
+    assert run_sql(spark, engine, f"SELECT ARRAY_SLICE(ARRAY_AGG(v), 0, 1) AS col FROM {rows}", "array") == [[[None]]]
+
+
 def test_grouping_of_several_columns_in_any_order_and_windows_that_need_an_order(spark, engine):
     rows = "VALUES ('a', 1), ('b', 2) AS t(k, v)"
     got = run_sql(spark, engine, f"SELECT k, v, GROUPING(v, k) AS g FROM {rows} "

@@ -34,7 +34,7 @@ from overlord.query.query_errors import QueryError
 from overlord.query.sketch_sql import SKETCH_OBJECT_FUNCTIONS
 
 __all__ = ["DRUID_DEFECTS", "METADATA_TABLES", "RULES", "RewriteContext", "Rule", "array_argument_columns",
-           "metadata_view", "text_aliases",
+           "metadata_view", "refuse_null_tests_druid_folds", "text_aliases",
            "text_in_numbers", "top_n_column", "typed_operands"]
 
 METADATA_TABLES = frozenset(SCHEMAS)
@@ -58,6 +58,30 @@ _UNSUPPORTED_PREFIXES = ("DS_TUPLE_", "DS_CDF", "DS_RANK", "DS_QUANTILES_SKETCH"
 DRUID_DEFECTS = {"BIT_AND": "BIT_AND is refused: Druid's starts from 0, so it answers 0 for every group with a value, "
                             "where a bitwise AND would not; BIT_OR and BIT_XOR are supported"}
 """Functions whose Druid answers are wrong: refused, so that no answer here differs from Druid's unseen."""
+
+_TYPED_NOT_NULL = {"ARRAY_ORDINAL_OF": "ARRAY_ORDINAL_OF", "ARRAYSLICE": "ARRAY_SLICE"}
+"""Functions Druid's planner types NOT NULL though they answer NULL (over NULL, or past the end): it folds
+``IS NULL`` over them to false, so a NULL row is not counted (ARRAY_OFFSET_OF's is)."""
+
+
+def refuse_null_tests_druid_folds(tree: exp.Expr) -> None:
+    """Refuse ``IS [NOT] NULL`` over a :data:`_TYPED_NOT_NULL` function, or over a column a (sub)query names it.
+
+    Druid's answer is wrong there, and ours would differ from it.
+    """
+
+    def typed_not_null(node: exp.Expr) -> str | None:
+        name = str(node.this).upper() if isinstance(node, exp.Anonymous) else type(node).__name__.upper()
+        return _TYPED_NOT_NULL.get(name)
+
+    aliases = {alias.alias.lower(): name for alias in tree.find_all(exp.Alias)
+               if (name := typed_not_null(alias.this.unnest()))}
+    for test in tree.find_all(exp.Is):
+        tested = test.this.unnest()
+        name = aliases.get(tested.name.lower()) if isinstance(tested, exp.Column) else typed_not_null(tested)
+        if isinstance(test.expression, exp.Null) and name:
+            raise QueryError(f"IS NULL over {name} is refused: Druid types it NOT NULL and answers IS NULL false "
+                             "even where it is NULL", "UNSUPPORTED_DRUID_SQL")
 
 _ESTIMATES = frozenset({"theta_sketch_estimate", "hll_sketch_estimate", "kll_sketch_get_quantile_double"})
 _ROW_ORDER_FUNCTIONS = (exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead, exp.NthValue)

@@ -40,6 +40,7 @@ from overlord.query.druid_rewrite_rules import (
     RewriteContext,
     array_argument_columns,
     metadata_view,
+    refuse_null_tests_druid_folds,
     text_aliases,
     text_in_numbers,
     top_n_column,
@@ -120,6 +121,7 @@ def translate(query: str, complex_columns: tuple[tuple[str, str], ...] = (),
     if len(trees) != 1 or trees[0] is None:
         return Translation(query)
     tree = trees[0]
+    refuse_null_tests_druid_folds(tree)
     star_tables = star_join_tables(tree)
     changed = expand_star_joins(tree, dict(table_columns)) if table_columns else False
     changed = check_constants(tree) or changed
