@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
 
+from indexing_task.cluster_looks import shared_topic_ids
 from indexing_task.group_commit import GroupCommit
 from indexing_task.offset_ranges import Split, plan_splits, spark_tasks
 from indexing_task.published_columns import recorded_columns
@@ -152,7 +153,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
         segments = tuple(s.descriptor(spec.datasource, columns) for r in results for s in r.segments)
     with step("task.check_topic"):
         _check_before_publishing(request, stop, before_publish)
-        topic_ids = partition_topic_ids(properties, io.topic, request.start_offsets)
+        topic_ids = partition_topic_ids(properties, io.topic, request.start_offsets,
+                                        partial(shared_topic_ids, looked_after=started + index_seconds))
 
     started = time.monotonic()
     with step("task.publish"):

@@ -25,8 +25,9 @@ from indexing_task.task_errors import IndexingError
 from segment_store import Partition, TopicPartitionId, check_topic_ids, kafka_partition
 from specs import KafkaIOConfigSpec
 
-__all__ = ["TopicIdSource", "close_metadata_clients", "partition_topic_ids", "stream_topic_ids", "stream_watermarks",
-           "topic_id_changes"]
+__all__ = ["TopicIdSource", "admins", "close_metadata_clients", "partition_topic_ids", "properties_key",
+           "stream_partitions", "stream_topic_ids", "stream_watermarks", "topic_error", "topic_id", "topic_id_changes",
+           "topic_partitions", "with_earliest"]
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -48,7 +49,7 @@ class _Clients(Generic[C]):
 
     @contextmanager
     def use(self, properties: Mapping[str, Any]) -> Iterator[C]:
-        key = json.dumps(properties, sort_keys=True, default=str)
+        key = properties_key(properties)
         with self._lock:
             client = self._clients.get(key)
             if client is None:
@@ -70,7 +71,12 @@ class _Clients(Generic[C]):
             self._clients.clear()
 
 
-_admins: _Clients[AdminClient] = _Clients(lambda properties: AdminClient({
+def properties_key(properties: Mapping[str, Any]) -> str:
+    """One set of consumer properties as a key: the clients (and shared looks) of equal ones are the same."""
+    return json.dumps(properties, sort_keys=True, default=str)
+
+
+admins: _Clients[AdminClient] = _Clients(lambda properties: AdminClient({
     **properties,
     "log_level": 2}))  # an unreachable broker surfaces as the call's error, once; consumer-only properties warn (4)
 
@@ -85,7 +91,7 @@ def _result(future: Future[T], timeout_s: float) -> T:
 
 def close_metadata_clients() -> None:
     """Close the kept metadata clients: an overlord that stops leaves none reconnecting to its brokers."""
-    _admins.close()
+    admins.close()
 
 
 def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec, timeout_s: float = 10.0, *,
@@ -98,26 +104,60 @@ def stream_watermarks(consumer_properties: Mapping[str, Any], io: KafkaIOConfigS
     taken from it, not asked: a broker may scan a partition for each offset asked (Tansu's
     in-memory one does), and the earliest moves only when retention deletes records.
     """
-    with _admins.use(consumer_properties) as admin:
-        partitions: dict[Partition, TopicPartition]
-        if io.topic is not None:
-            try:
-                described = admin.describe_topics(TopicCollection([io.topic]), request_timeout=timeout_s)
-                found = _result(described[io.topic], timeout_s).partitions
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.code() < 0 and error.code() != KafkaError._UNKNOWN_TOPIC:
-                    raise  # librdkafka's own (the broker unreachable, a timeout): not the topic's fault
-                raise IndexingError(f"topic {io.topic!r} is not available: {error}") from None
-            if not found:
-                raise IndexingError(f"topic {io.topic!r} is not available: it has no partitions")
-            partitions = {p.id: TopicPartition(io.topic, p.id) for p in sorted(found, key=lambda p: p.id)}
-        else:
+    partitions = stream_partitions(consumer_properties, io, timeout_s)
+    if not partitions:
+        return {}
+    with admins.use(consumer_properties) as admin:
+        return _marks(admin, partitions, timeout_s, known_lows or {})
+
+
+def stream_partitions(consumer_properties: Mapping[str, Any], io: KafkaIOConfigSpec,
+                      timeout_s: float = 10.0) -> dict[Partition, TopicPartition]:
+    """The spec's partitions (:func:`stream_watermarks`' keys), each as the Kafka partition to ask about."""
+    with admins.use(consumer_properties) as admin:
+        if io.topic is None:
             topics = admin.list_topics(timeout=timeout_s).topics
-            partitions = {TopicPartitionId(topic, p): TopicPartition(topic, p)
-                          for topic, metadata in sorted(topics.items()) if io.reads(topic) and metadata.error is None
-                          for p in sorted(metadata.partitions)}
-        return _marks(admin, partitions, timeout_s, known_lows or {}) if partitions else {}
+            return {TopicPartitionId(topic, p): TopicPartition(topic, p)
+                    for topic, metadata in sorted(topics.items()) if io.reads(topic) and metadata.error is None
+                    for p in sorted(metadata.partitions)}
+        try:
+            described = admin.describe_topics(TopicCollection([io.topic]), request_timeout=timeout_s)
+            found = topic_partitions(io.topic, _result(described[io.topic], timeout_s))
+        except KafkaException as exc:
+            raise topic_error(io.topic, exc) from None
+        return {p: TopicPartition(io.topic, p) for p in found}
+
+
+def topic_partitions(topic: str, description: Any) -> list[int]:
+    """A described topic's partition numbers; :class:`IndexingError` if it has none."""
+    if not description.partitions:
+        raise IndexingError(f"topic {topic!r} is not available: it has no partitions")
+    return sorted(p.id for p in description.partitions)
+
+
+def topic_error(topic: str, exc: KafkaException) -> Exception:
+    """What describing ``topic`` raising ``exc`` means.
+
+    The topic is not there (:class:`IndexingError`), or librdkafka's own error (the broker unreachable, a
+    timeout: not the topic's fault) as it is.
+    """
+    error: KafkaError = exc.args[0]
+    if error.code() < 0 and error.code() != KafkaError._UNKNOWN_TOPIC:
+        return exc
+    return IndexingError(f"topic {topic!r} is not available: {error}")
+
+
+def with_earliest(consumer_properties: Mapping[str, Any], partitions: Mapping[Partition, TopicPartition],
+                  timeout_s: float, known_lows: Mapping[Partition, int]) -> dict[Partition, int]:
+    """Each partition's earliest offset: from ``known_lows``, else asked (one request for those not known)."""
+    unknown = {p: tp for p, tp in partitions.items() if p not in known_lows}
+    if not unknown:
+        return {p: known_lows[p] for p in partitions}
+    with admins.use(consumer_properties) as admin:
+        asked = admin.list_offsets({tp: OffsetSpec.earliest() for tp in unknown.values()},  # type: ignore[no-untyped-call]
+                                   isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+        return {p: known_lows[p] if p not in unknown else int(_result(asked[unknown[p]], timeout_s).offset)
+                for p in partitions}
 
 
 def _marks(admin: AdminClient, partitions: Mapping[Partition, TopicPartition], timeout_s: float,
@@ -146,14 +186,20 @@ def stream_topic_ids(consumer_properties: Mapping[str, Any], topics: Iterable[st
     if not wanted:
         return {}
     ids = {}
-    with _admins.use(consumer_properties) as admin:
+    with admins.use(consumer_properties) as admin:
         found = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
         for topic, future in found.items():
-            topic_id = _result(future, timeout_s).topic_id
-            if topic_id is not None and (topic_id.get_most_significant_bits()
-                                         or topic_id.get_least_significant_bits()):
-                ids[topic] = str(topic_id)
+            if (found_id := topic_id(_result(future, timeout_s))) is not None:
+                ids[topic] = found_id
     return ids
+
+
+def topic_id(description: Any) -> str | None:
+    """A described topic's ID (KIP-516); None from a broker without topic IDs (it gives all zeros)."""
+    uuid = description.topic_id
+    if uuid is None or not (uuid.get_most_significant_bits() or uuid.get_least_significant_bits()):
+        return None
+    return str(uuid)
 
 
 TopicIdSource = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str]]

@@ -28,6 +28,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from pyspark.sql import SparkSession
 
+from indexing_task.cluster_looks import SharedWatermarks
 from indexing_task.published_columns import check_against_segments
 from indexing_task.reader import resolved_consumer_properties
 from indexing_task.step_costs import STEP_COSTS, StepCost
@@ -79,7 +80,7 @@ class Overlord:
                                          policy or SupervisorPolicy(max_records_per_task=settings.task_max_records,
                                                                    min_task_interval_s=settings.task_min_interval_s,
                                                                    target_records=settings.task_target_records),
-                                         metrics=self.metrics)
+                                         metrics=self.metrics, watermarks=SharedWatermarks())
         self.scheduler = BackgroundScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
         self.supervisors: dict[str, Supervisor] = {}
         self._pending_wake: set[str] = set()
