@@ -5,25 +5,26 @@ topic's ID after its read: a hundred quiet topics make ~100 such looks a second,
 that costs the overlord's process ~0.5 ms (and as much again in librdkafka's threads) and the
 broker a scan of the partition for each offset (Tansu's in-memory one). Here a look is shared:
 
-- :class:`SharedWatermarks` describes every topic and reads the latest offsets of every partition
-  asked for lately in one request each, at most once per ``max_age_s`` (0.25 s: what it adds to
-  freshness at most). The earliest offsets are asked as :func:`stream_watermarks` does.
+- :class:`SharedWatermarks` answers from a look at most ``max_age_s`` old (0.25 s: what it may add to
+  freshness); the supervisors waiting for a look meanwhile go in one describe and one offsets request.
+  The earliest offsets are asked as :func:`stream_watermarks` does.
 - :func:`shared_topic_ids` answers from a look that *started after* the caller's read began (the
   publish check needs the ID as of after the read, never older), asking once for every caller
   waiting.
 
-Looks are per set of consumer properties (one cluster and its credentials). A partition not asked
-for within ``_FORGET_S`` is left out of the next look.
+Looks are per set of consumer properties (one cluster and its credentials), and ask only for what
+callers wait for: a broker may scan a partition for each offset asked.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
@@ -46,65 +47,69 @@ __all__ = ["SharedWatermarks", "shared_topic_ids"]
 K = TypeVar("K")
 V = TypeVar("V")
 
-_FORGET_S = 60.0
-"""A key not asked for this long is left out of the next look."""
+_KEEP_S = 60.0
+"""How long an answer is kept (a key no caller asks for again is forgotten after that)."""
 
 
 class _SharedLook(Generic[K, V]):
-    """Values of keys, read by ``look(keys)`` for every key asked lately at once; one look at a time.
+    """Values of keys, read by ``look(keys)``: one look at a time, for the keys of every caller waiting for it.
 
-    :meth:`get` answers from the last look if it started at or after ``fresh_after`` (monotonic) and
-    covered the keys; otherwise it looks (or waits for the look under way, then checks again).
-    A key whose look raised is dropped and its caller gets the error; a look that raised as a
-    whole raises to its caller, and the keys of others are asked again by them alone (a key that
-    fails every look never holds the others back).
+    :meth:`get` answers from looks begun at or after ``fresh_after`` (monotonic); otherwise it waits for
+    its turn and looks for itself and for every caller that came meanwhile. A key's error goes to the
+    callers of that key only; a look that raised as a whole raises to its caller, and the others waiting
+    look again by themselves (a key that breaks every look never holds the others back).
     """
 
     def __init__(self, look: Callable[[list[K]], dict[K, V | Exception]]) -> None:
         self._look = look
         self._lock = threading.Lock()
         self._looking = threading.Lock()
-        self._values: dict[K, V] = {}
-        self._asked: dict[K, float] = {}
-        self._started = float("-inf")
+        self._answers: dict[K, tuple[float, V | Exception]] = {}
+        self._waiting: Counter[K] = Counter()
 
     def get(self, keys: Iterable[K], fresh_after: float) -> dict[K, V]:
         wanted = list(dict.fromkeys(keys))
-        now = time.monotonic()
         with self._lock:
-            for key in wanted:
-                self._asked[key] = now
             found = self._fresh(wanted, fresh_after)
-        if found is not None:
-            return found
-        with self._looking:
-            with self._lock:
-                found = self._fresh(wanted, fresh_after)
-                if found is not None:
-                    return found
-                asked = [k for k, at in self._asked.items() if now - at < _FORGET_S or k in wanted]
-                self._asked = {k: self._asked[k] for k in asked}
-            started = time.monotonic()
-            try:
-                answers = self._look(asked)
-            except Exception:
+            if found is not None:
+                return self._values(found)
+            self._waiting.update(wanted)
+        try:
+            with self._looking:
                 with self._lock:
-                    self._asked = {k: at for k, at in self._asked.items() if k in wanted}
-                raise
+                    found = self._fresh(wanted, fresh_after)
+                    asked = list(self._waiting)
+                if found is None:
+                    found = self._look_now(asked, wanted)
+        finally:
             with self._lock:
-                self._started = started
-                self._values = {k: v for k, v in answers.items() if not isinstance(v, Exception)}
-                for key, answer in answers.items():
-                    if isinstance(answer, Exception):
-                        self._asked.pop(key, None)
-                        if key in wanted:
-                            raise answer
-                return {k: self._values[k] for k in wanted if k in self._values}
+                self._waiting.subtract(wanted)
+                self._waiting = +self._waiting
+        return self._values(found)
 
-    def _fresh(self, wanted: list[K], fresh_after: float) -> dict[K, V] | None:
-        if self._started < fresh_after or any(k not in self._values for k in wanted):
+    def _look_now(self, asked: list[K], wanted: list[K]) -> dict[K, V | Exception]:
+        started = time.monotonic()
+        try:
+            answers = self._look(asked)
+        except Exception as exc:
+            answers = dict.fromkeys(wanted, exc)
+        with self._lock:
+            self._answers = {k: answer for k, answer in self._answers.items() if answer[0] > started - _KEEP_S}
+            self._answers.update((k, (started, answer)) for k, answer in answers.items())
+            return {k: answers.get(k, LookupError(f"the look did not answer for {k}")) for k in wanted}
+
+    def _fresh(self, wanted: list[K], fresh_after: float) -> dict[K, V | Exception] | None:
+        answers = [self._answers.get(k) for k in wanted]
+        if any(a is None or a[0] < fresh_after for a in answers):
             return None
-        return {k: self._values[k] for k in wanted}
+        return {k: a[1] for k, a in zip(wanted, answers, strict=True) if a is not None}
+
+    @staticmethod
+    def _values(found: dict[K, V | Exception]) -> dict[K, V]:
+        for value in found.values():
+            if isinstance(value, Exception):
+                raise value
+        return cast(dict[K, V], found)
 
 
 class _Looks(Generic[K, V]):

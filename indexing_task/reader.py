@@ -74,7 +74,7 @@ def read_range(consumer: Consumer, topic: str, partition: int, start: int, end: 
 
 def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]], stall_timeout_s: float = 30.0,
                 failed: dict[int, RangeNotReadableError] | None = None, highs: dict[int, int] | None = None,
-                ) -> Iterator[tuple[int, list[Message]]]:
+                ends: dict[int, int] | None = None) -> Iterator[tuple[int, list[Message]]]:
     """Yield ``(i, batch)``: batches of the data messages of ``ranges[i]``, a ``(topic, partition, start, end)``.
 
     The ranges, each of a different partition, are read together: one fetch serves them all
@@ -85,14 +85,16 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
     :class:`RangeNotReadableError`, or, given ``failed``, puts the error there under the range's
     index and reads on (the ranges of other tasks read with it are not held up). Given ``highs``,
     each range read to its end gets its partition's high watermark there, as the last fetch
-    reported it (no round trip: how far the partition has grown meanwhile).
+    reported it (no round trip: how far the partition has grown meanwhile). The ranges whose indexes
+    are keys of ``ends`` end where their partitions do when the read gets there (the first partition-EOF
+    event), or at their ``end`` if sooner: their values in ``ends`` become those offsets.
     """
     index = _index_ranges(ranges)
     position = {key: ranges[i][2] for key, i in index.items()}
     if not position:
         return
     consumer.assign([TopicPartition(topic, partition, at) for (topic, partition), at in position.items()])
-    reads = _RangeReads(consumer, ranges, index, position, stall_timeout_s, failed, highs)
+    reads = _RangeReads(consumer, ranges, index, position, stall_timeout_s, failed, highs, ends)
     try:
         while position:
             messages = consumer.consume(reads.batch_size(), _POLL_TIMEOUT_S)
@@ -115,13 +117,15 @@ def _index_ranges(ranges: Sequence[tuple[str, int, int, int]]) -> dict[tuple[str
 class _RangeReads:
     """The state of one :func:`read_ranges`: each unfinished range's position and when it last moved on."""
 
-    __slots__ = ("consumer", "failed", "highs", "index", "paused", "position", "progress", "ranges", "stall_timeout_s")
+    __slots__ = ("consumer", "ends", "failed", "highs", "index", "paused", "position", "progress", "ranges",
+                 "stall_timeout_s")
 
     def __init__(self, consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
                  index: dict[tuple[str, int], int], position: dict[tuple[str, int], int], stall_timeout_s: float,
-                 failed: dict[int, RangeNotReadableError] | None, highs: dict[int, int] | None) -> None:
+                 failed: dict[int, RangeNotReadableError] | None, highs: dict[int, int] | None,
+                 ends: dict[int, int] | None = None) -> None:
         self.consumer, self.ranges, self.index, self.position = consumer, ranges, index, position
-        self.stall_timeout_s, self.failed, self.highs = stall_timeout_s, failed, highs
+        self.stall_timeout_s, self.failed, self.highs, self.ends = stall_timeout_s, failed, highs, ends
         self.progress = dict.fromkeys(position, time.monotonic())
         self.paused: list[TopicPartition] = []
 
@@ -143,12 +147,14 @@ class _RangeReads:
         topic, partition = key
         at, end = position[key], self.ranges[self.index[key]][3]
         data = [m for m in group if m.error() is None]
+        at_eof = False
         if len(data) != len(group):
             try:
-                at = max(at, _check_events(group, topic, partition, at))
+                eof = _check_events(group, topic, partition, at)
             except RangeNotReadableError as exc:
                 self.finish(key, exc)
                 return
+            at_eof, at = eof > -1 and self.ends is not None and self.index[key] in self.ends, max(at, eof)
         if data:
             cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
             at = end if cut < len(data) else max(at, _offset(data[-1]) + 1)
@@ -157,7 +163,7 @@ class _RangeReads:
         if at > position[key]:
             self.progress[key] = now
         position[key] = at
-        if at >= end:
+        if at >= end or at_eof:
             self.finish(key)
 
     def finish_stalled(self, now: float) -> None:
@@ -175,10 +181,13 @@ class _RangeReads:
             if self.failed is None:
                 raise error
             self.failed[self.index[key]] = error
-        elif self.highs is not None:
-            _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-            if high >= 0:
-                self.highs[self.index[key]] = high
+        else:
+            if self.ends is not None and self.index[key] in self.ends:
+                self.ends[self.index[key]] = min(self.position[key], self.ranges[self.index[key]][3])
+            if self.highs is not None:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                if high >= 0:
+                    self.highs[self.index[key]] = high
         del self.position[key]
         if self.position:
             self.paused.append(TopicPartition(*key))
@@ -209,20 +218,21 @@ _FAIL_FAST = {
 
 
 def _check_events(messages: list[Message], topic: str, partition: int, position: int) -> int:
-    """Handle the error events of a batch; return the position a partition EOF proves.
+    """Handle the error events of a batch; return the position a partition EOF proves (-1 if none came).
 
     Transient errors (broker restarts, timeouts) are left to the client's own retries and,
     if they last, to the caller's stall timeout.
     """
+    eof = -1
     for message in messages:
         error = message.error()
         if error is None:
             continue
         if error.code() == KafkaError._PARTITION_EOF:
             # EOF carries the high watermark: every offset below it was delivered or is a gap.
-            position = max(position, _offset(message))
+            eof = max(position, _offset(message))
             continue
         if error.fatal() or error.code() in _FAIL_FAST:
             raise RangeNotReadableError(
                 f"{topic}[{partition}] at offset {position}: {error.str()}") from KafkaException(error)
-    return position
+    return eof

@@ -71,6 +71,8 @@ class WorkerResult(BaseModel):
     """Indexing only: the dimensions of the rows and their types, discovered ones included."""
     high_watermarks: dict[int, int] = {}
     """Indexing only: split index -> its partition's high watermark as the split's read last saw it."""
+    read_ends: dict[int, int] = {}
+    """Indexing only, a task read to the end: split index -> where its read ended."""
     error: str | None = None
     """Compaction only: why the interval could not be compacted."""
     retryable: bool = False

@@ -55,6 +55,9 @@ class TaskPayload(BaseModel):
     min_time: datetime | None = None
     max_time: datetime | None = None
     splits: tuple[Split, ...] = ()
+    read_to_end: bool = False
+    """Each split ends where its partition does when read, at most at its end (a quiet topic's task,
+    planned without asking the broker how far its partitions go)."""
 
 
 def run_splits(payload: TaskPayload, split_indexes: Iterator[int]) -> Iterator[WorkerResult]:
@@ -115,11 +118,12 @@ def index_splits(payload: TaskPayload, splits: Sequence[Split], attempt: int = 0
     written as one file per interval: the parse's fixed cost (~25 ms) and a file are paid once,
     not per partition. A big task's are read one after the other, a chunk at a time.
     """
-    ranges, highs = _kafka_ranges(payload, splits), dict[int, int]()
+    ranges, highs, ends = _kafka_ranges(payload, splits), dict[int, int](), _open_ends(payload, splits)
     with cyclic_gc_paused():
         consumer = Consumer(payload.consumer_config)
         try:
-            return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, ranges, highs), highs)
+            return _index_chunks(payload, splits, attempt, _chunks(consumer, payload, ranges, highs, ends), highs,
+                                 ends)
         finally:
             consumer.close()
 
@@ -141,13 +145,14 @@ def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> l
     owners = [n for n, (_, splits) in enumerate(tasks) for _ in splits]
     failed: dict[int, RangeNotReadableError] = {}
     highs: dict[int, int] = {}
+    ends = {i: end for i, end in enumerate(r[3] for r in ranges) if tasks[owners[i]][0].read_to_end}
     outcomes: list[WorkerResult | Exception] = []
     with cyclic_gc_paused():
         try:
             consumer = Consumer(tasks[0][0].consumer_config)
             try:
                 read = _read_together(consumer, ranges, min(payload.read_timeout_s for payload, _ in tasks), failed,
-                                      highs)
+                                      highs, ends)
             finally:
                 consumer.close()
         except Exception as exc:  # the consumer itself failed: every task with it
@@ -160,7 +165,8 @@ def index_small_tasks(tasks: Sequence[tuple[TaskPayload, Sequence[Split]]]) -> l
                     raise error
                 messages = [message for i in mine for message in read[i]]
                 outcomes.append(_index_chunks(payload, splits, 0, [messages] if messages else [],
-                                              {k: highs[i] for k, i in enumerate(mine) if i in highs}))
+                                              {k: highs[i] for k, i in enumerate(mine) if i in highs},
+                                              {k: ends[i] for k, i in enumerate(mine) if i in ends}))
             except Exception as exc:
                 outcomes.append(exc)
     return outcomes
@@ -171,14 +177,21 @@ def _kafka_ranges(payload: TaskPayload, splits: Sequence[Split]) -> list[tuple[s
     return [(*split.kafka(payload.topic), split.start, split.end) for split in splits]
 
 
+def _open_ends(payload: TaskPayload, splits: Sequence[Split]) -> dict[int, int]:
+    """The splits that end where their partitions do (:attr:`TaskPayload.read_to_end`), by index: their ends."""
+    return {n: split.end for n, split in enumerate(splits)} if payload.read_to_end else {}
+
+
 def _chunks(consumer: Consumer, payload: TaskPayload, ranges: list[tuple[str, int, int, int]],
-            highs: dict[int, int]) -> Iterator[list[Message]]:
+            highs: dict[int, int], ends: dict[int, int]) -> Iterator[list[Message]]:
     """The ranges' records, in order and each range in offset order, a chunk at a time.
 
-    ``highs`` gets each range's high watermark as :func:`read_ranges` reports it.
+    ``highs`` gets each range's high watermark as :func:`read_ranges` reports it, ``ends`` where the
+    ranges it holds ended (ranges read to their partitions' ends are read together, in one chunk).
     """
-    if sum(end - start for *_, start, end in ranges) <= CHUNK_RECORDS and len({r[:2] for r in ranges}) == len(ranges):
-        together = [message for batch in _read_together(consumer, ranges, payload.read_timeout_s, None, highs)
+    if ends or (sum(end - start for *_, start, end in ranges) <= CHUNK_RECORDS
+                and len({r[:2] for r in ranges}) == len(ranges)):
+        together = [message for batch in _read_together(consumer, ranges, payload.read_timeout_s, None, highs, ends)
                     for message in batch]
         if together:
             yield together
@@ -198,10 +211,11 @@ def _chunks(consumer: Consumer, payload: TaskPayload, ranges: list[tuple[str, in
 
 
 def _index_chunks(payload: TaskPayload, splits: Sequence[Split], attempt: int, chunks: Iterable[list[Message]],
-                  highs: dict[int, int]) -> WorkerResult:
+                  highs: dict[int, int], ends: dict[int, int]) -> WorkerResult:
     """Roll up the splits' records, chunk by chunk, and write their files.
 
-    ``highs`` holds the high watermark the read of ``splits[n]`` saw under ``n`` once the chunks are read.
+    ``highs`` holds the high watermark the read of ``splits[n]`` saw under ``n`` once the chunks are read,
+    ``ends`` where it ended if it was read to its partition's end.
     """
     storage = DeepStorage(payload.deep_storage, payload.storage_options, copy_to=payload.segment_cache)
     rollup = Rollup(payload.rollup_schema, payload.min_time, payload.max_time)
@@ -229,14 +243,16 @@ def _index_chunks(payload: TaskPayload, splits: Sequence[Split], attempt: int, c
     return WorkerResult(index=splits[0].index, records=records, rows_out=writer.rows_out, unparseable=unparseable,
                         thrown_away=thrown_away, bad_samples=tuple(samples), segments=tuple(writer.segments),
                         dimensions={d.name: d.type for d in rollup.schema.dimensions},
-                        high_watermarks={splits[n].index: high for n, high in highs.items()})
+                        high_watermarks={splits[n].index: high for n, high in highs.items()},
+                        read_ends={splits[n].index: end for n, end in ends.items()})
 
 
 def _read_together(consumer: Consumer, ranges: list[tuple[str, int, int, int]], stall_timeout_s: float,
-                   failed: dict[int, RangeNotReadableError] | None, highs: dict[int, int]) -> list[list[Message]]:
+                   failed: dict[int, RangeNotReadableError] | None, highs: dict[int, int],
+                   ends: dict[int, int] | None = None) -> list[list[Message]]:
     """Ranges of different partitions read at once: each range's records, in offset order (:func:`read_ranges`)."""
     batches: list[list[Message]] = [[] for _ in ranges]
-    for i, batch in read_ranges(consumer, ranges, stall_timeout_s, failed, highs):
+    for i, batch in read_ranges(consumer, ranges, stall_timeout_s, failed, highs, ends):
         batches[i].extend(batch)
     return batches
 

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -32,7 +32,7 @@ from indexing_task.rollup_schema import RollupSchema
 from indexing_task.spark import INGEST_POOL, default_parallelism, use_pool
 from indexing_task.spark_worker import TaskPayload, run_splits
 from indexing_task.step_costs import STEP_COSTS
-from indexing_task.task_errors import TaskStopped, TooManyParseErrors
+from indexing_task.task_errors import IndexingError, TaskStopped, TooManyParseErrors
 from indexing_task.watermarks import partition_topic_ids
 from segment_store import (
     DeepStorage,
@@ -77,6 +77,9 @@ class IndexTaskRequest:
     min_time: datetime | None = None
     max_time: datetime | None = None
     min_split_records: int = 50_000
+    read_to_end: bool = False
+    """Read each partition to where it ends when read, at most to ``end_offsets`` (one split each): a quiet
+    topic's task, planned without asking the broker. The publish commits where the reads ended."""
 
     def __post_init__(self) -> None:
         for name in ("start_offsets", "end_offsets", "initial_offsets"):
@@ -110,6 +113,19 @@ class TaskReport:
         return self.records - self.unparseable - self.thrown_away
 
 
+def _read_ends(request: IndexTaskRequest, payload: TaskPayload, results: list[WorkerResult]) -> Offsets:
+    """Where a task read to the end stopped in each partition (its start where it had no split)."""
+    ends = dict(request.start_offsets)
+    for result in results:
+        for index, end in result.read_ends.items():
+            ends[payload.splits[index].partition] = end
+    if len(ends) != len(request.start_offsets) or any(
+            not request.start_offsets[p] <= ends[p] <= request.end_offsets[p] for p in ends):
+        raise IndexingError(f"task {request.task_id}: reads ended at {ends}, outside {request.start_offsets.to_json()}"
+                            f" -> {request.end_offsets.to_json()}")
+    return Offsets(ends)
+
+
 def _high_watermarks(payload: TaskPayload, results: list[WorkerResult]) -> dict[Partition, int]:
     """Each partition's highest high watermark the task's splits saw."""
     highs: dict[Partition, int] = {}
@@ -135,7 +151,7 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     with step("task.plan"):
         properties = _consumer_properties(request)
         splits = plan_splits(request.start_offsets, request.end_offsets, default_parallelism(spark),
-                             request.min_split_records)
+                             request.min_split_records if not request.read_to_end else 2**62)
         payload = _task_payload(request, properties, splits)
         logger.info("task %s: indexing %s from %s [%s -> %s] in %d splits", request.task_id, spec.datasource,
                     io.topic or io.topic_pattern, request.start_offsets.to_json(), request.end_offsets.to_json(),
@@ -143,6 +159,8 @@ def run_index_task(spark: SparkSession, engine: sa.Engine, request: IndexTaskReq
     started = time.monotonic()
     results = _index_splits(spark, request, payload, splits, stop, resident)
     index_seconds = time.monotonic() - started
+    if request.read_to_end:
+        request = replace(request, end_offsets=_read_ends(request, payload, results))
 
     with step("task.results"):
         records = sum(r.records for r in results)
@@ -192,7 +210,7 @@ def _task_payload(request: IndexTaskRequest, properties: Mapping[str, Any], spli
         generation=request.generation,
         storage_options=dict(request.storage_options), max_rows_in_memory=tuning.max_rows_in_memory,
         max_rows_per_segment=tuning.max_rows_per_segment, splits=tuple(splits),
-        min_time=request.min_time, max_time=request.max_time,
+        min_time=request.min_time, max_time=request.max_time, read_to_end=request.read_to_end,
     )
 
 

@@ -76,6 +76,36 @@ def test_incremental_runs_read_only_new_records(stack, engine, spark, make_topic
     assert_exact(published_table(engine, datasource), merged(first, second))
 
 
+def test_a_task_read_to_the_end_commits_where_its_reads_ended(stack, engine, spark, make_topic, datasource,
+                                                              deep_storage):
+    """A quiet topic's task is planned without asking the broker: it reads each partition as far as it goes."""
+    topic = make_topic(2)
+    first, second = make_sample_events(40, seed=1, bad_every=0), make_sample_events(25, seed=2, bad_every=0)
+    settings, spec = settings_for(stack, deep_storage), events_spec(datasource, topic)
+
+    def to_the_end(at_most: int) -> IndexTaskRequest:
+        planned = next_task_request(engine, settings, spec)
+        return replace(planned, end_offsets={p: o + at_most for p, o in planned.start_offsets.items()},
+                       read_to_end=True)
+
+    produce(stack.bootstrap_servers, topic, first.records, 2)
+    report = run_index_task(spark, engine, to_the_end(1_000))
+    assert report.outcome.ok and report.records == 40 and sum(report.end_offsets.values()) == 40
+    assert committed_offsets(engine, datasource).offsets == report.end_offsets
+
+    produce(stack.bootstrap_servers, topic, second.records, 2)
+    capped = run_index_task(spark, engine, to_the_end(5))  # at most 5 a partition, of 25 waiting
+    assert capped.outcome.ok and capped.records == 10
+    rest = run_index_task(spark, engine, to_the_end(1_000))
+    assert rest.outcome.ok and rest.records == 15
+    assert_exact(published_table(engine, datasource), merged(first, second))
+    assert sum(committed_offsets(engine, datasource).offsets.values()) == 65
+
+    idle = run_index_task(spark, engine, to_the_end(1_000))  # nothing came: it ends where it started
+    assert idle.outcome.ok and idle.records == 0 and idle.end_offsets == idle.start_offsets
+    assert sum(committed_offsets(engine, datasource).offsets.values()) == 65
+
+
 def test_same_range_twice_publishes_once(stack, engine, spark, make_topic, datasource, deep_storage):
     topic = make_topic(2)
     sample = make_sample_events(6_000)
