@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol
 
 import psycopg.errors
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.database import is_bounded_wait_timeout
@@ -258,6 +258,12 @@ _LOCK = {wait: sa.select(offsets_t.c.datasource, *OFFSETS_COLUMNS, _LEADER_EPOCH
 the leader epoch and each one's recorded topic IDs: one round trip."""
 
 
+_WRITE_OFFSETS = offsets_t.update().where(offsets_t.c.datasource == sa.bindparam("ds")).values(
+    topic=sa.bindparam("new_topic"), offsets=sa.bindparam("new_offsets"), version=offsets_t.c.version + 1,
+    updated_at=sa.func.now())
+"""Write a locked row's merged end offsets and topic, bumping its version (one parameter set per datasource)."""
+
+
 @dataclass
 class _Locked:
     """What a round's transaction holds: the offsets rows it locked, the leader epoch, the recorded topic IDs."""
@@ -327,17 +333,27 @@ def _refusal(request: PublishRequest, storage: DeepStorage | None, found: Commit
     return None
 
 
+_LAST_SLOTS = sa.text(
+    "SELECT DISTINCT ON (s.datasource, s.interval_start, s.interval_end) s.datasource, s.interval_start,"
+    " s.interval_end, s.version, s.partition_num"
+    " FROM unnest(:datasources, :starts, :ends) AS k(datasource, interval_start, interval_end)"
+    " JOIN segments s ON (s.datasource, s.interval_start, s.interval_end)"
+    " = (k.datasource, k.interval_start, k.interval_end)"
+    " ORDER BY s.datasource, s.interval_start, s.interval_end, s.version DESC, s.partition_num DESC",
+).bindparams(sa.bindparam("datasources", type_=ARRAY(sa.Text)),
+             sa.bindparam("starts", type_=ARRAY(sa.DateTime(timezone=True))),
+             sa.bindparam("ends", type_=ARRAY(sa.DateTime(timezone=True))))
+"""Each (datasource, interval)'s row of the highest version and partition number there: one statement, compiled
+once, however many intervals (their keys as three arrays)."""
+
+
 def _last_slots(conn: sa.Connection, keys: set[tuple[str, Any, Any]]) -> dict[tuple[str, Any, Any], tuple[int, int]]:
     """Each (datasource, interval)'s current version and highest partition number there; absent if it has none."""
     if not keys:
         return {}
-    s = segments_t.c
-    query = (sa.select(s.datasource, s.interval_start, s.interval_end, s.version, s.partition_num)
-             .where(sa.tuple_(s.datasource, s.interval_start, s.interval_end).in_(sorted(keys)))
-             .order_by(s.datasource, s.interval_start, s.interval_end, s.version.desc(), s.partition_num.desc())
-             .ext(distinct_on(s.datasource, s.interval_start, s.interval_end)))
+    datasources, starts, ends = (list(column) for column in zip(*sorted(keys), strict=True))
     return {(row.datasource, row.interval_start, row.interval_end): (int(row.version), int(row.partition_num))
-            for row in conn.execute(query)}
+            for row in conn.execute(_LAST_SLOTS, {"datasources": datasources, "starts": starts, "ends": ends})}
 
 
 def _segment_rows(accepted: Sequence[PublishRequest], slots: dict[tuple[str, Any, Any], tuple[int, int]],
@@ -379,12 +395,9 @@ def _publish_round(conn: sa.Connection, batch: Sequence[Publication], wait: bool
             accepted.append((i, request, row))
     if not accepted:
         return outcomes
-    ds: sa.BindParameter[str] = sa.bindparam("ds")
-    conn.execute(offsets_t.update().where(offsets_t.c.datasource == ds).values(
-        topic=sa.bindparam("new_topic"), offsets=sa.bindparam("new_offsets"), version=offsets_t.c.version + 1,
-        updated_at=sa.func.now()),
-        [{"ds": r.datasource, "new_topic": r.topic, "new_offsets": row.offsets.merged(r.end_offsets).to_json()}
-         for _, r, row in accepted])
+    merged = {i: row.offsets.merged(request.end_offsets) for i, request, row in accepted}
+    conn.execute(_WRITE_OFFSETS, [{"ds": r.datasource, "new_topic": r.topic, "new_offsets": merged[i].to_json()}
+                                  for i, r, _ in accepted])
     requests_in = [r for _, r, _ in accepted]
     slots = _last_slots(conn, {(s.datasource, s.interval_start, s.interval_end)
                                for r in requests_in for s in r.segments})
@@ -396,10 +409,9 @@ def _publish_round(conn: sa.Connection, batch: Sequence[Publication], wait: bool
     if new_ids:
         conn.execute(pg_insert(ids_t).values(new_ids).on_conflict_do_nothing())
     for i, request, row in accepted:
-        merged = row.offsets.merged(request.end_offsets)
         outcomes[i] = PublishOutcome("ok", f"datasource {request.datasource!r}: published {len(request.segments)} "
-                                     "segment(s)", merged, CommittedOffsets(request.topic, merged, row.version + 1,
-                                                                            row.epoch))
+                                     "segment(s)", merged[i], CommittedOffsets(request.topic, merged[i],
+                                                                               row.version + 1, row.epoch))
     return outcomes
 
 
