@@ -22,6 +22,7 @@ Outcomes are values; only infrastructure faults and bugs raise.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,6 @@ from segment_store.records import OFFSETS_COLUMNS, CommittedOffsets, committed_r
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import leadership as leadership_t
 from segment_store.schema import partition_topic_ids as ids_t
-from segment_store.schema import segments as segments_t
 
 __all__ = ["AssertEpoch", "AssertLeader", "AssertStartOffsets", "AssertTopic", "AssertTopicIds", "Publication",
            "PublishOutcome", "PublishRequest", "Status", "publish", "publish_many"]
@@ -258,10 +258,23 @@ _LOCK = {wait: sa.select(offsets_t.c.datasource, *OFFSETS_COLUMNS, _LEADER_EPOCH
 the leader epoch and each one's recorded topic IDs: one round trip."""
 
 
-_WRITE_OFFSETS = offsets_t.update().where(offsets_t.c.datasource == sa.bindparam("ds")).values(
-    topic=sa.bindparam("new_topic"), offsets=sa.bindparam("new_offsets"), version=offsets_t.c.version + 1,
-    updated_at=sa.func.now())
-"""Write a locked row's merged end offsets and topic, bumping its version (one parameter set per datasource)."""
+_WRITE = sa.text("""
+WITH offsets_written AS (
+    UPDATE datasource_offsets o SET topic = w.topic, offsets = w.offsets, version = o.version + 1,
+        updated_at = now()
+    FROM jsonb_to_recordset(CAST(:offsets AS jsonb)) AS w(datasource text, topic text, offsets jsonb)
+    WHERE o.datasource = w.datasource),
+ids_recorded AS (
+    INSERT INTO partition_topic_ids (datasource, partition, topic_id)
+    SELECT * FROM jsonb_to_recordset(CAST(:topic_ids AS jsonb)) AS i(datasource text, partition text, topic_id text)
+    ON CONFLICT DO NOTHING)
+INSERT INTO segments (id, datasource, interval_start, interval_end, version, partition_num, path, size_bytes,
+                      num_rows, used, descriptor)
+SELECT * FROM jsonb_to_recordset(CAST(:segments AS jsonb)) AS s(id text, datasource text, interval_start timestamptz,
+    interval_end timestamptz, version integer, partition_num integer, path text, size_bytes bigint, num_rows bigint,
+    used boolean, descriptor jsonb)""")
+"""The round's writes in one statement (one round trip, compiled once), each set of rows a JSON array: the locked
+rows' merged end offsets and topic (their versions bumped), the topic IDs recorded first, the segment rows."""
 
 
 @dataclass
@@ -358,7 +371,8 @@ def _last_slots(conn: sa.Connection, keys: set[tuple[str, Any, Any]]) -> dict[tu
 
 def _segment_rows(accepted: Sequence[PublishRequest], slots: dict[tuple[str, Any, Any], tuple[int, int]],
                   ) -> list[dict[str, Any]]:
-    """The accepted requests' segment rows, each appended at its interval's current version after its last one."""
+    """The accepted requests' segment rows (JSON values), each appended at its interval's current version after its
+    last one."""
     rows: list[dict[str, Any]] = []
     for request in accepted:
         published_by = {"task_id": request.task_id, "topic": request.topic,
@@ -367,8 +381,8 @@ def _segment_rows(accepted: Sequence[PublishRequest], slots: dict[tuple[str, Any
             key = (seg.datasource, seg.interval_start, seg.interval_end)
             version, last = slots.get(key, (1, -1))
             slots[key] = (version, last + 1)
-            rows.append({"id": seg.id, "datasource": seg.datasource, "interval_start": seg.interval_start,
-                         "interval_end": seg.interval_end, "version": version, "partition_num": last + 1,
+            rows.append({"id": seg.id, "datasource": seg.datasource, "interval_start": seg.interval_start.isoformat(),
+                         "interval_end": seg.interval_end.isoformat(), "version": version, "partition_num": last + 1,
                          "path": seg.path, "size_bytes": seg.size_bytes, "num_rows": seg.num_rows, "used": True,
                          "descriptor": {**seg.details, "published_by": published_by}})
     return rows
@@ -396,18 +410,15 @@ def _publish_round(conn: sa.Connection, batch: Sequence[Publication], wait: bool
     if not accepted:
         return outcomes
     merged = {i: row.offsets.merged(request.end_offsets) for i, request, row in accepted}
-    conn.execute(_WRITE_OFFSETS, [{"ds": r.datasource, "new_topic": r.topic, "new_offsets": merged[i].to_json()}
-                                  for i, r, _ in accepted])
     requests_in = [r for _, r, _ in accepted]
     slots = _last_slots(conn, {(s.datasource, s.interval_start, s.interval_end)
                                for r in requests_in for s in r.segments})
-    rows = _segment_rows(requests_in, slots)
-    if rows:
-        conn.execute(segments_t.insert(), rows)
     new_ids = [{"datasource": r.datasource, "partition": str(p), "topic_id": topic_id} for r in requests_in
                for p, topic_id in r.topic_ids.items() if str(p) not in recorded.get(r.datasource, {})]
-    if new_ids:
-        conn.execute(pg_insert(ids_t).values(new_ids).on_conflict_do_nothing())
+    conn.execute(_WRITE, {
+        "offsets": json.dumps([{"datasource": r.datasource, "topic": r.topic, "offsets": merged[i].to_json()}
+                               for i, r, _ in accepted]),
+        "topic_ids": json.dumps(new_ids), "segments": json.dumps(_segment_rows(requests_in, slots))})
     for i, request, row in accepted:
         outcomes[i] = PublishOutcome("ok", f"datasource {request.datasource!r}: published {len(request.segments)} "
                                      "segment(s)", merged[i], CommittedOffsets(request.topic, merged[i],
