@@ -30,7 +30,6 @@ from typing import Any, Literal, Protocol
 
 import psycopg.errors
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.database import is_bounded_wait_timeout
@@ -270,11 +269,21 @@ ids_recorded AS (
     ON CONFLICT DO NOTHING)
 INSERT INTO segments (id, datasource, interval_start, interval_end, version, partition_num, path, size_bytes,
                       num_rows, used, descriptor)
-SELECT * FROM jsonb_to_recordset(CAST(:segments AS jsonb)) AS s(id text, datasource text, interval_start timestamptz,
-    interval_end timestamptz, version integer, partition_num integer, path text, size_bytes bigint, num_rows bigint,
-    used boolean, descriptor jsonb)""")
+SELECT s.id, s.datasource, s.interval_start, s.interval_end, coalesce(last.version, 1),
+    coalesce(last.partition_num, -1) + row_number() OVER (
+        PARTITION BY s.datasource, s.interval_start, s.interval_end ORDER BY s.n),
+    s.path, s.size_bytes, s.num_rows, true, s.descriptor
+FROM jsonb_to_recordset(CAST(:segments AS jsonb)) AS s(n integer, id text, datasource text,
+    interval_start timestamptz, interval_end timestamptz, path text, size_bytes bigint, num_rows bigint,
+    descriptor jsonb)
+LEFT JOIN LATERAL (
+    SELECT x.version, x.partition_num FROM segments x
+    WHERE (x.datasource, x.interval_start, x.interval_end) = (s.datasource, s.interval_start, s.interval_end)
+    ORDER BY x.version DESC, x.partition_num DESC LIMIT 1) AS last ON true""")
 """The round's writes in one statement (one round trip, compiled once), each set of rows a JSON array: the locked
-rows' merged end offsets and topic (their versions bumped), the topic IDs recorded first, the segment rows."""
+rows' merged end offsets and topic (their versions bumped), the topic IDs recorded first, and the segment rows, each
+appended at its interval's current version (1 for a new interval) after the last partition there, in the order given.
+It runs after the lock statement, so it sees every segment row the lock's previous holders committed."""
 
 
 @dataclass
@@ -346,44 +355,16 @@ def _refusal(request: PublishRequest, storage: DeepStorage | None, found: Commit
     return None
 
 
-_LAST_SLOTS = sa.text(
-    "SELECT DISTINCT ON (s.datasource, s.interval_start, s.interval_end) s.datasource, s.interval_start,"
-    " s.interval_end, s.version, s.partition_num"
-    " FROM unnest(:datasources, :starts, :ends) AS k(datasource, interval_start, interval_end)"
-    " JOIN segments s ON (s.datasource, s.interval_start, s.interval_end)"
-    " = (k.datasource, k.interval_start, k.interval_end)"
-    " ORDER BY s.datasource, s.interval_start, s.interval_end, s.version DESC, s.partition_num DESC",
-).bindparams(sa.bindparam("datasources", type_=ARRAY(sa.Text)),
-             sa.bindparam("starts", type_=ARRAY(sa.DateTime(timezone=True))),
-             sa.bindparam("ends", type_=ARRAY(sa.DateTime(timezone=True))))
-"""Each (datasource, interval)'s row of the highest version and partition number there: one statement, compiled
-once, however many intervals (their keys as three arrays)."""
-
-
-def _last_slots(conn: sa.Connection, keys: set[tuple[str, Any, Any]]) -> dict[tuple[str, Any, Any], tuple[int, int]]:
-    """Each (datasource, interval)'s current version and highest partition number there; absent if it has none."""
-    if not keys:
-        return {}
-    datasources, starts, ends = (list(column) for column in zip(*sorted(keys), strict=True))
-    return {(row.datasource, row.interval_start, row.interval_end): (int(row.version), int(row.partition_num))
-            for row in conn.execute(_LAST_SLOTS, {"datasources": datasources, "starts": starts, "ends": ends})}
-
-
-def _segment_rows(accepted: Sequence[PublishRequest], slots: dict[tuple[str, Any, Any], tuple[int, int]],
-                  ) -> list[dict[str, Any]]:
-    """The accepted requests' segment rows (JSON values), each appended at its interval's current version after its
-    last one."""
+def _segment_rows(accepted: Sequence[PublishRequest]) -> list[dict[str, Any]]:
+    """The accepted requests' segment rows as :data:`_WRITE` takes them (JSON values, ``n`` their order)."""
     rows: list[dict[str, Any]] = []
     for request in accepted:
         published_by = {"task_id": request.task_id, "topic": request.topic,
                         "start_offsets": request.start_offsets.to_json(), "end_offsets": request.end_offsets.to_json()}
         for seg in request.segments:
-            key = (seg.datasource, seg.interval_start, seg.interval_end)
-            version, last = slots.get(key, (1, -1))
-            slots[key] = (version, last + 1)
-            rows.append({"id": seg.id, "datasource": seg.datasource, "interval_start": seg.interval_start.isoformat(),
-                         "interval_end": seg.interval_end.isoformat(), "version": version, "partition_num": last + 1,
-                         "path": seg.path, "size_bytes": seg.size_bytes, "num_rows": seg.num_rows, "used": True,
+            rows.append({"n": len(rows), "id": seg.id, "datasource": seg.datasource,
+                         "interval_start": seg.interval_start.isoformat(), "interval_end": seg.interval_end.isoformat(),
+                         "path": seg.path, "size_bytes": seg.size_bytes, "num_rows": seg.num_rows,
                          "descriptor": {**seg.details, "published_by": published_by}})
     return rows
 
@@ -411,14 +392,12 @@ def _publish_round(conn: sa.Connection, batch: Sequence[Publication], wait: bool
         return outcomes
     merged = {i: row.offsets.merged(request.end_offsets) for i, request, row in accepted}
     requests_in = [r for _, r, _ in accepted]
-    slots = _last_slots(conn, {(s.datasource, s.interval_start, s.interval_end)
-                               for r in requests_in for s in r.segments})
     new_ids = [{"datasource": r.datasource, "partition": str(p), "topic_id": topic_id} for r in requests_in
                for p, topic_id in r.topic_ids.items() if str(p) not in recorded.get(r.datasource, {})]
     conn.execute(_WRITE, {
         "offsets": json.dumps([{"datasource": r.datasource, "topic": r.topic, "offsets": merged[i].to_json()}
                                for i, r, _ in accepted]),
-        "topic_ids": json.dumps(new_ids), "segments": json.dumps(_segment_rows(requests_in, slots))})
+        "topic_ids": json.dumps(new_ids), "segments": json.dumps(_segment_rows(requests_in))})
     for i, request, row in accepted:
         outcomes[i] = PublishOutcome("ok", f"datasource {request.datasource!r}: published {len(request.segments)} "
                                      "segment(s)", merged[i], CommittedOffsets(request.topic, merged[i],
