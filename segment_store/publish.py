@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 
 import psycopg.errors
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.database import is_bounded_wait_timeout
@@ -250,11 +251,12 @@ _RECORDED_IDS = (sa.select(sa.func.jsonb_object_agg(ids_t.c.partition, ids_t.c.t
                  .where(ids_t.c.datasource == offsets_t.c.datasource).scalar_subquery())
 _LOCK = {wait: sa.select(offsets_t.c.datasource, *OFFSETS_COLUMNS, _LEADER_EPOCH.label("leader_epoch"),
                          _RECORDED_IDS.label("recorded_ids"))
-         .where(offsets_t.c.datasource.in_(sa.bindparam("names", expanding=True)))
+         .where(offsets_t.c.datasource == sa.any_(sa.bindparam("names", type_=ARRAY(sa.Text))))
          .order_by(offsets_t.c.datasource).with_for_update(of=offsets_t, skip_locked=not wait)
          for wait in (True, False)}
 """Lock the named datasources' offsets rows in name order (writers of several never deadlock), and read them with
-the leader epoch and each one's recorded topic IDs: one round trip."""
+the leader epoch and each one's recorded topic IDs: one round trip (the names as one array: the SQL text never
+changes, so its compiled and prepared forms are reused)."""
 
 
 _WRITE = sa.text("""
