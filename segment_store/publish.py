@@ -22,6 +22,7 @@ Outcomes are values; only infrastructure faults and bugs raise.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any, Literal, Protocol
 
 import psycopg.errors
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from segment_store.database import is_bounded_wait_timeout
@@ -41,7 +42,6 @@ from segment_store.records import OFFSETS_COLUMNS, CommittedOffsets, committed_r
 from segment_store.schema import datasource_offsets as offsets_t
 from segment_store.schema import leadership as leadership_t
 from segment_store.schema import partition_topic_ids as ids_t
-from segment_store.schema import segments as segments_t
 
 __all__ = ["AssertEpoch", "AssertLeader", "AssertStartOffsets", "AssertTopic", "AssertTopicIds", "Publication",
            "PublishOutcome", "PublishRequest", "Status", "publish", "publish_many"]
@@ -251,11 +251,41 @@ _RECORDED_IDS = (sa.select(sa.func.jsonb_object_agg(ids_t.c.partition, ids_t.c.t
                  .where(ids_t.c.datasource == offsets_t.c.datasource).scalar_subquery())
 _LOCK = {wait: sa.select(offsets_t.c.datasource, *OFFSETS_COLUMNS, _LEADER_EPOCH.label("leader_epoch"),
                          _RECORDED_IDS.label("recorded_ids"))
-         .where(offsets_t.c.datasource.in_(sa.bindparam("names", expanding=True)))
+         .where(offsets_t.c.datasource == sa.any_(sa.bindparam("names", type_=ARRAY(sa.Text))))
          .order_by(offsets_t.c.datasource).with_for_update(of=offsets_t, skip_locked=not wait)
          for wait in (True, False)}
 """Lock the named datasources' offsets rows in name order (writers of several never deadlock), and read them with
-the leader epoch and each one's recorded topic IDs: one round trip."""
+the leader epoch and each one's recorded topic IDs: one round trip (the names as one array: the SQL text never
+changes, so its compiled and prepared forms are reused)."""
+
+
+_WRITE = sa.text("""
+WITH offsets_written AS (
+    UPDATE datasource_offsets o SET topic = w.topic, offsets = w.offsets, version = o.version + 1,
+        updated_at = now()
+    FROM jsonb_to_recordset(CAST(:offsets AS jsonb)) AS w(datasource text, topic text, offsets jsonb)
+    WHERE o.datasource = w.datasource),
+ids_recorded AS (
+    INSERT INTO partition_topic_ids (datasource, partition, topic_id)
+    SELECT * FROM jsonb_to_recordset(CAST(:topic_ids AS jsonb)) AS i(datasource text, partition text, topic_id text)
+    ON CONFLICT DO NOTHING)
+INSERT INTO segments (id, datasource, interval_start, interval_end, version, partition_num, path, size_bytes,
+                      num_rows, used, descriptor)
+SELECT s.id, s.datasource, s.interval_start, s.interval_end, coalesce(last.version, 1),
+    coalesce(last.partition_num, -1) + row_number() OVER (
+        PARTITION BY s.datasource, s.interval_start, s.interval_end ORDER BY s.n),
+    s.path, s.size_bytes, s.num_rows, true, s.descriptor
+FROM jsonb_to_recordset(CAST(:segments AS jsonb)) AS s(n integer, id text, datasource text,
+    interval_start timestamptz, interval_end timestamptz, path text, size_bytes bigint, num_rows bigint,
+    descriptor jsonb)
+LEFT JOIN LATERAL (
+    SELECT x.version, x.partition_num FROM segments x
+    WHERE (x.datasource, x.interval_start, x.interval_end) = (s.datasource, s.interval_start, s.interval_end)
+    ORDER BY x.version DESC, x.partition_num DESC LIMIT 1) AS last ON true""")
+"""The round's writes in one statement (one round trip, compiled once), each set of rows a JSON array: the locked
+rows' merged end offsets and topic (their versions bumped), the topic IDs recorded first, and the segment rows, each
+appended at its interval's current version (1 for a new interval) after the last partition there, in the order given.
+It runs after the lock statement, so it sees every segment row the lock's previous holders committed."""
 
 
 @dataclass
@@ -327,33 +357,16 @@ def _refusal(request: PublishRequest, storage: DeepStorage | None, found: Commit
     return None
 
 
-def _last_slots(conn: sa.Connection, keys: set[tuple[str, Any, Any]]) -> dict[tuple[str, Any, Any], tuple[int, int]]:
-    """Each (datasource, interval)'s current version and highest partition number there; absent if it has none."""
-    if not keys:
-        return {}
-    s = segments_t.c
-    query = (sa.select(s.datasource, s.interval_start, s.interval_end, s.version, s.partition_num)
-             .where(sa.tuple_(s.datasource, s.interval_start, s.interval_end).in_(sorted(keys)))
-             .order_by(s.datasource, s.interval_start, s.interval_end, s.version.desc(), s.partition_num.desc())
-             .ext(distinct_on(s.datasource, s.interval_start, s.interval_end)))
-    return {(row.datasource, row.interval_start, row.interval_end): (int(row.version), int(row.partition_num))
-            for row in conn.execute(query)}
-
-
-def _segment_rows(accepted: Sequence[PublishRequest], slots: dict[tuple[str, Any, Any], tuple[int, int]],
-                  ) -> list[dict[str, Any]]:
-    """The accepted requests' segment rows, each appended at its interval's current version after its last one."""
+def _segment_rows(accepted: Sequence[PublishRequest]) -> list[dict[str, Any]]:
+    """The accepted requests' segment rows as :data:`_WRITE` takes them (JSON values, ``n`` their order)."""
     rows: list[dict[str, Any]] = []
     for request in accepted:
         published_by = {"task_id": request.task_id, "topic": request.topic,
                         "start_offsets": request.start_offsets.to_json(), "end_offsets": request.end_offsets.to_json()}
         for seg in request.segments:
-            key = (seg.datasource, seg.interval_start, seg.interval_end)
-            version, last = slots.get(key, (1, -1))
-            slots[key] = (version, last + 1)
-            rows.append({"id": seg.id, "datasource": seg.datasource, "interval_start": seg.interval_start,
-                         "interval_end": seg.interval_end, "version": version, "partition_num": last + 1,
-                         "path": seg.path, "size_bytes": seg.size_bytes, "num_rows": seg.num_rows, "used": True,
+            rows.append({"n": len(rows), "id": seg.id, "datasource": seg.datasource,
+                         "interval_start": seg.interval_start.isoformat(), "interval_end": seg.interval_end.isoformat(),
+                         "path": seg.path, "size_bytes": seg.size_bytes, "num_rows": seg.num_rows,
                          "descriptor": {**seg.details, "published_by": published_by}})
     return rows
 
@@ -379,27 +392,18 @@ def _publish_round(conn: sa.Connection, batch: Sequence[Publication], wait: bool
             accepted.append((i, request, row))
     if not accepted:
         return outcomes
-    ds: sa.BindParameter[str] = sa.bindparam("ds")
-    conn.execute(offsets_t.update().where(offsets_t.c.datasource == ds).values(
-        topic=sa.bindparam("new_topic"), offsets=sa.bindparam("new_offsets"), version=offsets_t.c.version + 1,
-        updated_at=sa.func.now()),
-        [{"ds": r.datasource, "new_topic": r.topic, "new_offsets": row.offsets.merged(r.end_offsets).to_json()}
-         for _, r, row in accepted])
+    merged = {i: row.offsets.merged(request.end_offsets) for i, request, row in accepted}
     requests_in = [r for _, r, _ in accepted]
-    slots = _last_slots(conn, {(s.datasource, s.interval_start, s.interval_end)
-                               for r in requests_in for s in r.segments})
-    rows = _segment_rows(requests_in, slots)
-    if rows:
-        conn.execute(segments_t.insert(), rows)
     new_ids = [{"datasource": r.datasource, "partition": str(p), "topic_id": topic_id} for r in requests_in
                for p, topic_id in r.topic_ids.items() if str(p) not in recorded.get(r.datasource, {})]
-    if new_ids:
-        conn.execute(pg_insert(ids_t).values(new_ids).on_conflict_do_nothing())
+    conn.execute(_WRITE, {
+        "offsets": json.dumps([{"datasource": r.datasource, "topic": r.topic, "offsets": merged[i].to_json()}
+                               for i, r, _ in accepted]),
+        "topic_ids": json.dumps(new_ids), "segments": json.dumps(_segment_rows(requests_in))})
     for i, request, row in accepted:
-        merged = row.offsets.merged(request.end_offsets)
         outcomes[i] = PublishOutcome("ok", f"datasource {request.datasource!r}: published {len(request.segments)} "
-                                     "segment(s)", merged, CommittedOffsets(request.topic, merged, row.version + 1,
-                                                                            row.epoch))
+                                     "segment(s)", merged[i], CommittedOffsets(request.topic, merged[i],
+                                                                               row.version + 1, row.epoch))
     return outcomes
 
 
