@@ -18,8 +18,9 @@ import sqlalchemy as sa
 
 from indexing_task.task import IndexTaskRequest, TaskReport
 from indexing_task.task_errors import RangeNotReadableError
+from indexing_task.watermarks import stream_topic_ids
 from overlord.dev.stack import DevStack
-from overlord.supervisor.loop import Supervisor, SupervisorContext
+from overlord.supervisor.loop import GroupState, Supervisor, SupervisorContext
 from overlord.supervisor.metadata_store import MetadataStore
 from overlord.supervisor.policy import SupervisorPolicy
 from overlord.supervisor.task_logs import TaskLogs
@@ -119,13 +120,21 @@ def make_supervisor(stack: DevStack, engine: sa.Engine, world: World, runner: Fa
 
 
 def finish(runner: FakeRunner, request: IndexTaskRequest, status: Status = "ok", *, really_publish: bool = False,
-           engine: sa.Engine | None = None, highs: Mapping[Any, int] | None = None) -> None:
-    """Resolve a fake task; with ``really_publish`` its range goes through the real publish transaction."""
+           engine: sa.Engine | None = None, highs: Mapping[Any, int] | None = None,
+           topic_ids: Mapping[Any, str] | None = None, ends: Mapping[Any, int] | None = None) -> None:
+    """Resolve a fake task; with ``really_publish`` its range goes through the real publish transaction.
+
+    ``topic_ids``: the partitions' topic IDs as the broker gives them after the read (a real task's check);
+    ``ends``: where a task read to the end stopped.
+    """
+    if ends is not None:
+        assert request.read_to_end
+        request = replace(request, end_offsets=Offsets(ends))
     if really_publish:
         assert engine is not None
         outcome = publish(engine, PublishRequest(request.spec.datasource, request.spec.spec.io_config.stream,
                                                  request.task_id, request.start_offsets, request.end_offsets,
-                                                 epoch=request.epoch))
+                                                 epoch=request.epoch, topic_ids=topic_ids or {}))
     else:
         outcome = PublishOutcome(status, f"fake {status}", Offsets())
     records = sum(request.end_offsets[p] - request.start_offsets[p] for p in request.start_offsets)
@@ -250,6 +259,43 @@ def test_a_run_that_can_launch_nothing_leaves_the_broker_alone(stack, engine, wo
         asked.clear()
         sup.run_once()
     assert asked["watermarks"] == 1 and sup.status.lag == {0: 20}
+
+
+def test_a_flowing_topic_s_next_task_reads_to_the_end_without_a_look_and_one_that_finds_nothing_looks(
+        stack, engine, world, runner, datasource):
+    looks = Counter[str]()
+    watermarks = world.watermarks
+
+    def counted(properties: Mapping[str, Any], io: KafkaIOConfigSpec, *,
+                known_lows: Mapping[Any, int] | None = None) -> dict[Any, tuple[int, int]]:
+        looks["watermarks"] += 1
+        return watermarks(properties, io, known_lows=known_lows)
+
+    world.marks, world.ids = {0: (0, 10), 1: (0, 4)}, {"topic-a": "id-a"}
+    sup = make_supervisor(stack, engine, world, runner, datasource, useEarliestOffset=True)
+    sup.ctx = replace(sup.ctx, watermarks=counted, policy=replace(POLICY, min_task_interval_s=1.5,
+                                                                  max_records_per_task=100))
+    sup.run_once()
+    (first,) = runner.running()
+    assert not first.read_to_end and dict(first.end_offsets) == {0: 10, 1: 4}
+    finish(runner, first, really_publish=True, engine=engine, topic_ids={0: "id-a", 1: "id-a"})
+    world.time += 1.5
+    looks.clear()
+    sup.run_once()  # due; its last task published records: the next reads to the end, planned without a look
+    (second,) = runner.running()
+    assert looks == {} and second.read_to_end
+    assert (dict(second.start_offsets), dict(second.end_offsets)) == ({0: 10, 1: 4}, {0: 60, 1: 54})  # at most 100
+    finish(runner, second, really_publish=True, engine=engine, ends={0: 10, 1: 4})  # nothing had come
+    world.time += 1.5
+    sup.run_once()
+    assert looks["watermarks"] == 1 and runner.running() == []  # a look: the topic is quiet
+    assert sup.status.committed == {0: 10, 1: 4}
+
+    with_replicas = make_supervisor(stack, engine, world, runner, f"{datasource}_r", useEarliestOffset=True,
+                                    replicas=2)
+    with_replicas.groups[0] = GroupState(flowing=True)
+    with_replicas.recorded_ids = {0: "id-a", 1: "id-a"}
+    assert not with_replicas._to_the_end(0, [0, 1])  # replicas read the same range: always planned
 
 
 def test_a_look_asks_the_earliest_offsets_only_when_due_after_a_failed_task_or_for_new_partitions(
@@ -722,6 +768,13 @@ def test_a_re_created_topic_stops_until_reset_even_when_it_holds_more_records(
         future.result(timeout=10)
     produce(stack.bootstrap_servers, topic, [b'{"n": %d}' % i for i in range(8)], 1)
 
+    sup.run_once()  # its last task published records: the next reads to the end, planned without a look
+    (blind,) = runner.running()
+    assert blind.read_to_end
+    finish(runner, blind, really_publish=True, engine=engine,  # the new topic's ID, as the task sees it after its read
+           topic_ids={0: stream_topic_ids({"bootstrap.servers": stack.bootstrap_servers}, [topic])[topic]})
+    sup.run_once()
+    assert "re-created" in sup.status.recent_tasks[0].detail and sup.status.committed == {0: 5}
     for restarted in (False, True):  # the stop is durable: an overlord restarted meanwhile stops it too
         if restarted:
             sup = supervisor()
@@ -749,7 +802,12 @@ def test_resetting_one_partition_of_a_re_created_topic_leaves_the_others_stopped
     finish(runner, runner.running()[0], really_publish=True, engine=engine)
     world.marks, world.ids = {0: (0, 20), 1: (0, 20)}, {"topic-a": "new-id"}  # re-created, and holds more
     sup.run_once()
+    (blind,) = runner.running()  # planned without a look: its publish finds the topic's new ID
+    finish(runner, blind, really_publish=True, engine=engine, topic_ids={0: "new-id", 1: "new-id"})
+    sup.run_once()  # the refusal is booked, and the look that follows finds the new topic
+    assert "re-created" in sup.status.recent_tasks[0].detail
     assert set(sup.status.stopped_partitions) == {0, 1} and runner.running() == []
+    world.time += POLICY.backoff_s(1)
 
     reset_offsets(engine, datasource, {0: 0})
     sup.run_once()

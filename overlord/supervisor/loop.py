@@ -118,6 +118,9 @@ class GroupState:
     retry_after: float = 0.0
     due: float = float("-inf")
     """When it may launch again however few records wait (monotonic; see ``Supervisor._interval``)."""
+    flowing: bool = False
+    """Its last task published records: the next reads to the end of its partitions, planned without
+    a look at the broker (``Supervisor._to_the_end``); one that finds nothing ends that."""
 
 
 EXTEND_AFTER_S = 0.25
@@ -258,7 +261,7 @@ class Supervisor:
             return True
         busy = self._busy_partitions()
         return self.launching and any(
-            self._free(group, partitions, busy, now)
+            self._free(group, partitions, busy, now) and not self._to_the_end(group, partitions)
             and not self._held_back(group, next_range(self.committed, self.latest, partitions,
                                                       policy.max_records_per_task), now)
             for group, partitions in self._groups())
@@ -481,11 +484,16 @@ class Supervisor:
                 due = self._due(group)
                 self.next_due = due if self.next_due is None else min(due, self.next_due)
                 continue
-            if todo.empty:
+            to_the_end = self._to_the_end(group, partitions)
+            if to_the_end:
+                todo = OffsetRange(todo.start, next_range(todo.start, {p: o + policy.max_records_per_task
+                                                                      for p, o in todo.start.items()},
+                                                          partitions, policy.max_records_per_task).end)
+            elif todo.empty:
                 continue
             self.groups[group].due = now + self._interval()
             with STEP_COSTS.step("launch.submit"):
-                self._launch(group, todo)
+                self._launch(group, todo, to_the_end)
         self.detailed_state = "RUNNING" if self.active else "IDLE"
 
     def _groups(self) -> Iterator[tuple[int, list[Partition]]]:
@@ -501,6 +509,17 @@ class Supervisor:
         """A group with partitions, no task in flight and no retry backoff to wait out."""
         state = self.groups.setdefault(group, GroupState())
         return bool(partitions) and not busy.intersection(partitions) and now >= state.retry_after
+
+    def _to_the_end(self, group: int, partitions: list[Partition]) -> bool:
+        """Whether the group's next task reads to the end of its partitions (:attr:`GroupState.flowing`).
+
+        Not with replicas (they must read the same range), and only where every partition's topic ID is
+        recorded: the publish then refuses a re-created topic's records (without IDs, only a look at
+        the broker, which sees its offsets go back, finds it).
+        """
+        recorded = self.recorded_ids or {}
+        return (self.groups[group].flowing and self.spec.spec.io_config.replicas == 1
+                and all(p in recorded for p in partitions))
 
     def _held_back(self, group: int, todo: OffsetRange, now: float) -> bool:
         """A group launched lately waits until it is due, unless its next task is full or holds the target."""
@@ -546,7 +565,7 @@ class Supervisor:
     def launching(self) -> bool:
         return not (self.suspended or self.stopping)
 
-    def _launch(self, group: int, todo: OffsetRange) -> None:
+    def _launch(self, group: int, todo: OffsetRange, to_the_end: bool = False) -> None:
         base = f"index_kafka_{self.spec.datasource}_{group}_{uuid.uuid4().hex[:8]}"
         min_time, max_time = self.spec.spec.io_config.message_time_bounds(self.ctx.now())
         for replica in range(self.spec.spec.io_config.replicas):
@@ -556,7 +575,8 @@ class Supervisor:
                 segment_cache=self.ctx.settings.publishers_segment_cache,
                 generation=self.stored.version if self.stored is not None else 0,
                 epoch=self.stored.epoch if self.stored is not None else 0, leader_epoch=self.ctx.leader_epoch,
-                bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time)
+                bootstrap_servers=self.ctx.settings.kafka_bootstrap_servers, min_time=min_time, max_time=max_time,
+                read_to_end=to_the_end)
             with STEP_COSTS.step("launch.task_row"):
                 self.ctx.store.insert_task(request.task_id, self.id, self.spec.datasource, todo.start, todo.end)
             task = ActiveTask(request, Future(), group, self.ctx.clock(), self.ctx.now())
@@ -578,7 +598,8 @@ class Supervisor:
         than planned, within ``max_records_per_task``; the range planned stands if the broker does not
         answer. The publish checks the start as ever, and commits the end read.
         """
-        if self.spec.spec.io_config.replicas > 1 or self.ctx.clock() - task.launched < EXTEND_AFTER_S:
+        if (request.read_to_end or self.spec.spec.io_config.replicas > 1
+                or self.ctx.clock() - task.launched < EXTEND_AFTER_S):
             return request
         try:
             marks = self.ctx.watermarks(consumer_properties(self.spec, self.ctx.settings), self.spec.spec.io_config,
@@ -604,7 +625,7 @@ class Supervisor:
         if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
             self._published(report.outcome.row)
-            state.failures = 0
+            state.failures, state.flowing = 0, report.records > 0
             self.recent_errors.resolve(self.ctx.now())  # ingestion works again
             self.counters.count_processed(self.ctx.clock(), report.processed)
             self.counters.unparseable += report.unparseable
@@ -617,7 +638,7 @@ class Supervisor:
             status = "FAILED"
             detail = (f"publish {outcome}: {report.outcome.message}" if report is not None
                       else error_summary(error) if error is not None else "failed")
-            state.failures += 1
+            state.failures, state.flowing = state.failures + 1, False
             self.lows_asked = None
             self.offsets_changed()  # what refused it (a reset, another writer, a re-created topic) is read again
             delay = self.ctx.policy.backoff_s(state.failures)
