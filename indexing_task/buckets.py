@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from specs.granularity import ALL_END, ALL_START, Granularity
 
-__all__ = ["bucket_end_sql", "bucket_start_sql"]
+__all__ = ["bucket_end", "bucket_end_sql", "bucket_start_sql"]
 
 
 def bucket_start_sql(granularity: Granularity, t: str) -> str:
@@ -34,3 +36,15 @@ def bucket_end_sql(granularity: Granularity, start: str) -> str:
     if g.days:
         return f"{start} + INTERVAL {g.days} DAY"
     return f"{start} + to_milliseconds({g.millis})"
+
+
+def bucket_end(granularity: Granularity, start: datetime) -> datetime | None:
+    """:func:`bucket_end_sql`'s answer for a naive UTC ``start``, without a query; None for months (ask DuckDB)."""
+    g = granularity
+    if g.kind == "all":
+        return ALL_END.replace(tzinfo=None)
+    if g.kind == "none":
+        return start + timedelta(milliseconds=1)
+    if g.months:
+        return None  # a month's length depends on the month; DuckDB's rule, not restated here
+    return start + timedelta(days=g.days, milliseconds=g.millis)

@@ -46,6 +46,8 @@ SANE: dict[str, Check] = {
     and r["bound"]["within"] and r["dashboard"]["exact"] and r["dashboard"]["statuses"].keys() == {"200"},
     "query": lambda r: r["results_identical"] and r["duckdb_results_identical"],
     "storage": lambda r: r["events_sent"] > 0 and r["exact_before_retention"] and r["retention"]["exact"],
+    "worker_cost": lambda r: r["specs"].keys() == {"wikipedia", "events"}
+    and all(s["cpu_ms_p50"] > 0 and s["rows_out"] > 0 for s in r["specs"].values()),
 }
 
 
