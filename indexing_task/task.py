@@ -236,7 +236,7 @@ def _index_splits(spark: SparkSession, request: IndexTaskRequest, payload: TaskP
                 stop: threading.Event | None, resident: ResidentRunners | None) -> list[WorkerResult]:
     """Index ``splits``: on an idle ``resident`` runner if one Spark task would do and one comes, else as a job."""
     results: list[WorkerResult] | None = None
-    tasks = spark_tasks(splits, request.min_split_records)
+    tasks = 1 if request.read_to_end else spark_tasks(splits, request.min_split_records)  # its ends are caps
     if splits and resident is not None and tasks == 1:
         with STEP_COSTS.step("task.resident_round_trip"):
             results = resident.run(payload, range(len(splits)), stop)  # None: no runner came back in time

@@ -54,6 +54,24 @@ def test_a_small_task_runs_on_a_resident_runner_without_a_spark_job(
     assert len(jobs_of(spark, retry.task_id)) == 1
 
 
+def test_a_task_read_to_the_end_runs_on_a_resident_runner_however_far_it_may_read(
+        stack, engine, spark, runners, make_topic, datasource, deep_storage):
+    """Its end is a cap (a backlog's worth), not what it will read: still one small task, no Spark job."""
+    topic = make_topic(2)
+    sample = make_sample_events(60)
+    produce(stack.bootstrap_servers, topic, sample.records, 2)
+    planned = next_task_request(engine, settings_for(stack, deep_storage), events_spec(datasource, topic))
+    request = replace(planned, end_offsets={p: o + 2_500_000 for p, o in planned.start_offsets.items()},
+                      read_to_end=True)
+    spark.sparkContext.setJobGroup(request.task_id, "a task read to the end")
+
+    report = run_index_task(spark, engine, request, resident=runners)
+
+    assert report.outcome.ok and report.records == len(sample.records)
+    assert jobs_of(spark, request.task_id) == []
+    assert_exact(published_table(engine, datasource), sample)
+
+
 def test_a_runner_that_dies_fails_only_its_task_and_is_started_again(
         stack, engine, spark, runners, make_topic, datasource, deep_storage):
     topic = make_topic(1)

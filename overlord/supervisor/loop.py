@@ -126,6 +126,10 @@ class GroupState:
 EXTEND_AFTER_S = 0.25
 """A task that waited this long for a slot reads up to the latest offsets as it starts (``Supervisor._extended``)."""
 
+TO_THE_END_MAX_RECORDS = 50_000
+"""The most a task read to the end reads (all in memory at once, on one runner): a backlog past that is
+read by the tasks after it."""
+
 RATE_HORIZON_S = 900
 """The longest window a processing rate is given for (15 minutes)."""
 
@@ -486,9 +490,9 @@ class Supervisor:
                 continue
             to_the_end = self._to_the_end(group, partitions)
             if to_the_end:
-                todo = OffsetRange(todo.start, next_range(todo.start, {p: o + policy.max_records_per_task
-                                                                      for p, o in todo.start.items()},
-                                                          partitions, policy.max_records_per_task).end)
+                cap = min(policy.max_records_per_task, TO_THE_END_MAX_RECORDS)
+                todo = OffsetRange(todo.start, next_range(todo.start, {p: o + cap for p, o in todo.start.items()},
+                                                          partitions, cap).end)
             elif todo.empty:
                 continue
             self.groups[group].due = now + self._interval()
