@@ -22,6 +22,9 @@ __all__ = ["consumer_config", "read_range", "read_ranges", "resolved_consumer_pr
 
 _POLL_BATCH = 10_000
 _POLL_TIMEOUT_S = 0.5
+_TO_THE_END_POLL_S = 0.02
+"""How long one consume waits while ranges read to the end are unfinished: it returns only with the count
+asked for or at its timeout, and how many records are there is not known (each wait would be whole)."""
 
 
 def resolved_consumer_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,8 +89,9 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
     index and reads on (the ranges of other tasks read with it are not held up). Given ``highs``,
     each range read to its end gets its partition's high watermark there, as the last fetch
     reported it (no round trip: how far the partition has grown meanwhile). The ranges whose indexes
-    are keys of ``ends`` end where their partitions do when the read gets there (the first partition-EOF
-    event), or at their ``end`` if sooner: their values in ``ends`` become those offsets.
+    are keys of ``ends`` end where their partitions do when the read gets there (the high watermark of
+    the fetch response that brought their records, or a partition-EOF event), or at their ``end`` if
+    sooner: their values in ``ends`` become those offsets.
     """
     index = _index_ranges(ranges)
     position = {key: ranges[i][2] for key, i in index.items()}
@@ -97,7 +101,7 @@ def read_ranges(consumer: Consumer, ranges: Sequence[tuple[str, int, int, int]],
     reads = _RangeReads(consumer, ranges, index, position, stall_timeout_s, failed, highs, ends)
     try:
         while position:
-            messages = consumer.consume(reads.batch_size(), _POLL_TIMEOUT_S)
+            messages = consumer.consume(reads.batch_size(), _TO_THE_END_POLL_S if ends else _POLL_TIMEOUT_S)
             now = time.monotonic()
             for key, group in _by_partition(messages, next(iter(position)) if len(index) == 1 else None):
                 yield from reads.take(key, group, now)
@@ -163,8 +167,17 @@ class _RangeReads:
         if at > position[key]:
             self.progress[key] = now
         position[key] = at
-        if at >= end or at_eof:
+        if at >= end or at_eof or (self.ends is not None and self.index[key] in self.ends and at >= self._high(key)):
             self.finish(key)
+
+    def _high(self, key: tuple[str, int]) -> float:
+        """The partition's high watermark as the last fetch response gave it (no round trip); inf if none yet.
+
+        A range read to the end is done once its position is there: its records came with that response,
+        and waiting for the partition-EOF event would cost another fetch (the broker holds an empty one).
+        """
+        _, high = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+        return high if high >= 0 else float("inf")
 
     def finish_stalled(self, now: float) -> None:
         """Finish, as not readable, each range that made no progress for ``stall_timeout_s``."""
