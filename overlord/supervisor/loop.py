@@ -119,16 +119,18 @@ class GroupState:
     due: float = float("-inf")
     """When it may launch again however few records wait (monotonic; see ``Supervisor._interval``)."""
     flowing: bool = False
-    """Its last task published records: the next reads to the end of its partitions, planned without
-    a look at the broker (``Supervisor._to_the_end``); one that finds nothing ends that."""
+    """Its last task published records, fewer than :data:`TO_THE_END_MAX_RECORDS`: the next reads to the
+    end of its partitions, planned without a look at the broker (``Supervisor._to_the_end``); one that
+    finds nothing, or that many, ends that."""
 
 
 EXTEND_AFTER_S = 0.25
 """A task that waited this long for a slot reads up to the latest offsets as it starts (``Supervisor._extended``)."""
 
-TO_THE_END_MAX_RECORDS = 50_000
-"""The most a task read to the end reads (all in memory at once, on one runner): a backlog past that is
-read by the tasks after it."""
+TO_THE_END_MAX_RECORDS = 2_000
+"""The most a task read to the end reads: a trickle's task is well under it (~250 records), and a runner
+takes up to 25 such tasks together (``indexing_task.resident``). One that reads this much found a
+backlog: the next is planned with a look at the topic, as large as ``max_records_per_task``."""
 
 RATE_HORIZON_S = 900
 """The longest window a processing rate is given for (15 minutes)."""
@@ -629,7 +631,7 @@ class Supervisor:
         if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
             self._published(report.outcome.row)
-            state.failures, state.flowing = 0, report.records > 0
+            state.failures, state.flowing = 0, 0 < report.records < TO_THE_END_MAX_RECORDS
             self.recent_errors.resolve(self.ctx.now())  # ingestion works again
             self.counters.count_processed(self.ctx.clock(), report.processed)
             self.counters.unparseable += report.unparseable
