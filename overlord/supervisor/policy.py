@@ -24,8 +24,9 @@ class SupervisorPolicy:
     max_records_per_task: int = Settings.model_fields["task_max_records"].default
     """The most offsets one task reads (over all its partitions): a backlog is worked off by a
     sequence of tasks, each well inside ``completionTimeout``, instead of ever larger retries."""
-    watermarks_max_age_s: float = 5.0
-    """How old a supervisor's watermarks may grow while no task group can launch (status, new partitions)."""
+    watermarks_max_age_s: float = 10.0
+    """How old a supervisor's watermarks may grow while no task group can launch or its tasks read to the end
+    (the status's lag between tasks, new partitions, committed offsets another writer moved)."""
     earliest_max_age_s: float = 30.0
     """How old the earliest offsets may grow (they move only when retention deletes records); a look at the
     topic asks for them sooner after a failed task, for new partitions and while a partition is stopped."""
