@@ -8,9 +8,8 @@ broker a scan of the partition for each offset (Tansu's in-memory one). Here a l
 - :class:`SharedWatermarks` answers from a look at most ``max_age_s`` old (0.25 s: what it may add to
   freshness); the supervisors waiting for a look meanwhile go in one describe and one offsets request.
   The earliest offsets are asked as :func:`stream_watermarks` does.
-- :func:`shared_topic_ids` answers from a look that *started after* the caller's read began (the
-  publish check needs the ID as of after the read, never older), asking once for every caller
-  waiting.
+- :func:`shared_topic_ids` answers from a look begun after the caller's read ended (the publish
+  check needs the ID as of after the read, never older), asking once for every caller waiting.
 
 Looks are per set of consumer properties (one cluster and its credentials), and ask only for what
 callers wait for: a broker may scan a partition for each offset asked.
