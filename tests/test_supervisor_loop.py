@@ -291,6 +291,16 @@ def test_a_flowing_topic_s_next_task_reads_to_the_end_without_a_look_and_one_tha
     assert looks["watermarks"] == 1 and runner.running() == []  # a look: the topic is quiet
     assert sup.status.committed == {0: 10, 1: 4}
 
+    world.marks = {0: (0, 110), 1: (0, 104)}
+    world.time += 1.5
+    sup.run_once()
+    (planned,) = runner.running()  # after a look: planned, capped
+    finish(runner, planned, really_publish=True, engine=engine)  # 100 records: the cap, a backlog behind it
+    world.time += 1.5
+    looks.clear()
+    sup.run_once()
+    assert looks["watermarks"] == 1 and not runner.running()[0].read_to_end  # a backlog is planned after a look
+
     with_replicas = make_supervisor(stack, engine, world, runner, f"{datasource}_r", useEarliestOffset=True,
                                     replicas=2)
     with_replicas.groups[0] = GroupState(flowing=True)

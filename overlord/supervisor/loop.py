@@ -119,7 +119,7 @@ class GroupState:
     due: float = float("-inf")
     """When it may launch again however few records wait (monotonic; see ``Supervisor._interval``)."""
     flowing: bool = False
-    """Its last task published records, fewer than :data:`TO_THE_END_MAX_RECORDS`: the next reads to the
+    """Its last task published records, fewer than a task read to the end may read: the next reads to the
     end of its partitions, planned without a look at the broker (``Supervisor._to_the_end``); one that
     finds nothing, or that many, ends that."""
 
@@ -492,7 +492,7 @@ class Supervisor:
                 continue
             to_the_end = self._to_the_end(group, partitions)
             if to_the_end:
-                cap = min(policy.max_records_per_task, TO_THE_END_MAX_RECORDS)
+                cap = self._to_the_end_cap()
                 todo = OffsetRange(todo.start, next_range(todo.start, {p: o + cap for p, o in todo.start.items()},
                                                           partitions, cap).end)
             elif todo.empty:
@@ -526,6 +526,10 @@ class Supervisor:
         recorded = self.recorded_ids or {}
         return (self.groups[group].flowing and self.spec.spec.io_config.replicas == 1
                 and all(p in recorded for p in partitions))
+
+    def _to_the_end_cap(self) -> int:
+        """The most a task read to the end reads: a task that read as many found a backlog."""
+        return min(self.ctx.policy.max_records_per_task, TO_THE_END_MAX_RECORDS)
 
     def _held_back(self, group: int, todo: OffsetRange, now: float) -> bool:
         """A group launched lately waits until it is due, unless its next task is full or holds the target."""
@@ -631,7 +635,7 @@ class Supervisor:
         if report is not None and outcome == "ok":
             status, detail = "SUCCESS", "published"
             self._published(report.outcome.row)
-            state.failures, state.flowing = 0, 0 < report.records < TO_THE_END_MAX_RECORDS
+            state.failures, state.flowing = 0, 0 < report.records < self._to_the_end_cap()
             self.recent_errors.resolve(self.ctx.now())  # ingestion works again
             self.counters.count_processed(self.ctx.clock(), report.processed)
             self.counters.unparseable += report.unparseable
