@@ -44,6 +44,7 @@ SANE: dict[str, Check] = {
     "live_freshness": lambda r: r["summary"]["exactness"]["checks"] > 0 and r["summary"]["exactness"]["failed"] == 0,
     "object_storage": lambda r: r["answers_identical"] and r["first_query_after_publish"]["gets"] <= 1
     and r["bound"]["within"] and r["dashboard"]["exact"] and r["dashboard"]["statuses"].keys() == {"200"},
+    "publish_cost": lambda r: r["alone"]["cpu_ms_per_publish"] > 0 and r["rounds"]["requests_per_transaction"] == 3,
     "query": lambda r: r["results_identical"] and r["duckdb_results_identical"],
     "storage": lambda r: r["events_sent"] > 0 and r["exact_before_retention"] and r["retention"]["exact"],
     "worker_cost": lambda r: r["specs"].keys() == {"wikipedia", "events"}

@@ -95,7 +95,7 @@ def measure(name: str, records: int, iterations: int, warmup: int, root: str) ->
                               splits=(Split(index=0, partition=0, start=i * records, end=(i + 1) * records),))
         gc.disable()  # as the worker runs a task (spark_worker.cyclic_gc_paused)
         started = time.process_time()
-        result = _index_chunks(payload, payload.splits, 0, [messages], {})  # type: ignore[list-item]
+        result = _index_chunks(payload, payload.splits, 0, [messages], {}, {})  # type: ignore[list-item]
         spent = time.process_time() - started
         gc.enable()
         assert result.records == records and result.unparseable == 0, result
