@@ -151,6 +151,7 @@ class _RangeReads:
         topic, partition = key
         at, end = position[key], self.ranges[self.index[key]][3]
         data = [m for m in group if m.error() is None]
+        to_the_end = self.ends is not None and self.index[key] in self.ends
         at_eof = False
         if len(data) != len(group):
             try:
@@ -158,7 +159,7 @@ class _RangeReads:
             except RangeNotReadableError as exc:
                 self.finish(key, exc)
                 return
-            at_eof, at = eof > -1 and self.ends is not None and self.index[key] in self.ends, max(at, eof)
+            at_eof, at = eof > -1, max(at, eof)
         if data:
             cut = _first_at_or_after(data, end) if _offset(data[-1]) >= end else len(data)
             at = end if cut < len(data) else max(at, _offset(data[-1]) + 1)
@@ -167,7 +168,7 @@ class _RangeReads:
         if at > position[key]:
             self.progress[key] = now
         position[key] = at
-        if at >= end or at_eof or (self.ends is not None and self.index[key] in self.ends and at >= self._high(key)):
+        if at >= end or (to_the_end and (at_eof or at >= self._high(key))):
             self.finish(key)
 
     def _high(self, key: tuple[str, int]) -> float:
